@@ -1,0 +1,98 @@
+//! Request bodies of the agent registry, with their rules.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use warden_shared::registry::{Environment, Provider};
+
+use crate::api::teams::TeamName;
+use crate::api::validate::{present, Text};
+
+pub type AgentName = Text<1, 200>;
+pub type Description = Text<0, 2000>;
+pub type ShortText = Text<1, 100>;
+pub type ModelName = Text<1, 200>;
+
+/// Up to 50 tags; keys 1 to 64 characters, values up to 256.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "BTreeMap<Text<1, 64>, Text<0, 256>>")]
+#[schema(value_type = Object)]
+pub struct Tags(pub BTreeMap<Text<1, 64>, Text<0, 256>>);
+
+impl TryFrom<BTreeMap<Text<1, 64>, Text<0, 256>>> for Tags {
+    type Error = String;
+
+    fn try_from(map: BTreeMap<Text<1, 64>, Text<0, 256>>) -> Result<Self, Self::Error> {
+        if map.len() > 50 {
+            return Err("at most 50 tags".to_owned());
+        }
+        Ok(Tags(map))
+    }
+}
+
+impl Tags {
+    pub fn to_json(&self) -> String {
+        let map: BTreeMap<&str, &str> = self
+            .0
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .collect();
+        serde_json::to_string(&map).unwrap_or_else(|_| "{}".to_owned())
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAgentInput {
+    pub name: AgentName,
+    #[serde(default)]
+    pub description: Option<Description>,
+    #[serde(default)]
+    pub framework: Option<ShortText>,
+    /// `openai`, `anthropic`, `google`, `nvidia` or `bedrock`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub model_provider: Option<Provider>,
+    #[serde(default)]
+    pub model_name: Option<ModelName>,
+    /// `production` (default), `staging` or `dev`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub environment: Option<Environment>,
+    /// A team name; created when it does not exist.
+    #[serde(default)]
+    pub team: Option<TeamName>,
+    #[serde(default)]
+    pub tags: Option<Tags>,
+}
+
+/// Any registration field. An absent field is left alone; `null` clears an optional one.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateAgentInput {
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Option<AgentName>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub description: Option<Option<Description>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub framework: Option<Option<ShortText>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub model_provider: Option<Option<Provider>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub model_name: Option<Option<ModelName>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub environment: Option<Option<Environment>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub team: Option<Option<TeamName>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    pub tags: Option<Option<Tags>>,
+}

@@ -1,0 +1,218 @@
+//! The rules of the registry: plan agent limits, team resolution, soft delete, audit.
+
+use axum::http::StatusCode;
+use serde_json::json;
+use warden_shared::ids::{is_valid_id, new_id, IdKind};
+use warden_shared::registry::{AgentStatus, Environment};
+
+use super::store::{self, AgentRow};
+use super::{Agent, AgentFilter, CreateAgentInput, UpdateAgentInput};
+use crate::api::envelope::Page;
+use crate::api::teams::find_or_create_team_id;
+use crate::audit::{self, AuditEvent};
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+pub async fn list_agents(
+    state: &AppState,
+    caller: &Caller,
+    filter: &AgentFilter,
+    page: Page,
+) -> ApiResult<(Vec<Agent>, i64)> {
+    let filter = store::Filter {
+        status: filter.status.map(AgentStatus::as_str),
+        framework: filter.framework.as_deref(),
+        team: filter.team.as_deref(),
+        environment: filter.environment.map(Environment::as_str),
+    };
+    let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page).await?;
+    let total = store::count(state.db.pool(), &caller.tenant_id, &filter).await?;
+    Ok((agents, total))
+}
+
+pub async fn get_agent(state: &AppState, caller: &Caller, agent_id: &str) -> ApiResult<Agent> {
+    if !is_valid_id(IdKind::Agent, agent_id) {
+        return Err(ApiError::not_found("agent"));
+    }
+    store::get(state.db.pool(), &caller.tenant_id, agent_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("agent"))
+}
+
+pub async fn register_agent(
+    state: &AppState,
+    caller: &Caller,
+    input: CreateAgentInput,
+) -> ApiResult<Agent> {
+    let now = state.clock.now();
+    let mut tx = state.db.begin_write().await?;
+    if !store::reserve_agent_slot(&mut *tx, &caller.tenant_id).await? {
+        return Err(ApiError::new(
+            StatusCode::PAYMENT_REQUIRED,
+            "agent_limit_reached",
+            "the plan's active agent limit is reached; delete an agent or upgrade the plan",
+        ));
+    }
+    let team_id = match &input.team {
+        Some(name) => Some(find_or_create_team_id(state, &mut tx, caller, name.as_str()).await?),
+        None => None,
+    };
+    let id = new_id(IdKind::Agent, now.as_millis());
+    let row = AgentRow {
+        name: input.name.as_str().to_owned(),
+        description: input.description.map(|d| d.into_inner()),
+        framework: input.framework.map(|f| f.into_inner()),
+        model_provider: input.model_provider.map(|p| p.as_str().to_owned()),
+        model_name: input.model_name.map(|m| m.into_inner()),
+        environment: input
+            .environment
+            .unwrap_or(Environment::Production)
+            .as_str()
+            .to_owned(),
+        team_id,
+        tags: input.tags.unwrap_or_default().to_json(),
+    };
+    store::insert(&mut *tx, &caller.tenant_id, &id, &row, now.as_millis()).await?;
+    audit::record(
+        &mut tx,
+        &caller.tenant_id,
+        &caller.actor,
+        now,
+        AuditEvent {
+            event_type: "agent.registered",
+            target_type: "agent",
+            target_id: &id,
+            details: json!({
+                "name": row.name,
+                "environment": row.environment,
+                "team": input.team.as_ref().map(|t| t.as_str()),
+            }),
+        },
+    )
+    .await?;
+    let agent = store::get(&mut *tx, &caller.tenant_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::internal("agent vanished inside its own transaction"))?;
+    tx.commit().await?;
+    Ok(agent)
+}
+
+pub async fn update_agent(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    input: UpdateAgentInput,
+) -> ApiResult<Agent> {
+    let current = get_agent(state, caller, agent_id).await?;
+    if matches!(input.name, Some(None)) {
+        return Err(ApiError::validation("name", "name: must not be null"));
+    }
+    if matches!(input.environment, Some(None)) {
+        return Err(ApiError::validation(
+            "environment",
+            "environment: must not be null",
+        ));
+    }
+    let mut changed: Vec<&str> = Vec::new();
+    let mut note = |field: &'static str, present: bool| {
+        if present {
+            changed.push(field);
+        }
+    };
+    note("name", input.name.is_some());
+    note("description", input.description.is_some());
+    note("framework", input.framework.is_some());
+    note("model_provider", input.model_provider.is_some());
+    note("model_name", input.model_name.is_some());
+    note("environment", input.environment.is_some());
+    note("team", input.team.is_some());
+    note("tags", input.tags.is_some());
+    if changed.is_empty() {
+        return Ok(current);
+    }
+    let now = state.clock.now();
+    let mut tx = state.db.begin_write().await?;
+    let team_id = match &input.team {
+        None => current.team_id.clone(),
+        Some(None) => None,
+        Some(Some(name)) => {
+            Some(find_or_create_team_id(state, &mut tx, caller, name.as_str()).await?)
+        }
+    };
+    let row = AgentRow {
+        name: pick(input.name, Some(current.name)).unwrap_or_default(),
+        description: pick(input.description, current.description),
+        framework: pick(input.framework, current.framework),
+        model_provider: match input.model_provider {
+            None => current.model_provider,
+            Some(value) => value.map(|p| p.as_str().to_owned()),
+        },
+        model_name: pick(input.model_name, current.model_name),
+        environment: match input.environment {
+            Some(Some(environment)) => environment.as_str().to_owned(),
+            _ => current.environment,
+        },
+        team_id,
+        tags: match input.tags {
+            None => current.tags.to_string(),
+            Some(tags) => tags.unwrap_or_default().to_json(),
+        },
+    };
+    if !store::update(&mut *tx, &caller.tenant_id, agent_id, &row, now.as_millis()).await? {
+        return Err(ApiError::not_found("agent"));
+    }
+    audit::record(
+        &mut tx,
+        &caller.tenant_id,
+        &caller.actor,
+        now,
+        AuditEvent {
+            event_type: "agent.updated",
+            target_type: "agent",
+            target_id: agent_id,
+            details: json!({ "changed": changed }),
+        },
+    )
+    .await?;
+    let agent = store::get(&mut *tx, &caller.tenant_id, agent_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("agent"))?;
+    tx.commit().await?;
+    Ok(agent)
+}
+
+pub async fn delete_agent(state: &AppState, caller: &Caller, agent_id: &str) -> ApiResult<()> {
+    let agent = get_agent(state, caller, agent_id).await?;
+    let now = state.clock.now();
+    let mut tx = state.db.begin_write().await?;
+    if !store::soft_delete(&mut *tx, &caller.tenant_id, agent_id, now.as_millis()).await? {
+        return Err(ApiError::not_found("agent"));
+    }
+    audit::record(
+        &mut tx,
+        &caller.tenant_id,
+        &caller.actor,
+        now,
+        AuditEvent {
+            event_type: "agent.deleted",
+            target_type: "agent",
+            target_id: agent_id,
+            details: json!({ "name": agent.name }),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The new value of an optional text field: absent keeps `current`, null clears it.
+fn pick<const MIN: usize, const MAX: usize>(
+    update: Option<Option<crate::api::validate::Text<MIN, MAX>>>,
+    current: Option<String>,
+) -> Option<String> {
+    match update {
+        None => current,
+        Some(value) => value.map(|text| text.into_inner()),
+    }
+}

@@ -1,0 +1,247 @@
+//! SQL of the agent registry. Every statement filters by tenant and skips deleted agents.
+
+use sqlx::any::AnyRow;
+use sqlx::{Any, Executor, Row};
+use warden_shared::timestamp::Timestamp;
+
+use super::Agent;
+use crate::api::envelope::Page;
+
+/// The writable columns of an agent.
+#[derive(Debug)]
+pub struct AgentRow {
+    pub name: String,
+    pub description: Option<String>,
+    pub framework: Option<String>,
+    pub model_provider: Option<String>,
+    pub model_name: Option<String>,
+    pub environment: String,
+    pub team_id: Option<String>,
+    pub tags: String,
+}
+
+/// Exact-match filters; `None` matches everything.
+#[derive(Debug, Default)]
+pub struct Filter<'a> {
+    pub status: Option<&'a str>,
+    pub framework: Option<&'a str>,
+    pub team: Option<&'a str>,
+    pub environment: Option<&'a str>,
+}
+
+/// `SELECT` of an agent with its team's name, followed by the given clauses.
+macro_rules! select_agents {
+    ($clauses:expr) => {
+        concat!(
+            "SELECT a.id, a.name, a.description, a.framework, a.model_provider, a.model_name, \
+             a.environment, a.status, a.team_id, tm.name AS team_name, a.tags, a.risk_level, \
+             a.last_heartbeat, a.created_at, a.updated_at, a.expires_at, a.review_frequency, \
+             a.sponsor_id, a.blocked, a.quarantined \
+             FROM agents a LEFT JOIN teams tm ON tm.id = a.team_id AND tm.tenant_id = a.tenant_id ",
+            $clauses
+        )
+    };
+}
+
+/// The filter clause shared by the list and its count, with parameters $1 to $5.
+macro_rules! filtered {
+    ($rest:expr) => {
+        concat!(
+            "WHERE a.tenant_id = $1 AND a.deleted_at IS NULL \
+             AND ($2 IS NULL OR a.status = $2) AND ($3 IS NULL OR a.framework = $3) \
+             AND ($4 IS NULL OR tm.name = $4) AND ($5 IS NULL OR a.environment = $5) ",
+            $rest
+        )
+    };
+}
+
+pub async fn list<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    filter: &Filter<'_>,
+    page: Page,
+) -> Result<Vec<Agent>, sqlx::Error> {
+    sqlx::query(select_agents!(filtered!(
+        "ORDER BY a.created_at DESC, a.id DESC LIMIT $6 OFFSET $7"
+    )))
+    .bind(tenant_id)
+    .bind(filter.status)
+    .bind(filter.framework)
+    .bind(filter.team)
+    .bind(filter.environment)
+    .bind(page.limit)
+    .bind(page.offset())
+    .fetch_all(db)
+    .await?
+    .iter()
+    .map(agent_from_row)
+    .collect()
+}
+
+pub async fn count<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    filter: &Filter<'_>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(concat!(
+        "SELECT COUNT(*) FROM agents a \
+         LEFT JOIN teams tm ON tm.id = a.team_id AND tm.tenant_id = a.tenant_id ",
+        filtered!("")
+    ))
+    .bind(tenant_id)
+    .bind(filter.status)
+    .bind(filter.framework)
+    .bind(filter.team)
+    .bind(filter.environment)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn get<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    agent_id: &str,
+) -> Result<Option<Agent>, sqlx::Error> {
+    sqlx::query(select_agents!(
+        "WHERE a.tenant_id = $1 AND a.id = $2 AND a.deleted_at IS NULL"
+    ))
+    .bind(tenant_id)
+    .bind(agent_id)
+    .fetch_optional(db)
+    .await?
+    .as_ref()
+    .map(agent_from_row)
+    .transpose()
+}
+
+/// Takes one active-agent slot of the tenant's plan, atomically; false when full.
+pub async fn reserve_agent_slot<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE tenants SET active_agents = active_agents + 1 \
+         WHERE id = $1 AND active_agents < agent_limit",
+    )
+    .bind(tenant_id)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+pub async fn insert<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    id: &str,
+    row: &AgentRow,
+    now_ms: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO agents (id, tenant_id, name, description, framework, model_provider, \
+         model_name, environment, team_id, tags, status, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'unknown', $11, $11)",
+    )
+    .bind(id)
+    .bind(tenant_id)
+    .bind(&row.name)
+    .bind(&row.description)
+    .bind(&row.framework)
+    .bind(&row.model_provider)
+    .bind(&row.model_name)
+    .bind(&row.environment)
+    .bind(&row.team_id)
+    .bind(&row.tags)
+    .bind(now_ms)
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+pub async fn update<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    id: &str,
+    row: &AgentRow,
+    now_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE agents SET name = $3, description = $4, framework = $5, model_provider = $6, \
+         model_name = $7, environment = $8, team_id = $9, tags = $10, updated_at = $11 \
+         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(id)
+    .bind(&row.name)
+    .bind(&row.description)
+    .bind(&row.framework)
+    .bind(&row.model_provider)
+    .bind(&row.model_name)
+    .bind(&row.environment)
+    .bind(&row.team_id)
+    .bind(&row.tags)
+    .bind(now_ms)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Marks the agent deleted and gives its slot back to the plan, in one statement pair
+/// run inside the caller's transaction.
+pub async fn soft_delete(
+    tx: &mut sqlx::AnyConnection,
+    tenant_id: &str,
+    id: &str,
+    now_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE agents SET deleted_at = $3, updated_at = $3 \
+         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(id)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await?;
+    if result.rows_affected() != 1 {
+        return Ok(false);
+    }
+    sqlx::query(
+        "UPDATE tenants SET active_agents = active_agents - 1 WHERE id = $1 AND active_agents > 0",
+    )
+    .bind(tenant_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(true)
+}
+
+fn agent_from_row(row: &AnyRow) -> Result<Agent, sqlx::Error> {
+    let tags: String = row.try_get("tags")?;
+    Ok(Agent {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        description: row.try_get("description")?,
+        framework: row.try_get("framework")?,
+        model_provider: row.try_get("model_provider")?,
+        model_name: row.try_get("model_name")?,
+        environment: row.try_get("environment")?,
+        status: row.try_get("status")?,
+        team: row.try_get("team_name")?,
+        team_id: row.try_get("team_id")?,
+        tags: serde_json::from_str(&tags).unwrap_or_else(|_| serde_json::json!({})),
+        risk_level: row.try_get("risk_level")?,
+        last_heartbeat: row
+            .try_get::<Option<i64>, _>("last_heartbeat")?
+            .map(Timestamp::from_millis),
+        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        updated_at: Timestamp::from_millis(row.try_get("updated_at")?),
+        expires_at: row
+            .try_get::<Option<i64>, _>("expires_at")?
+            .map(Timestamp::from_millis),
+        review_frequency: row.try_get("review_frequency")?,
+        // Review dates are computed once lifecycle management (review frequency) lands.
+        review_date: None,
+        sponsor_id: row.try_get("sponsor_id")?,
+        blocked: row.try_get::<i64, _>("blocked")? == 1,
+        quarantined: row.try_get::<i64, _>("quarantined")? == 1,
+    })
+}

@@ -1,0 +1,19 @@
+//! Authentication and API keys (spec 4.1 without SSO, 5): signup, login, `/auth/me`,
+//! and creating, listing and deleting API keys under the granting rules of spec 5.5.
+
+mod keys;
+mod login;
+
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(login::signup))
+        .routes(routes!(login::login))
+        .routes(routes!(keys::me))
+        .routes(routes!(keys::list_api_keys, keys::create_api_key))
+        .routes(routes!(keys::delete_api_key))
+}

@@ -1,0 +1,140 @@
+//! Request extractors that turn every kind of bad input into an [`ApiError`].
+//!
+//! `ApiJson` answers 415 without a JSON content type, 413 above the body limit, 400 for
+//! text that is not JSON and 422 (naming the field) for JSON of the wrong shape. Field
+//! rules live in the input types themselves (see `validate`), so "parse, don't
+//! validate": a handler that receives a value knows it is valid.
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A JSON request body deserialized into `T`.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<mime::Mime>().ok())
+            .is_some_and(|mime| {
+                mime.type_() == "application"
+                    && (mime.subtype() == "json" || mime.suffix().is_some_and(|s| s == "json"))
+            });
+        if !is_json {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "expected a body with Content-Type: application/json",
+            ));
+        }
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(body_rejection)?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+fn body_rejection(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body is larger than this server accepts",
+        )
+    } else {
+        ApiError::malformed_json(format!("cannot read the request body: {rejection}"))
+    }
+}
+
+/// Deserializes `bytes`, telling malformed JSON (400) from a wrong shape (422).
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                ApiError::malformed_json(format!("the body is not valid JSON: {inner}"))
+            }
+            serde_json::error::Category::Io | serde_json::error::Category::Data => {
+                field_error(&path, &inner.to_string())
+            }
+        }
+    })?;
+    deserializer.end().map_err(|error| {
+        ApiError::malformed_json(format!("the body is not valid JSON: {error}"))
+    })?;
+    Ok(value)
+}
+
+/// A 422 naming the field; serde names a missing field only in its message.
+fn field_error(path: &str, message: &str) -> ApiError {
+    let message = strip_position(message);
+    let field = if path == "." || path.is_empty() {
+        between_backticks(message, "missing field `")
+            .or_else(|| between_backticks(message, "unknown field `"))
+            .unwrap_or_else(|| "body".to_owned())
+    } else {
+        path.to_owned()
+    };
+    ApiError::validation(field.clone(), format!("{field}: {message}"))
+}
+
+fn strip_position(message: &str) -> &str {
+    message
+        .rfind(" at line ")
+        .map_or(message, |index| &message[..index])
+}
+
+fn between_backticks(message: &str, marker: &str) -> Option<String> {
+    let start = message.find(marker)? + marker.len();
+    let rest = &message[start..];
+    rest.find('`').map(|end| rest[..end].to_owned())
+}
+
+/// Query-string parameters deserialized into `T`; a bad value is a 422 naming it.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(ApiQuery)
+            .map_err(|error| {
+                let path = error.path().to_string();
+                let message = error.into_inner().to_string();
+                let field = if path == "." || path.is_empty() {
+                    between_backticks(&message, "unknown field `")
+                        .unwrap_or_else(|| "query".to_owned())
+                } else {
+                    path
+                };
+                ApiError::validation(field.clone(), format!("{field}: {message}"))
+            })
+    }
+}

@@ -1,0 +1,85 @@
+//! The management API: every resource's router merged in one place.
+//!
+//! Routes are added only through utoipa-axum's `routes!`, which takes the method and path
+//! from each handler's `#[utoipa::path]`, so the router and the OpenAPI document cannot
+//! drift apart (clippy's `disallowed-methods` forbids `Router::route` in this crate).
+
+pub mod envelope;
+pub mod extract;
+pub mod validate;
+
+mod admin;
+mod agents;
+mod auth;
+mod ops;
+mod teams;
+
+use axum::http::StatusCode;
+use axum::Router;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::OpenApi;
+use utoipa::Modify;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The prefix of the versioned management API (spec 9).
+pub const API_PREFIX: &str = "/api/v1";
+
+/// The whole surface: `/api/v1/...`, the operational endpoints, and the OpenAPI
+/// document describing both.
+pub fn router() -> (Router<AppState>, OpenApi) {
+    let v1 = OpenApiRouter::new()
+        .merge(auth::router())
+        .merge(agents::router())
+        .merge(teams::router())
+        .merge(admin::router());
+    let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
+        .nest(API_PREFIX, v1)
+        .merge(ops::router())
+        .split_for_parts();
+    SecurityAddon.modify(&mut openapi);
+    let router = router
+        .merge(ops::openapi_router(openapi.clone()))
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed);
+    (router, openapi)
+}
+
+fn base_document() -> OpenApi {
+    let mut doc = OpenApi::default();
+    doc.info.title = "Warden management API".to_owned();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    doc.info.description = Some(include_str!("openapi_intro.md").to_owned());
+    doc
+}
+
+struct SecurityAddon;
+
+impl Modify for SecurityAddon {
+    fn modify(&self, openapi: &mut OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("wdn_ API key or login session token")
+                    .build(),
+            ),
+        );
+    }
+}
+
+async fn route_not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "route_not_found", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not accept that method",
+    )
+}

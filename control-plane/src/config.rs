@@ -1,0 +1,131 @@
+//! The control plane's one typed configuration: a TOML file plus `WARDEN_` variables.
+//!
+//! Nothing else in the crate reads the environment. Nested keys use a double underscore
+//! in the environment (`WARDEN_AUTH__LOGIN_ATTEMPTS_PER_EMAIL=5`). Unknown keys are
+//! rejected so that a typo fails at start instead of being silently ignored.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+/// Everything `warden control-plane` needs to run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address of the management API listener (`/api/v1`, `/healthz`, `/metrics`).
+    pub listen: SocketAddr,
+    /// `sqlite://path/to/warden.db` (embedded default) or `postgres://...`.
+    pub database_url: Secret,
+    /// Largest number of pooled database connections.
+    pub database_max_connections: u32,
+    /// Token the proxy presents on the internal endpoints. Generated at start when empty.
+    pub service_token: Option<Secret>,
+    /// Becomes the platform-admin key when no platform-admin key exists yet.
+    pub bootstrap_platform_key: Option<Secret>,
+    /// `json` for one JSON object per line (production) or `pretty` for people.
+    pub log_format: LogFormat,
+    /// Largest accepted request body on the management API, in bytes (413 above).
+    pub max_body_bytes: usize,
+    pub auth: AuthConfig,
+}
+
+/// Brute-force throttling of the unauthenticated signup and login endpoints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Failed and successful login attempts allowed per email per window.
+    pub login_attempts_per_email: u32,
+    /// Login attempts allowed per client address per window.
+    pub login_attempts_per_ip: u32,
+    /// Signups allowed per client address per window.
+    pub signups_per_ip: u32,
+    /// Length of the throttling window in seconds.
+    pub throttle_window_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            database_url: Secret::new("sqlite://warden.db"),
+            database_max_connections: 16,
+            service_token: None,
+            bootstrap_platform_key: None,
+            log_format: LogFormat::Json,
+            max_body_bytes: 1024 * 1024,
+            auth: AuthConfig::default(),
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            login_attempts_per_email: 10,
+            login_attempts_per_ip: 60,
+            signups_per_ip: 10,
+            throttle_window_secs: 900,
+        }
+    }
+}
+
+impl Config {
+    /// Loads defaults, then the optional TOML file, then `WARDEN_` variables (highest).
+    pub fn load(file: Option<&Path>) -> Result<Config, Box<figment::Error>> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        figment
+            .merge(Env::prefixed("WARDEN_").split("__"))
+            .extract()
+            .map_err(Box::new)
+    }
+}
+
+/// A configuration value that must never reach a log line or a debug print.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret value itself; call only where it is used, never to print it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_do_not_print() {
+        let config = Config {
+            bootstrap_platform_key: Some(Secret::new("wdn_supersecret")),
+            ..Config::default()
+        };
+        assert!(!format!("{config:?}").contains("supersecret"));
+    }
+}

@@ -1,0 +1,129 @@
+//! The database handle: one sqlx `Any` pool over SQLite or PostgreSQL, chosen by URL.
+//!
+//! Every statement is written once, with `$1`-style placeholders that both backends
+//! accept, and only the column types both share (TEXT, BIGINT, BOOLEAN, DOUBLE). Where
+//! the dialects differ the migrations are kept in one folder per backend.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::migrate::Migrator;
+use sqlx::{Any, AnyPool, Executor, Transaction};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Which database engine sits behind the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A pooled connection to the control plane's database.
+#[derive(Clone, Debug)]
+pub struct Db {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// A transaction that writes; see [`Db::begin_write`].
+pub type WriteTx = Transaction<'static, Any>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbSetupError {
+    #[error("unsupported database URL scheme (use sqlite:// or postgres://)")]
+    UnsupportedScheme,
+    #[error("cannot connect to the database: {0}")]
+    Connect(#[source] sqlx::Error),
+    #[error("cannot apply migrations: {0}")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+}
+
+impl Db {
+    /// Connects to `url`, creating a SQLite file when it does not exist yet.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Db, DbSetupError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(DbSetupError::UnsupportedScheme);
+        };
+        let url = match backend {
+            Backend::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}mode=rwc")
+            }
+            _ => url.to_owned(),
+        };
+        let options = AnyConnectOptions::from_str(&url).map_err(DbSetupError::Connect)?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // WAL lets readers proceed while one writer commits; the busy
+                        // timeout makes concurrent writers queue instead of failing.
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA busy_timeout = 10000").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .map_err(DbSetupError::Connect)?;
+        Ok(Db { pool, backend })
+    }
+
+    /// Applies the embedded migrations of this backend that have not run yet.
+    pub async fn migrate(&self) -> Result<(), DbSetupError> {
+        let migrator = match self.backend {
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator
+            .run(&self.pool)
+            .await
+            .map_err(DbSetupError::Migrate)
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Starts a transaction that will write.
+    ///
+    /// On SQLite it takes the write lock up front (`BEGIN IMMEDIATE`): a deferred
+    /// transaction that reads and then writes can fail with `SQLITE_BUSY` without waiting
+    /// when another writer committed in between.
+    pub async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+    }
+
+    /// Checks that the database answers; used by `/readyz`.
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Whether `error` is a violation of a unique constraint (a conflict, not a failure).
+pub fn is_unique_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.kind() == sqlx::error::ErrorKind::UniqueViolation)
+}

@@ -1,0 +1,18 @@
+//! Warden's control plane: the management API over SQLite or PostgreSQL.
+//!
+//! `main.rs` is a thin CLI; everything it starts is built by [`startup::build`], which
+//! tests and benchmarks call too, so they exercise exactly what production runs.
+
+pub mod api;
+pub mod audit;
+pub mod auth;
+pub mod bootstrap;
+pub mod clock;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod metrics;
+pub mod startup;
+pub mod state;
+pub mod telemetry;
+pub mod tenancy;

@@ -1,0 +1,124 @@
+//! The `warden` binary: `warden dev` for newcomers, `warden control-plane` in production.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use warden_control_plane::bootstrap::BootstrapOutcome;
+use warden_control_plane::clock::Clock;
+use warden_control_plane::config::{Config, LogFormat, Secret};
+use warden_control_plane::startup::{self, Application};
+use warden_control_plane::telemetry;
+
+#[derive(Parser)]
+#[command(name = "warden", version, about = "Governance for fleets of AI agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Everything on this machine: SQLite in a data folder, the API on 127.0.0.1:8080.
+    Dev {
+        /// Folder for the SQLite database; created when missing.
+        #[arg(long, default_value = "warden-data")]
+        data_dir: PathBuf,
+        /// Port of the management API.
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+    },
+    /// The production control plane, configured by a TOML file and WARDEN_ variables.
+    ControlPlane {
+        /// Optional TOML file; WARDEN_ variables override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Dev { data_dir, port } => run_dev(data_dir, port).await,
+        Command::ControlPlane { config } => run_control_plane(config).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("warden: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_dev(data_dir: PathBuf, port: u16) -> Result<(), String> {
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let mut config = Config::load(None).map_err(|e| e.to_string())?;
+    config.listen = ([127, 0, 0, 1], port).into();
+    config.database_url = Secret::new(format!("sqlite://{}", data_dir.join("warden.db").display()));
+    config.log_format = LogFormat::Pretty;
+    telemetry::init(config.log_format);
+    let app = startup::build(config, Clock::system())
+        .await
+        .map_err(|e| e.to_string())?;
+    print_welcome(&app, &data_dir);
+    app.serve(startup::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("warden: stopped cleanly");
+    Ok(())
+}
+
+async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
+    let config = Config::load(file.as_deref()).map_err(|e| e.to_string())?;
+    telemetry::init(config.log_format);
+    let app = startup::build(config, Clock::system())
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(addr = %app.addr, "control plane listening");
+    if let BootstrapOutcome::GeneratedKey(key) = &app.bootstrap {
+        // Printed once, on the first start against an empty database, and never stored.
+        println!("platform-admin key (shown once, store it now): {key}");
+    }
+    app.serve(startup::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn print_welcome(app: &Application, data_dir: &std::path::Path) {
+    let base = format!("http://{}", app.addr);
+    println!();
+    println!(
+        "  Warden is running (development mode, SQLite in {})",
+        data_dir.display()
+    );
+    println!();
+    println!("  Management API   {base}/api/v1");
+    println!("  OpenAPI document {base}/api/v1/openapi.json");
+    println!("  Health           {base}/healthz  {base}/readyz");
+    println!("  Metrics          {base}/metrics");
+    println!();
+    match &app.bootstrap {
+        BootstrapOutcome::GeneratedKey(key) => {
+            println!("  Platform-admin key (shown once, store it now):");
+            println!("    {key}");
+        }
+        BootstrapOutcome::ConfiguredKeyInstalled => {
+            println!("  Platform-admin key: the one in WARDEN_BOOTSTRAP_PLATFORM_KEY");
+        }
+        BootstrapOutcome::AlreadyBootstrapped => {
+            println!("  Platform-admin key: printed on this data folder's first start.");
+            println!("  (Delete {} to start afresh.)", data_dir.display());
+        }
+    }
+    println!();
+    println!(
+        "  Try:  curl -s -X POST {base}/api/v1/auth/signup -H 'content-type: application/json' \\"
+    );
+    println!("          -d '{{\"email\":\"you@example.com\",\"password\":\"a-long-password\",\"company_name\":\"Acme\"}}'");
+    println!();
+    println!("  Ctrl-C stops Warden.");
+    println!();
+}

@@ -1,0 +1,88 @@
+//! Prometheus metrics of the management API: requests and latency by route template.
+//!
+//! Labels use the matched route template (`/api/v1/agents/{agent_id}`), never the raw
+//! path, so label cardinality stays bounded whatever clients send.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+use crate::state::AppState;
+
+/// The control plane's own registry and the HTTP metrics in it.
+pub struct HttpMetrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+}
+
+impl HttpMetrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "warden_http_requests_total",
+                "Management API requests by method, route template and status.",
+            ),
+            &["method", "route", "status"],
+        )?;
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "warden_http_request_duration_seconds",
+                "Management API request latency by method, route template and status.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["method", "route", "status"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        Ok(HttpMetrics {
+            registry,
+            requests,
+            latency,
+        })
+    }
+
+    /// The registry in Prometheus's text exposition format.
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
+            tracing::error!(%error, "cannot encode metrics");
+        }
+        String::from_utf8(buffer).unwrap_or_default()
+    }
+
+    fn observe(&self, method: &str, route: &str, status: &str, seconds: f64) {
+        self.requests
+            .with_label_values(&[method, route, status])
+            .inc();
+        self.latency
+            .with_label_values(&[method, route, status])
+            .observe(seconds);
+    }
+}
+
+/// Middleware that counts and times every request.
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let response = next.run(request).await;
+    state.metrics.observe(
+        &method,
+        &route,
+        response.status().as_str(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}

@@ -1,0 +1,176 @@
+//! Builds the control plane exactly as production runs it, for `main`, tests and benches.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request};
+use axum::response::IntoResponse;
+use axum::Router;
+use tokio::net::TcpListener;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::trace::TraceLayer;
+use warden_shared::ids::{new_id, IdKind};
+
+use crate::auth::throttle::Throttle;
+use crate::bootstrap::{self, BootstrapOutcome};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::db::Db;
+use crate::error::ApiError;
+use crate::metrics::{self, HttpMetrics};
+use crate::state::AppState;
+
+/// A bound, migrated control plane, ready to serve.
+pub struct Application {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    /// What bootstrap did about the platform-admin key (print it when newly generated).
+    pub bootstrap: BootstrapOutcome,
+    listener: TcpListener,
+    router: Router,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Db(#[from] crate::db::DbSetupError),
+    #[error("bootstrap failed: {0}")]
+    Bootstrap(String),
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("metrics registry: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// Connects the database, applies migrations, bootstraps the platform-admin key and binds
+/// the listener (port 0 picks a free port). Serving starts with [`Application::serve`].
+pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupError> {
+    let db = Db::connect(
+        config.database_url.expose(),
+        config.database_max_connections,
+    )
+    .await?;
+    db.migrate().await?;
+    let bootstrap =
+        bootstrap::ensure_platform_admin(&db, &clock, config.bootstrap_platform_key.as_ref())
+            .await
+            .map_err(StartupError::Bootstrap)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartupError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartupError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let state = AppState {
+        db,
+        clock,
+        throttle: Arc::new(Throttle::new(config.auth.throttle_window_secs)),
+        metrics: Arc::new(HttpMetrics::new()?),
+        config: Arc::new(config),
+    };
+    let router = app_router(state.clone());
+    Ok(Application {
+        addr,
+        state,
+        bootstrap,
+        listener,
+        router,
+    })
+}
+
+impl Application {
+    /// Serves until `shutdown` resolves, then finishes in-flight requests.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let service = self
+            .router
+            .into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(self.listener, service)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+fn app_router(state: AppState) -> Router {
+    let (router, _openapi) = crate::api::router();
+    router
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::internal("a handler panicked").into_response()
+        }))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let request_id = request
+                    .extensions()
+                    .get::<RequestId>()
+                    .and_then(|id| id.header_value().to_str().ok())
+                    .unwrap_or_default();
+                tracing::info_span!(
+                    "request",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    request_id = %request_id,
+                )
+            }),
+        )
+        .layer(SetRequestIdLayer::new(REQUEST_ID, UlidRequestId))
+        .with_state(state)
+}
+
+/// Request ids are ULIDs, unless the client (or a load balancer) already sent one.
+#[derive(Clone, Copy)]
+struct UlidRequestId;
+
+impl MakeRequestId for UlidRequestId {
+    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0));
+        let id = new_id(IdKind::AuditEvent, millis);
+        let id = id.trim_start_matches("evt_");
+        id.parse().ok().map(RequestId::new)
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,19 @@
+//! The state every handler shares.
+
+use std::sync::Arc;
+
+use crate::auth::throttle::Throttle;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::db::Db;
+use crate::metrics::HttpMetrics;
+
+/// Cheap to clone: everything inside is reference-counted or a pool handle.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub clock: Clock,
+    pub config: Arc<Config>,
+    pub metrics: Arc<HttpMetrics>,
+    pub throttle: Arc<Throttle>,
+}

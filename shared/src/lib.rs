@@ -1,0 +1,11 @@
+//! The contract between Warden's planes: key format, scopes, identifiers and timestamps.
+//!
+//! This crate is pure data and pure functions. It depends on no runtime, web framework,
+//! database driver or proxy framework, so the control plane and the proxy can both use it
+//! and agree by construction.
+
+pub mod ids;
+pub mod keys;
+pub mod registry;
+pub mod scopes;
+pub mod timestamp;
