@@ -4,6 +4,8 @@
 //! `agt_01JD6Z5Q4T8W3N6XK2P9R7M1CV`. The prefix tells a reader (and a log search) what a bare
 //! id refers to; the ULID sorts by creation time.
 
+use std::sync::Mutex;
+
 use rand::RngCore;
 
 /// The kinds of record that carry a prefixed identifier.
@@ -36,6 +38,10 @@ impl IdKind {
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /// Creates a new identifier of `kind` whose time part is `now_ms` (Unix milliseconds).
+///
+/// Within one process identifiers are strictly increasing, even within one millisecond
+/// (the last id is then incremented, as monotonic ULID generators do), so ordering by
+/// `(timestamp, id)` follows the order of creation.
 pub fn new_id(kind: IdKind, now_ms: i64) -> String {
     let mut random = [0u8; 10];
     rand::thread_rng().fill_bytes(&mut random);
@@ -43,6 +49,7 @@ pub fn new_id(kind: IdKind, now_ms: i64) -> String {
     for (i, byte) in random.iter().enumerate() {
         value |= u128::from(*byte) << (8 * (9 - i));
     }
+    value = monotonic(value);
     let mut out = String::with_capacity(kind.prefix().len() + 27);
     out.push_str(kind.prefix());
     out.push('_');
@@ -51,6 +58,22 @@ pub fn new_id(kind: IdKind, now_ms: i64) -> String {
         out.push(char::from(CROCKFORD[index]));
     }
     out
+}
+
+fn monotonic(candidate: u128) -> u128 {
+    static LAST: Mutex<u128> = Mutex::new(0);
+    let Ok(mut last) = LAST.lock() else {
+        return candidate;
+    };
+    // Never below the last id: when the clock stands still (or steps back) the id
+    // continues from the last one instead of sorting before it.
+    let value = if candidate <= *last {
+        last.wrapping_add(1)
+    } else {
+        candidate
+    };
+    *last = value;
+    value
 }
 
 /// Whether `candidate` has the shape of an identifier of `kind`.
@@ -77,6 +100,8 @@ mod tests {
         let later = new_id(IdKind::Agent, 1_700_000_000_001);
         assert!(is_valid_id(IdKind::Agent, &earlier));
         assert!(earlier < later);
+        let same: Vec<String> = (0..100).map(|_| new_id(IdKind::Agent, 5)).collect();
+        assert!(same.windows(2).all(|pair| pair[0] < pair[1]));
         assert!(earlier.starts_with("agt_"));
     }
 

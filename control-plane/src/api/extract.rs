@@ -63,24 +63,17 @@ fn body_rejection(rejection: BytesRejection) -> ApiError {
 }
 
 /// Deserializes `bytes`, telling malformed JSON (400) from a wrong shape (422).
+///
+/// The text is first parsed as a whole, so that a syntax error anywhere is a 400 even
+/// when a type error would come earlier in a streaming parse.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
-        match inner.classify() {
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                ApiError::malformed_json(format!("the body is not valid JSON: {inner}"))
-            }
-            serde_json::error::Category::Io | serde_json::error::Category::Data => {
-                field_error(&path, &inner.to_string())
-            }
-        }
-    })?;
-    deserializer.end().map_err(|error| {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|error| {
         ApiError::malformed_json(format!("the body is not valid JSON: {error}"))
     })?;
-    Ok(value)
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        field_error(&path, &error.into_inner().to_string())
+    })
 }
 
 /// A 422 naming the field; serde names a missing field only in its message.

@@ -186,7 +186,7 @@ pub async fn delete_agent(state: &AppState, caller: &Caller, agent_id: &str) -> 
     let agent = get_agent(state, caller, agent_id).await?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
-    if !store::soft_delete(&mut *tx, &caller.tenant_id, agent_id, now.as_millis()).await? {
+    if !store::soft_delete(&mut tx, &caller.tenant_id, agent_id, now.as_millis()).await? {
         return Err(ApiError::not_found("agent"));
     }
     audit::record(

@@ -1,0 +1,280 @@
+//! Platform administration: tenants listed, created and deleted with all their data.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::helpers::{expect_error, expect_status, platform_key, TestApp};
+
+db_test!(platform_admins_create_and_list_tenants_by_plan, |app| {
+    let created = expect_status(
+        app.post(
+            "/admin/tenants",
+            platform_key(),
+            json!({ "company_name": "Globex", "owner_email": "CEO@globex.example", "plan": "enterprise", "agent_limit": 7 }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let data = &created["data"];
+    assert_eq!(data["plan"], json!("enterprise"));
+    assert_eq!(data["agent_limit"], json!(7));
+    assert_eq!(data["active_agents"], json!(0));
+    assert_eq!(data["owner_email"], json!("ceo@globex.example"));
+    assert_eq!(data["monthly_cost_usd"], json!(0.0));
+    let id = data["id"].as_str().unwrap();
+    let key = data["api_key"].as_str().unwrap();
+    let me = expect_status(app.get("/auth/me", key).await, 200).await;
+    assert_eq!(me["data"]["tenant_id"], json!(id));
+    assert_eq!(me["data"]["scopes"], json!(["admin"]));
+
+    let read = expect_status(
+        app.get(&format!("/admin/tenants/{id}"), platform_key())
+            .await,
+        200,
+    )
+    .await;
+    assert!(
+        read["data"].get("api_key").is_none(),
+        "the key is shown only once"
+    );
+    assert!(read["data"]["last_activity"].is_string());
+
+    // Filter by plan and page. Other tests share the PostgreSQL database, so count
+    // only what this test made.
+    let mut mine = vec![id.to_owned()];
+    for _ in 0..2 {
+        mine.push(app.new_tenant("enterprise").await.id);
+    }
+    let page = expect_status(
+        app.get("/admin/tenants?plan=enterprise&limit=2", platform_key())
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(page["meta"]["limit"], json!(2));
+    assert!(page["meta"]["total"].as_i64().unwrap() >= 3);
+    assert_eq!(page["data"].as_array().unwrap().len(), 2);
+    let all = expect_status(
+        app.get("/admin/tenants?plan=enterprise&limit=100", platform_key())
+            .await,
+        200,
+    )
+    .await;
+    let listed: Vec<&str> = all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert!(mine.iter().all(|id| listed.contains(&id.as_str())));
+    assert!(all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["plan"] == json!("enterprise")));
+
+    expect_error(
+        app.get("/admin/tenants?plan=gold", platform_key()).await,
+        422,
+        "validation_failed",
+    )
+    .await;
+    for bad in [
+        json!({ "company_name": "X", "owner_email": "x@example.com", "plan": "gold" }),
+        json!({ "company_name": "X", "owner_email": "x@example.com", "plan": "starter", "agent_limit": -5 }),
+        json!({ "company_name": "X", "owner_email": "not-an-email", "plan": "starter" }),
+        json!({ "company_name": "", "owner_email": "x@example.com", "plan": "starter" }),
+    ] {
+        expect_error(
+            app.post("/admin/tenants", platform_key(), bad).await,
+            422,
+            "validation_failed",
+        )
+        .await;
+    }
+});
+
+db_test!(tenant_keys_cannot_administer_the_platform, |app| {
+    let tenant = app.new_tenant("enterprise_plus").await;
+    expect_error(
+        app.get("/admin/tenants", &tenant.admin_key).await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    expect_error(
+        app.delete(&format!("/admin/tenants/{}", tenant.id), &tenant.admin_key)
+            .await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    // And the platform key is not tenant access.
+    expect_error(
+        app.get("/agents", platform_key()).await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    let me = expect_status(app.get("/auth/me", platform_key()).await, 200).await;
+    let platform_tenant = me["data"]["tenant_id"].as_str().unwrap();
+    expect_error(
+        app.delete(&format!("/admin/tenants/{platform_tenant}"), platform_key())
+            .await,
+        403,
+        "platform_tenant_protected",
+    )
+    .await;
+});
+
+/// Puts at least one row in every tenant-owned table for `tenant`.
+async fn seed_every_table(app: &TestApp) -> (String, String) {
+    let email = format!(
+        "{}@example.com",
+        warden_shared::ids::new_id(warden_shared::ids::IdKind::User, 1).to_lowercase()
+    );
+    let signup = expect_status(
+        app.request(Method::POST, "/auth/signup", None)
+            .json(&json!({ "email": email, "password": "correct horse battery", "company_name": "Doomed" }))
+            .send()
+            .await
+            .unwrap(),
+        201,
+    )
+    .await;
+    let key = signup["data"]["api_key"].as_str().unwrap().to_owned();
+    let tenant_id = signup["data"]["tenant_id"].as_str().unwrap().to_owned();
+    expect_status(
+        app.request(Method::POST, "/auth/login", None)
+            .json(&json!({ "email": email, "password": "correct horse battery" }))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    let agent = app
+        .register_agent(&key, json!({ "name": "a", "team": "t" }))
+        .await;
+    let agent_id = agent["id"].as_str().unwrap();
+    expect_status(
+        app.post(
+            "/auth/api-keys",
+            &key,
+            json!({ "name": "k", "key_type": "read_only" }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let gone = app
+        .register_agent(&key, json!({ "name": "soft-deleted" }))
+        .await;
+    expect_status(
+        app.delete(&format!("/agents/{}", gone["id"].as_str().unwrap()), &key)
+            .await,
+        204,
+    )
+    .await;
+    (tenant_id, agent_id.to_owned())
+}
+
+db_test!(
+    deleting_a_tenant_removes_every_row_it_owns_and_nothing_else,
+    |app| {
+        let (doomed, _) = seed_every_table(&app).await;
+        let (survivor, survivor_agent) = seed_every_table(&app).await;
+
+        let tables = app.tables().await;
+        let mut tenant_tables = Vec::new();
+        for table in &tables {
+            if table == "tenants" {
+                continue;
+            }
+            let has_tenant_column = match app.backend {
+            crate::helpers::Backend::Sqlite => {
+                let sql = format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = 'tenant_id'");
+                sqlx::query_scalar::<_, i64>(&sql).fetch_one(app.db.pool()).await.unwrap() > 0
+            }
+            crate::helpers::Backend::Postgres => {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT COUNT(*) FROM information_schema.columns \
+                     WHERE table_schema = 'public' AND table_name = $1 AND column_name = 'tenant_id'",
+                )
+                .bind(table)
+                .fetch_one(app.db.pool())
+                .await
+                .unwrap()
+                    > 0
+            }
+        };
+            assert!(
+                has_tenant_column,
+                "table {table} has no tenant_id: every row must belong to a tenant"
+            );
+            tenant_tables.push(table.clone());
+        }
+        let mut declared: Vec<String> = warden_control_plane::tenancy::TENANT_TABLES
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        declared.sort();
+        tenant_tables.sort();
+        assert_eq!(
+            declared, tenant_tables,
+            "tenancy::TENANT_TABLES must list every tenant table"
+        );
+
+        let mut survivor_before = Vec::new();
+        for table in tables.iter() {
+            let doomed_rows = app.count_rows(table, &doomed).await;
+            assert!(doomed_rows > 0, "the seed must put rows in {table}");
+            survivor_before.push(app.count_rows(table, &survivor).await);
+        }
+
+        expect_status(
+            app.delete(&format!("/admin/tenants/{doomed}"), platform_key())
+                .await,
+            204,
+        )
+        .await;
+        for (table, before) in tables.iter().zip(survivor_before) {
+            assert_eq!(
+                app.count_rows(table, &doomed).await,
+                0,
+                "rows of {table} survived"
+            );
+            assert_eq!(
+                app.count_rows(table, &survivor).await,
+                before,
+                "{table} of another tenant changed"
+            );
+        }
+        expect_error(
+            app.get(&format!("/admin/tenants/{doomed}"), platform_key())
+                .await,
+            404,
+            "not_found",
+        )
+        .await;
+        expect_error(
+            app.delete(&format!("/admin/tenants/{doomed}"), platform_key())
+                .await,
+            404,
+            "not_found",
+        )
+        .await;
+
+        // The deletion is in the platform operators' trail.
+        let events: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM audit_events WHERE event_type = 'tenant.deleted' AND target_id = $1",
+    )
+    .bind(&doomed)
+    .fetch_one(app.db.pool())
+    .await
+    .unwrap();
+        assert_eq!(events, 1);
+        let _ = survivor_agent;
+    }
+);

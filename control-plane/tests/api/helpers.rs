@@ -1,0 +1,306 @@
+//! `TestApp`: the real control plane on port 0, one per test, with typed helpers.
+
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use reqwest::{Method, RequestBuilder, Response};
+use serde_json::{json, Value};
+use sqlx::Connection;
+use tokio::sync::{oneshot, OnceCell};
+use warden_control_plane::clock::Clock;
+use warden_control_plane::config::{Config, LogFormat, Secret};
+use warden_control_plane::db::Db;
+use warden_control_plane::startup;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs the test body once per backend, as `<name>::sqlite` and `<name>::postgres`.
+macro_rules! db_test {
+    ($name:ident, |$app:ident| $body:expr) => {
+        db_test!($name, |_config| {}, |$app| $body);
+    };
+    ($name:ident, |$config:ident| $configure:expr, |$app:ident| $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let $app = crate::helpers::TestApp::spawn_with(
+                    crate::helpers::Backend::Sqlite,
+                    |$config: &mut warden_control_plane::config::Config| $configure,
+                )
+                .await;
+                $body
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let $app = crate::helpers::TestApp::spawn_with(
+                    crate::helpers::Backend::Postgres,
+                    |$config: &mut warden_control_plane::config::Config| $configure,
+                )
+                .await;
+                $body
+            }
+        }
+    };
+}
+
+/// The platform-admin key every test app of this process bootstraps with.
+pub fn platform_key() -> &'static str {
+    static KEY: OnceLock<String> = OnceLock::new();
+    KEY.get_or_init(warden_shared::keys::generate_api_key)
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub api: String,
+    pub client: reqwest::Client,
+    pub db: Db,
+    pub clock: Clock,
+    pub backend: Backend,
+    _shutdown: oneshot::Sender<()>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// A tenant made for one test, with its `admin` key.
+#[derive(Debug, Clone)]
+pub struct TestTenant {
+    pub id: String,
+    pub admin_key: String,
+}
+
+impl TestApp {
+    pub async fn spawn_with(backend: Backend, configure: impl FnOnce(&mut Config)) -> TestApp {
+        let (database_url, dir) = match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("warden.db").display());
+                (url, Some(dir))
+            }
+            Backend::Postgres => (postgres_test_database().await.to_owned(), None),
+        };
+        let mut config = Config {
+            listen: ([127, 0, 0, 1], 0).into(),
+            database_url: Secret::new(database_url),
+            database_max_connections: 5,
+            bootstrap_platform_key: Some(Secret::new(platform_key())),
+            log_format: LogFormat::Pretty,
+            ..Config::default()
+        };
+        configure(&mut config);
+        // A manual clock frozen at the real time: tests move it instead of sleeping.
+        let clock = Clock::manual(warden_shared::timestamp::Timestamp::from_millis(now_ms()));
+        let app = startup::build(config, clock.clone())
+            .await
+            .expect("the control plane starts");
+        let base = format!("http://{}", app.addr);
+        let db = app.state.db.clone();
+        let (shutdown, signal) = oneshot::channel::<()>();
+        tokio::spawn(app.serve(async move {
+            let _ = signal.await;
+        }));
+        TestApp {
+            api: format!("{base}/api/v1"),
+            base,
+            client: reqwest::Client::new(),
+            db,
+            clock,
+            backend,
+            _shutdown: shutdown,
+            _dir: dir,
+        }
+    }
+
+    /// A request to `/api/v1{path}` carrying `key` as bearer when given.
+    pub fn request(&self, method: Method, path: &str, key: Option<&str>) -> RequestBuilder {
+        let builder = self.client.request(method, format!("{}{path}", self.api));
+        match key {
+            Some(key) => builder.bearer_auth(key),
+            None => builder,
+        }
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> Response {
+        self.request(Method::GET, path, Some(key))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post(&self, path: &str, key: &str, body: Value) -> Response {
+        self.request(Method::POST, path, Some(key))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn patch(&self, path: &str, key: &str, body: Value) -> Response {
+        self.request(Method::PATCH, path, Some(key))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn delete(&self, path: &str, key: &str) -> Response {
+        self.request(Method::DELETE, path, Some(key))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A new tenant (through the platform API) and its admin key.
+    pub async fn new_tenant(&self, plan: &str) -> TestTenant {
+        let unique = warden_shared::ids::new_id(warden_shared::ids::IdKind::User, now_ms());
+        let response = self
+            .post(
+                "/admin/tenants",
+                platform_key(),
+                json!({
+                    "company_name": format!("Test {unique}"),
+                    "owner_email": format!("{}@example.com", unique.to_lowercase()),
+                    "plan": plan,
+                }),
+            )
+            .await;
+        let body = expect_status(response, 201).await;
+        TestTenant {
+            id: body["data"]["id"].as_str().unwrap().to_owned(),
+            admin_key: body["data"]["api_key"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    /// A key of `tenant` holding exactly `scopes`.
+    pub async fn key_with_scopes(&self, tenant: &TestTenant, scopes: &[&str]) -> String {
+        let response = self
+            .post(
+                "/auth/api-keys",
+                &tenant.admin_key,
+                json!({ "name": "test key", "scopes": scopes }),
+            )
+            .await;
+        let body = expect_status(response, 201).await;
+        body["data"]["raw_key"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn register_agent(&self, key: &str, body: Value) -> Value {
+        let response = self.post("/agents", key, body).await;
+        expect_status(response, 201).await["data"].clone()
+    }
+
+    /// Rows of `table` whose `tenant_id` is `tenant_id`.
+    pub async fn count_rows(&self, table: &str, tenant_id: &str) -> i64 {
+        // Table names come from the database catalog in tests, never from a request.
+        let column = if table == "tenants" {
+            "id"
+        } else {
+            "tenant_id"
+        };
+        let sql = format!("SELECT COUNT(*) FROM {table} WHERE {column} = $1");
+        sqlx::query_scalar(&sql)
+            .bind(tenant_id)
+            .fetch_one(self.db.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Every table of the schema (migration bookkeeping excluded).
+    pub async fn tables(&self) -> Vec<String> {
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT name FROM sqlite_master WHERE type = 'table' \
+                 AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx%' ORDER BY name"
+            }
+            Backend::Postgres => {
+                "SELECT CAST(table_name AS TEXT) FROM information_schema.tables \
+                 WHERE table_schema = 'public' AND table_name NOT LIKE '_sqlx%' ORDER BY 1"
+            }
+        };
+        sqlx::query_scalar(sql)
+            .fetch_all(self.db.pool())
+            .await
+            .unwrap()
+    }
+}
+
+/// Asserts the status and returns the JSON body (or `null` for an empty body).
+pub async fn expect_status(response: Response, status: u16) -> Value {
+    let actual = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    assert_eq!(actual, status, "unexpected status; body: {text}");
+    if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
+}
+
+/// Asserts an error answer: status, the envelope's shape and its stable code.
+pub async fn expect_error(response: Response, status: u16, code: &str) -> Value {
+    let body = expect_status(response, status).await;
+    assert_eq!(body["success"], json!(false), "error envelope: {body}");
+    assert_eq!(body["error"]["code"], json!(code), "error code: {body}");
+    assert!(
+        body["error"]["message"].is_string(),
+        "error message: {body}"
+    );
+    assert!(
+        body["error"]["details"].is_object(),
+        "error details: {body}"
+    );
+    body
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One PostgreSQL database per test process, shared by its tests (each test works in
+/// its own tenant). Databases left by earlier runs more than an hour old are dropped.
+async fn postgres_test_database() -> &'static str {
+    static URL: OnceCell<String> = OnceCell::const_new();
+    URL.get_or_init(|| async {
+        #[allow(clippy::disallowed_methods)] // Test settings are not the service's configuration.
+        let admin_url = std::env::var("WARDEN_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let mut admin = sqlx::PgConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|error| {
+                panic!(
+                    "PostgreSQL is required for the postgres half of the suite and is not \
+                 reachable at {admin_url}: {error}. Start it (see README) or set \
+                 WARDEN_TEST_POSTGRES_URL."
+                )
+            });
+        let now_secs = now_ms() / 1000;
+        let stale: Vec<String> = sqlx::query_scalar(
+            "SELECT datname::text FROM pg_database WHERE datname LIKE 'warden_test_%'",
+        )
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+        for name in stale {
+            let created = name.split('_').nth(2).and_then(|s| s.parse::<i64>().ok());
+            if created.is_some_and(|secs| now_secs - secs > 3600) {
+                let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                let _ = sqlx::query(&drop).execute(&mut admin).await;
+            }
+        }
+        let name = format!("warden_test_{now_secs}_{}", std::process::id());
+        let create = format!("CREATE DATABASE \"{name}\"");
+        sqlx::query(&create).execute(&mut admin).await.unwrap();
+        let (prefix, _) = admin_url.rsplit_once('/').unwrap();
+        format!("{prefix}/{name}")
+    })
+    .await
+}

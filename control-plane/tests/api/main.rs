@@ -1,0 +1,17 @@
+//! Integration tests of the control plane over real HTTP, one binary for the crate.
+//!
+//! Every test runs twice, on SQLite and on PostgreSQL (see `helpers::db_test!`), against
+//! the application built by `startup::build` and bound to port 0.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[macro_use]
+mod helpers;
+
+mod admin;
+mod agents;
+mod auth;
+mod bad_input;
+mod isolation;
+mod ops;
+mod scopes;
+mod teams;

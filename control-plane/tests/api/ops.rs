@@ -1,0 +1,195 @@
+//! Operational surface: probes, metrics in Prometheus format, the OpenAPI document, request
+//! ids and the envelope on framework-level errors.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::helpers::{expect_error, expect_status};
+
+/// Every endpoint of the foundation issue, as (method, path template).
+const EXPECTED_ROUTES: &[(&str, &str)] = &[
+    ("post", "/api/v1/auth/signup"),
+    ("post", "/api/v1/auth/login"),
+    ("get", "/api/v1/auth/me"),
+    ("get", "/api/v1/auth/api-keys"),
+    ("post", "/api/v1/auth/api-keys"),
+    ("delete", "/api/v1/auth/api-keys/{key_id}"),
+    ("get", "/api/v1/agents"),
+    ("post", "/api/v1/agents"),
+    ("get", "/api/v1/agents/{agent_id}"),
+    ("patch", "/api/v1/agents/{agent_id}"),
+    ("delete", "/api/v1/agents/{agent_id}"),
+    ("get", "/api/v1/teams"),
+    ("post", "/api/v1/teams"),
+    ("get", "/api/v1/teams/{team_id}"),
+    ("patch", "/api/v1/teams/{team_id}"),
+    ("delete", "/api/v1/teams/{team_id}"),
+    ("get", "/api/v1/admin/tenants"),
+    ("post", "/api/v1/admin/tenants"),
+    ("get", "/api/v1/admin/tenants/{tenant_id}"),
+    ("delete", "/api/v1/admin/tenants/{tenant_id}"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+];
+
+db_test!(
+    the_openapi_document_lists_every_route_and_every_route_is_served,
+    |app| {
+        let operations = crate::scopes::operations(&app).await;
+        let mut documented: Vec<(String, String)> = operations
+            .iter()
+            .map(|op| (op.method.clone(), op.path.clone()))
+            .collect();
+        documented.sort();
+        for (method, path) in EXPECTED_ROUTES {
+            assert!(
+                documented.contains(&(method.to_string(), path.to_string())),
+                "{method} {path} is missing from the OpenAPI document"
+            );
+        }
+        // Every documented operation is routed: nothing answers route_not_found or 405.
+        for op in &operations {
+            let method = Method::from_bytes(op.method.to_uppercase().as_bytes()).unwrap();
+            let path = op.path.replace('{', "x").replace('}', "");
+            let response = app
+                .client
+                .request(method, format!("{}{path}", app.base))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap();
+            assert!(
+                !text.contains("route_not_found") && status != 405,
+                "{} {} is not routed",
+                op.method,
+                op.path
+            );
+        }
+    }
+);
+
+db_test!(probes_answer, |app| {
+    let health = expect_status(
+        app.client
+            .get(format!("{}/healthz", app.base))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(health, json!({ "status": "ok" }));
+    let ready = expect_status(
+        app.client
+            .get(format!("{}/readyz", app.base))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(ready, json!({ "status": "ready" }));
+});
+
+db_test!(
+    metrics_parse_as_prometheus_text_and_count_by_route_template,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": "m" }))
+            .await;
+        let id = agent["id"].as_str().unwrap();
+        for _ in 0..3 {
+            expect_status(
+                app.get(&format!("/agents/{id}"), &tenant.admin_key).await,
+                200,
+            )
+            .await;
+        }
+        let text = app
+            .client
+            .get(format!("{}/metrics", app.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let exposition = openmetrics_parser::prometheus::parse_prometheus(&text).unwrap();
+        let family = &exposition.families["warden_http_requests_total"];
+        let count = family
+            .iter_samples()
+            .find_map(|sample| {
+                let labels: std::collections::HashMap<String, String> = sample
+                    .get_labelset()
+                    .unwrap()
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect();
+                let wanted = labels.get("route").map(String::as_str)
+                    == Some("/api/v1/agents/{agent_id}")
+                    && labels.get("method").map(String::as_str) == Some("GET")
+                    && labels.get("status").map(String::as_str) == Some("200");
+                match (&sample.value, wanted) {
+                    (openmetrics_parser::PrometheusValue::Counter(counter), true) => {
+                        Some(counter.value)
+                    }
+                    _ => None,
+                }
+            })
+            .expect("a counter for the route template");
+        let count = match count {
+            openmetrics_parser::MetricNumber::Float(v) => v,
+            openmetrics_parser::MetricNumber::Int(v) => v as f64,
+        };
+        assert!(count >= 3.0, "three reads counted, got {count}");
+        assert!(exposition
+            .families
+            .contains_key("warden_http_request_duration_seconds"));
+        assert!(!text.contains(id), "raw paths must not become labels");
+    }
+);
+
+db_test!(
+    framework_errors_use_the_envelope_and_responses_carry_a_request_id,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let response = app.get("/no-such-route", &tenant.admin_key).await;
+        assert!(response.headers().contains_key("x-request-id"));
+        expect_error(response, 404, "route_not_found").await;
+        let response = app
+            .request(Method::PUT, "/agents", Some(&tenant.admin_key))
+            .send()
+            .await
+            .unwrap();
+        expect_error(response, 405, "method_not_allowed").await;
+        let response = app
+            .request(Method::GET, "/agents", Some(&tenant.admin_key))
+            .header("x-request-id", "trace-me-123")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["x-request-id"], "trace-me-123");
+    }
+);
+
+db_test!(
+    bodies_over_the_limit_are_413,
+    |config| config.max_body_bytes = 4096,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let big = "x".repeat(5000);
+        let response = app
+            .post(
+                "/agents",
+                &tenant.admin_key,
+                json!({ "name": "a", "description": big }),
+            )
+            .await;
+        expect_error(response, 413, "payload_too_large").await;
+        let list = expect_status(app.get("/agents", &tenant.admin_key).await, 200).await;
+        assert_eq!(list["meta"]["total"], json!(0));
+    }
+);
