@@ -11,6 +11,7 @@ mod admin;
 mod agents;
 mod auth;
 mod bad_input;
+mod dev_mode;
 mod isolation;
 mod ops;
 mod scopes;
