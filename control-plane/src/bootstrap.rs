@@ -10,7 +10,7 @@ use warden_shared::scopes::Scope;
 
 use crate::clock::Clock;
 use crate::config::Secret;
-use crate::db::Db;
+use crate::db::{Backend, Db};
 use crate::tenancy::{self, NewTenant, Plan};
 
 /// What bootstrap found or did.
@@ -41,6 +41,15 @@ pub async fn ensure_platform_admin(
         }
     }
     let mut tx = db.begin_write().await.map_err(|e| e.to_string())?;
+    if db.backend() == Backend::Postgres {
+        // Replicas starting together against an empty database must not both install a
+        // key; the lock serialises them until this transaction ends. (SQLite's
+        // `BEGIN IMMEDIATE` already does.)
+        sqlx::query("SELECT CAST(pg_advisory_xact_lock(7041975001) AS TEXT)")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     let existing: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM api_keys k JOIN tenants t ON t.id = k.tenant_id \
          WHERE t.is_platform = 1",
