@@ -2,19 +2,7 @@
 
 use serde_json::json;
 
-use crate::helpers::{expect_error, expect_status, TestApp};
-
-async fn audit_events(app: &TestApp, tenant_id: &str, target_id: &str) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT event_type FROM audit_events WHERE tenant_id = $1 AND target_id = $2 \
-         ORDER BY occurred_at, id",
-    )
-    .bind(tenant_id)
-    .bind(target_id)
-    .fetch_all(app.db.pool())
-    .await
-    .unwrap()
-}
+use crate::helpers::{expect_error, expect_status};
 
 db_test!(a_registered_agent_is_unknown_and_reads_back, |app| {
     let tenant = app.new_tenant("starter").await;
@@ -49,10 +37,7 @@ db_test!(a_registered_agent_is_unknown_and_reads_back, |app| {
     let teams = expect_status(app.get("/teams", &tenant.admin_key).await, 200).await;
     assert_eq!(teams["data"][0]["name"], json!("support"));
     assert_eq!(teams["data"][0]["agent_count"], json!(1));
-    assert_eq!(
-        audit_events(&app, &tenant.id, id).await,
-        ["agent.registered"]
-    );
+    assert_eq!(app.audit_events(&tenant.id, id).await, ["agent.registered"]);
 
     // Environment defaults to production.
     let plain = app
@@ -181,7 +166,7 @@ db_test!(updating_an_agent_changes_only_what_is_sent, |app| {
     )
     .await;
     assert_eq!(
-        audit_events(&app, &tenant.id, id).await,
+        app.audit_events(&tenant.id, id).await,
         ["agent.registered", "agent.updated", "agent.updated"]
     );
 });
@@ -246,7 +231,7 @@ db_test!(deleting_an_agent_is_soft_and_frees_its_plan_slot, |app| {
     // History is kept: the row and its audit trail remain.
     assert_eq!(app.count_rows("agents", &tenant.id).await, 3);
     assert_eq!(
-        audit_events(&app, &tenant.id, id).await,
+        app.audit_events(&tenant.id, id).await,
         ["agent.registered", "agent.deleted"]
     );
 

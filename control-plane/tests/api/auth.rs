@@ -357,14 +357,7 @@ db_test!(
         )
         .await;
 
-        let events: Vec<String> = sqlx::query_scalar(
-        "SELECT event_type FROM audit_events WHERE tenant_id = $1 AND target_id = $2 ORDER BY occurred_at",
-    )
-    .bind(&tenant.id)
-    .bind(id)
-    .fetch_all(app.db.pool())
-    .await
-    .unwrap();
+        let events = app.audit_events(&tenant.id, id).await;
         assert_eq!(events, ["api_key.created", "api_key.deleted"]);
     }
 );

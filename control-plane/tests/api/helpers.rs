@@ -195,6 +195,19 @@ impl TestApp {
         expect_status(response, 201).await["data"].clone()
     }
 
+    /// The audit trail of one target, oldest first.
+    pub async fn audit_events(&self, tenant_id: &str, target_id: &str) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT event_type FROM audit_events WHERE tenant_id = $1 AND target_id = $2 \
+             ORDER BY occurred_at, id",
+        )
+        .bind(tenant_id)
+        .bind(target_id)
+        .fetch_all(self.db.pool())
+        .await
+        .unwrap()
+    }
+
     /// Rows of `table` whose `tenant_id` is `tenant_id`.
     pub async fn count_rows(&self, table: &str, tenant_id: &str) -> i64 {
         // Table names come from the database catalog in tests, never from a request.

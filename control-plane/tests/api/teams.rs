@@ -141,13 +141,6 @@ db_test!(a_team_with_agents_cannot_be_deleted, |app| {
     )
     .await;
 
-    let events: Vec<String> = sqlx::query_scalar(
-        "SELECT event_type FROM audit_events WHERE tenant_id = $1 AND target_id = $2 ORDER BY occurred_at, id",
-    )
-    .bind(&tenant.id)
-    .bind(team_id)
-    .fetch_all(app.db.pool())
-    .await
-    .unwrap();
+    let events = app.audit_events(&tenant.id, team_id).await;
     assert_eq!(events, ["team.created", "team.updated", "team.deleted"]);
 });
