@@ -121,6 +121,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_deployment_example_is_a_valid_configuration() {
+        let example = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/control-plane.example.toml"
+        ));
+        let config = Config::load(Some(example));
+        assert!(config.is_ok(), "{config:?}");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let dir = std::env::temp_dir().join(format!("warden-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("typo.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:1\"\ndatabse_url = \"x\"\n").unwrap();
+        assert!(Config::load(Some(&file)).is_err());
+    }
+
+    #[test]
     fn secrets_do_not_print() {
         let config = Config {
             bootstrap_platform_key: Some(Secret::new("wdn_supersecret")),
