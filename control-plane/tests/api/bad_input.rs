@@ -123,6 +123,8 @@ db_test!(bad_writes_are_refused_and_change_nothing, |app| {
         (Method::DELETE, "/agents/agt_'%20OR%201=1--".into(), String::new(), 404),
         (Method::DELETE, team_path.replace("team_", "agt_"), String::new(), 404),
         (Method::DELETE, "/auth/api-keys/%2e%2e".into(), String::new(), 404),
+        (Method::DELETE, "/agents/%FF%FE".into(), String::new(), 404),
+        (Method::PATCH, "/teams/%C3%28".into(), json!({ "name": "x" }).to_string(), 404),
         (Method::PATCH, "/teams/team_%00".into(), json!({ "name": "x" }).to_string(), 404),
     ];
     for (method, path, body, expected) in cases {

@@ -3,7 +3,7 @@
 //! Only `platform:admin` reaches these routes. The operators' own tenant (which holds the
 //! platform-admin key) is not listed and cannot be deleted.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ use warden_shared::scopes::Scope;
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
-use crate::api::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::{Email, Text};
 use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
@@ -204,7 +204,7 @@ async fn create_tenant(
 async fn get_tenant(
     _caller: Authorized<require::PlatformAdmin>,
     State(state): State<AppState>,
-    Path(tenant_id): Path<String>,
+    ApiPath(tenant_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     if !is_valid_id(IdKind::Tenant, &tenant_id) {
         return Err(ApiError::not_found("tenant"));
@@ -224,7 +224,7 @@ async fn get_tenant(
 async fn delete_tenant(
     caller: Authorized<require::PlatformAdmin>,
     State(state): State<AppState>,
-    Path(tenant_id): Path<String>,
+    ApiPath(tenant_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     if !is_valid_id(IdKind::Tenant, &tenant_id) {
         return Err(ApiError::not_found("tenant"));

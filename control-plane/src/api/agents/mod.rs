@@ -9,7 +9,7 @@ mod input;
 mod service;
 mod store;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, PageQuery, Paged};
-use crate::api::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -123,7 +123,7 @@ async fn register_agent(
 async fn get_agent(
     caller: Authorized<require::RegistryRead>,
     State(state): State<AppState>,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     Ok(envelope::ok(
         service::get_agent(&state, &caller, &agent_id).await?,
@@ -136,7 +136,7 @@ async fn get_agent(
 async fn update_agent(
     caller: Authorized<require::RegistryWrite>,
     State(state): State<AppState>,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     ApiJson(input): ApiJson<UpdateAgentInput>,
 ) -> ApiResult<Response> {
     let agent = service::update_agent(&state, &caller, &agent_id, input).await?;
@@ -150,7 +150,7 @@ async fn update_agent(
 async fn delete_agent(
     caller: Authorized<require::RegistryWrite>,
     State(state): State<AppState>,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     service::delete_agent(&state, &caller, &agent_id).await?;
     Ok(envelope::no_content())

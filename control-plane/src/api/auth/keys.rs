@@ -1,6 +1,6 @@
 //! `/auth/me` and API keys: create (raw key once), list (never the key), delete.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,7 @@ use warden_shared::scopes::{self, KeyType, Scope};
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
-use crate::api::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::Text;
 use crate::audit::{self, AuditEvent};
 use crate::auth::{parse_scopes, require, Authorized};
@@ -176,7 +176,7 @@ pub async fn list_api_keys(
 pub async fn delete_api_key(
     caller: Authorized<require::AnyScope>,
     State(state): State<AppState>,
-    Path(key_id): Path<String>,
+    ApiPath(key_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     if !is_valid_id(IdKind::ApiKey, &key_id) {
         return Err(ApiError::not_found("api_key"));

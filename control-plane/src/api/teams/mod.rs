@@ -3,7 +3,7 @@
 mod service;
 mod store;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, PageQuery};
-use crate::api::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
@@ -80,7 +80,7 @@ async fn create_team(
 async fn get_team(
     caller: Authorized<require::RegistryRead>,
     State(state): State<AppState>,
-    Path(team_id): Path<String>,
+    ApiPath(team_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     Ok(envelope::ok(
         service::get_team(&state, &caller, &team_id).await?,
@@ -94,7 +94,7 @@ async fn get_team(
 async fn update_team(
     caller: Authorized<require::RegistryWrite>,
     State(state): State<AppState>,
-    Path(team_id): Path<String>,
+    ApiPath(team_id): ApiPath<String>,
     ApiJson(input): ApiJson<TeamInput>,
 ) -> ApiResult<Response> {
     let team = service::rename_team(&state, &caller, &team_id, input.name).await?;
@@ -108,7 +108,7 @@ async fn update_team(
 async fn delete_team(
     caller: Authorized<require::RegistryWrite>,
     State(state): State<AppState>,
-    Path(team_id): Path<String>,
+    ApiPath(team_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     service::delete_team(&state, &caller, &team_id).await?;
     Ok(envelope::no_content())
