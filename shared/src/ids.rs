@@ -18,6 +18,7 @@ pub enum IdKind {
     Team,
     Agent,
     AuditEvent,
+    Heartbeat,
 }
 
 impl IdKind {
@@ -31,6 +32,7 @@ impl IdKind {
             IdKind::Team => "team",
             IdKind::Agent => "agt",
             IdKind::AuditEvent => "evt",
+            IdKind::Heartbeat => "hb",
         }
     }
 }

@@ -11,8 +11,10 @@ pub mod validate;
 mod admin;
 mod agents;
 mod auth;
+mod monitoring;
 mod ops;
 mod teams;
+mod telemetry;
 
 use axum::http::StatusCode;
 use axum::Router;
@@ -34,6 +36,8 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(auth::router())
         .merge(agents::router())
         .merge(teams::router())
+        .merge(telemetry::router())
+        .merge(monitoring::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

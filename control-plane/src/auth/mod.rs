@@ -61,6 +61,8 @@ pub mod require {
         AnyScope => None,
         RegistryRead => Some(Scope::RegistryRead),
         RegistryWrite => Some(Scope::RegistryWrite),
+        TelemetryWrite => Some(Scope::TelemetryWrite),
+        MonitoringRead => Some(Scope::MonitoringRead),
         Admin => Some(Scope::Admin),
         PlatformAdmin => Some(Scope::PlatformAdmin),
     }

@@ -160,6 +160,16 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
     let agent_id = agent["id"].as_str().unwrap();
     expect_status(
         app.post(
+            "/telemetry/heartbeat",
+            &key,
+            json!({ "agent_id": agent_id }),
+        )
+        .await,
+        200,
+    )
+    .await;
+    expect_status(
+        app.post(
             "/auth/api-keys",
             &key,
             json!({ "name": "k", "key_type": "read_only" }),

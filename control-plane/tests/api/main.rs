@@ -16,3 +16,4 @@ mod isolation;
 mod ops;
 mod scopes;
 mod teams;
+mod telemetry;

@@ -26,8 +26,9 @@ pub async fn list_agents(
         team: filter.team.as_deref(),
         environment: filter.environment.map(Environment::as_str),
     };
-    let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page).await?;
-    let total = store::count(state.db.pool(), &caller.tenant_id, &filter).await?;
+    let now = state.clock.now().as_millis();
+    let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page, now).await?;
+    let total = store::count(state.db.pool(), &caller.tenant_id, &filter, now).await?;
     Ok((agents, total))
 }
 
@@ -35,9 +36,14 @@ pub async fn get_agent(state: &AppState, caller: &Caller, agent_id: &str) -> Api
     if !is_valid_id(IdKind::Agent, agent_id) {
         return Err(ApiError::not_found("agent"));
     }
-    store::get(state.db.pool(), &caller.tenant_id, agent_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("agent"))
+    store::get(
+        state.db.pool(),
+        &caller.tenant_id,
+        agent_id,
+        state.clock.now().as_millis(),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("agent"))
 }
 
 pub async fn register_agent(
@@ -91,7 +97,7 @@ pub async fn register_agent(
         },
     )
     .await?;
-    let agent = store::get(&mut *tx, &caller.tenant_id, &id)
+    let agent = store::get(&mut *tx, &caller.tenant_id, &id, now.as_millis())
         .await?
         .ok_or_else(|| ApiError::internal("agent vanished inside its own transaction"))?;
     tx.commit().await?;
@@ -175,7 +181,7 @@ pub async fn update_agent(
         },
     )
     .await?;
-    let agent = store::get(&mut *tx, &caller.tenant_id, agent_id)
+    let agent = store::get(&mut *tx, &caller.tenant_id, agent_id, now.as_millis())
         .await?
         .ok_or_else(|| ApiError::not_found("agent"))?;
     tx.commit().await?;

@@ -29,12 +29,33 @@ pub struct Filter<'a> {
     pub environment: Option<&'a str>,
 }
 
-/// `SELECT` of an agent with its team's name, followed by the given clauses.
+/// An agent's status as of `$now` (spec 3.1), derived from the reported status and the
+/// age of its last heartbeat, so reads never depend on a sweeper having run: no
+/// heartbeat for 5 minutes or more is `down`; a `healthy` agent silent for 2 to 5
+/// minutes is `degraded`; an agent that never sent one keeps its stored `unknown`.
+#[macro_export]
+macro_rules! effective_status {
+    ($now:literal) => {
+        concat!(
+            "(CASE WHEN a.last_heartbeat IS NULL THEN a.status \
+             WHEN ",
+            $now,
+            " - a.last_heartbeat >= 300000 THEN 'down' \
+             WHEN ",
+            $now,
+            " - a.last_heartbeat >= 120000 AND a.status = 'healthy' \
+             THEN 'degraded' ELSE a.status END)"
+        )
+    };
+}
+
+/// `SELECT` of an agent with its team's name, followed by the given clauses; `$now`
+/// names the parameter that carries the current time.
 macro_rules! select_agents {
-    ($clauses:expr) => {
+    ($now:literal, $clauses:expr) => {
         concat!(
             "SELECT a.id, a.name, a.description, a.framework, a.model_provider, a.model_name, \
-             a.environment, a.status, a.team_id, tm.name AS team_name, a.tags, a.risk_level, \
+             a.environment, ", effective_status!($now), " AS status, a.team_id, tm.name AS team_name, a.tags, a.risk_level, \
              a.last_heartbeat, a.created_at, a.updated_at, a.expires_at, a.review_frequency, \
              a.sponsor_id, a.blocked, a.quarantined \
              FROM agents a LEFT JOIN teams tm ON tm.id = a.team_id AND tm.tenant_id = a.tenant_id ",
@@ -43,12 +64,16 @@ macro_rules! select_agents {
     };
 }
 
-/// The filter clause shared by the list and its count, with parameters $1 to $5.
+/// The filter clause shared by the list and its count, with parameters $1 to $6 ($6 is
+/// the current time).
 macro_rules! filtered {
     ($rest:expr) => {
         concat!(
             "WHERE a.tenant_id = $1 AND a.deleted_at IS NULL \
-             AND ($2 IS NULL OR a.status = $2) AND ($3 IS NULL OR a.framework = $3) \
+             AND ($2 IS NULL OR ",
+            effective_status!("$6"),
+            " = $2) \
+             AND ($3 IS NULL OR a.framework = $3) \
              AND ($4 IS NULL OR tm.name = $4) AND ($5 IS NULL OR a.environment = $5) ",
             $rest
         )
@@ -60,15 +85,18 @@ pub async fn list<'e>(
     tenant_id: &str,
     filter: &Filter<'_>,
     page: Page,
+    now_ms: i64,
 ) -> Result<Vec<Agent>, sqlx::Error> {
-    sqlx::query(select_agents!(filtered!(
-        "ORDER BY a.created_at DESC, a.id DESC LIMIT $6 OFFSET $7"
-    )))
+    sqlx::query(select_agents!(
+        "$6",
+        filtered!("ORDER BY a.created_at DESC, a.id DESC LIMIT $7 OFFSET $8")
+    ))
     .bind(tenant_id)
     .bind(filter.status)
     .bind(filter.framework)
     .bind(filter.team)
     .bind(filter.environment)
+    .bind(now_ms)
     .bind(page.limit)
     .bind(page.offset())
     .fetch_all(db)
@@ -82,6 +110,7 @@ pub async fn count<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant_id: &str,
     filter: &Filter<'_>,
+    now_ms: i64,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(concat!(
         "SELECT COUNT(*) FROM agents a \
@@ -93,6 +122,7 @@ pub async fn count<'e>(
     .bind(filter.framework)
     .bind(filter.team)
     .bind(filter.environment)
+    .bind(now_ms)
     .fetch_one(db)
     .await
 }
@@ -101,12 +131,15 @@ pub async fn get<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant_id: &str,
     agent_id: &str,
+    now_ms: i64,
 ) -> Result<Option<Agent>, sqlx::Error> {
     sqlx::query(select_agents!(
+        "$3",
         "WHERE a.tenant_id = $1 AND a.id = $2 AND a.deleted_at IS NULL"
     ))
     .bind(tenant_id)
     .bind(agent_id)
+    .bind(now_ms)
     .fetch_optional(db)
     .await?
     .as_ref()

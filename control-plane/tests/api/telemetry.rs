@@ -1,0 +1,216 @@
+//! Heartbeats and the agent status derived from them (spec 3.1), at each threshold.
+
+use serde_json::{json, Value};
+
+use crate::helpers::{expect_error, expect_status, TestApp, TestTenant};
+
+/// The status as `GET /agents/{id}`, the `status` filter and the overview see it now;
+/// all three must agree.
+async fn status_everywhere(app: &TestApp, tenant: &TestTenant, agent_id: &str) -> String {
+    let agent = expect_status(
+        app.get(&format!("/agents/{agent_id}"), &tenant.admin_key)
+            .await,
+        200,
+    )
+    .await;
+    let status = agent["data"]["status"].as_str().unwrap().to_owned();
+    let filtered = expect_status(
+        app.get(&format!("/agents?status={status}"), &tenant.admin_key)
+            .await,
+        200,
+    )
+    .await;
+    let ids: Vec<&str> = filtered["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&agent_id),
+        "the {status} filter must list the agent"
+    );
+    let overview = expect_status(
+        app.get("/monitoring/overview", &tenant.admin_key).await,
+        200,
+    )
+    .await;
+    assert_eq!(
+        overview["data"][status.as_str()],
+        json!(1),
+        "overview: {overview}"
+    );
+    assert_eq!(overview["data"]["total_agents"], json!(1));
+    status
+}
+
+async fn heartbeat(app: &TestApp, key: &str, body: Value) -> Value {
+    expect_status(app.post("/telemetry/heartbeat", key, body).await, 200).await
+}
+
+db_test!(status_follows_heartbeat_age_at_each_threshold, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let agent = app
+        .register_agent(&tenant.admin_key, json!({ "name": "pulse" }))
+        .await;
+    let id = agent["id"].as_str().unwrap();
+    assert_eq!(status_everywhere(&app, &tenant, id).await, "unknown");
+
+    let answer = heartbeat(
+        &app,
+        &tenant.admin_key,
+        json!({ "agent_id": id, "latency_ms": 120 }),
+    )
+    .await;
+    assert_eq!(answer["data"]["status"], json!("healthy"));
+    assert!(answer["data"]["last_heartbeat"].is_string());
+    assert_eq!(status_everywhere(&app, &tenant, id).await, "healthy");
+
+    app.clock.advance(119_999);
+    assert_eq!(status_everywhere(&app, &tenant, id).await, "healthy");
+    app.clock.advance(1);
+    assert_eq!(status_everywhere(&app, &tenant, id).await, "degraded");
+    app.clock.advance(179_999);
+    assert_eq!(status_everywhere(&app, &tenant, id).await, "degraded");
+    app.clock.advance(1);
+    assert_eq!(status_everywhere(&app, &tenant, id).await, "down");
+
+    // A heartbeat brings it back at once.
+    heartbeat(&app, &tenant.admin_key, json!({ "agent_id": id })).await;
+    assert_eq!(status_everywhere(&app, &tenant, id).await, "healthy");
+    let read = expect_status(
+        app.get(&format!("/agents/{id}"), &tenant.admin_key).await,
+        200,
+    )
+    .await;
+    assert!(read["data"]["last_heartbeat"].is_string());
+});
+
+db_test!(batch_items_carry_their_own_status, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let a = app
+        .register_agent(&tenant.admin_key, json!({ "name": "a" }))
+        .await;
+    let b = app
+        .register_agent(&tenant.admin_key, json!({ "name": "b" }))
+        .await;
+    let (a, b) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
+    let other = app.new_tenant("starter").await;
+    let foreign = app
+        .register_agent(&other.admin_key, json!({ "name": "foreign" }))
+        .await;
+    let foreign = foreign["id"].as_str().unwrap();
+
+    let answer = expect_status(
+        app.post(
+            "/telemetry/heartbeats",
+            &tenant.admin_key,
+            json!({ "heartbeats": [
+                { "agent_id": a, "status": "degraded", "latency_ms": 900 },
+                { "agent_id": b, "status": "down", "metadata": { "region": "eu" } },
+                { "agent_id": foreign, "status": "healthy" },
+            ] }),
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(answer["data"]["recorded"], json!(2));
+    assert_eq!(answer["data"]["unknown_agent_ids"], json!([foreign]));
+    let read_a = expect_status(
+        app.get(&format!("/agents/{a}"), &tenant.admin_key).await,
+        200,
+    )
+    .await;
+    assert_eq!(read_a["data"]["status"], json!("degraded"));
+    let read_b = expect_status(
+        app.get(&format!("/agents/{b}"), &tenant.admin_key).await,
+        200,
+    )
+    .await;
+    assert_eq!(read_b["data"]["status"], json!("down"));
+    // Another tenant's agent is untouched.
+    let read_foreign = expect_status(
+        app.get(&format!("/agents/{foreign}"), &other.admin_key)
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(read_foreign["data"]["status"], json!("unknown"));
+    assert_eq!(app.count_rows("heartbeats", &tenant.id).await, 2);
+    assert_eq!(app.count_rows("heartbeats", &other.id).await, 0);
+
+    let overview = expect_status(
+        app.get("/monitoring/overview", &tenant.admin_key).await,
+        200,
+    )
+    .await;
+    assert_eq!(
+        overview["data"],
+        json!({ "total_agents": 2, "healthy": 0, "degraded": 1, "down": 1, "unknown": 0 })
+    );
+});
+
+db_test!(bad_heartbeats_are_refused_and_record_nothing, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let agent = app
+        .register_agent(&tenant.admin_key, json!({ "name": "a" }))
+        .await;
+    let id = agent["id"].as_str().unwrap();
+    let key = &tenant.admin_key;
+    for body in [
+        json!({}),
+        json!({ "agent_id": id, "latency_ms": -1 }),
+        json!({ "agent_id": id, "latency_ms": 3_600_001 }),
+        json!({ "agent_id": id, "metadata": "x" }),
+    ] {
+        expect_error(
+            app.post("/telemetry/heartbeat", key, body).await,
+            422,
+            "validation_failed",
+        )
+        .await;
+    }
+    expect_error(
+        app.post(
+            "/telemetry/heartbeat",
+            key,
+            json!({ "agent_id": "agt_01AAAAAAAAAAAAAAAAAAAAAAAA" }),
+        )
+        .await,
+        404,
+        "not_found",
+    )
+    .await;
+    let too_many: Vec<Value> = (0..101)
+        .map(|_| json!({ "agent_id": id, "status": "healthy" }))
+        .collect();
+    for body in [
+        json!({ "heartbeats": too_many }),
+        json!({ "heartbeats": [{ "agent_id": id }] }),
+        json!({ "heartbeats": [{ "agent_id": id, "status": "asleep" }] }),
+        json!({ "heartbeats": [{ "agent_id": id, "status": "healthy" }, { "agent_id": id, "status": "healthy", "latency_ms": 4_000_000 }] }),
+    ] {
+        expect_error(
+            app.post("/telemetry/heartbeats", key, body).await,
+            422,
+            "validation_failed",
+        )
+        .await;
+    }
+    let hundred: Vec<Value> = (0..100)
+        .map(|_| json!({ "agent_id": id, "status": "healthy" }))
+        .collect();
+    let answer = expect_status(
+        app.post(
+            "/telemetry/heartbeats",
+            key,
+            json!({ "heartbeats": hundred }),
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(answer["data"]["recorded"], json!(100));
+    assert_eq!(app.count_rows("heartbeats", &tenant.id).await, 100);
+});
