@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod ledger;
 pub mod metrics;
 pub mod startup;
 pub mod state;

@@ -19,6 +19,7 @@ pub enum IdKind {
     Agent,
     AuditEvent,
     Heartbeat,
+    Usage,
 }
 
 impl IdKind {
@@ -33,6 +34,7 @@ impl IdKind {
             IdKind::Agent => "agt",
             IdKind::AuditEvent => "evt",
             IdKind::Heartbeat => "hb",
+            IdKind::Usage => "use",
         }
     }
 }

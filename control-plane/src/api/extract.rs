@@ -70,6 +70,11 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|error| {
         ApiError::malformed_json(format!("the body is not valid JSON: {error}"))
     })?;
+    parse_value(value)
+}
+
+/// Deserializes an already parsed JSON value; a wrong shape is a 422 naming the field.
+pub fn parse_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|error| {
         let path = error.path().to_string();
         field_error(&path, &error.into_inner().to_string())

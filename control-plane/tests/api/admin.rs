@@ -168,6 +168,9 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         200,
     )
     .await;
+    let usage = json!({ "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
+                        "input_tokens": 10, "output_tokens": 5 });
+    expect_status(app.post("/telemetry/usage", &key, usage).await, 201).await;
     expect_status(
         app.post(
             "/auth/api-keys",

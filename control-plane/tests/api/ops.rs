@@ -30,6 +30,8 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("delete", "/api/v1/admin/tenants/{tenant_id}"),
     ("post", "/api/v1/telemetry/heartbeat"),
     ("post", "/api/v1/telemetry/heartbeats"),
+    ("post", "/api/v1/telemetry/usage"),
+    ("post", "/api/v1/telemetry/usages"),
     ("get", "/api/v1/monitoring/overview"),
     ("get", "/healthz"),
     ("get", "/readyz"),

@@ -214,3 +214,143 @@ db_test!(bad_heartbeats_are_refused_and_record_nothing, |app| {
     assert_eq!(answer["data"]["recorded"], json!(100));
     assert_eq!(app.count_rows("heartbeats", &tenant.id).await, 100);
 });
+
+db_test!(
+    usage_is_priced_from_the_table_unless_a_cost_is_given,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let agent = app
+            .register_agent(
+                &tenant.admin_key,
+                json!({ "name": "spender", "team": "ml" }),
+            )
+            .await;
+        let id = agent["id"].as_str().unwrap();
+        let priced = expect_status(
+        app.post(
+            "/telemetry/usage",
+            &tenant.admin_key,
+            json!({ "agent_id": id, "model_provider": "openai", "model_name": "gpt-4o-2024-08-06",
+                    "input_tokens": 1000, "output_tokens": 500 }),
+        )
+        .await,
+        201,
+    )
+    .await;
+        let data = &priced["data"];
+        assert!(data["id"].as_str().unwrap().starts_with("use_"));
+        assert_eq!(data["cost_usd"], json!(0.0075));
+        assert_eq!(data["priced"], json!(true));
+        assert!(data["recorded_at"].is_string());
+
+        let given = expect_status(
+            app.post(
+                "/telemetry/usage",
+                &tenant.admin_key,
+                json!({ "agent_id": id, "model_provider": "openai", "model_name": "gpt-4o",
+                    "input_tokens": 1000, "output_tokens": 500, "cost_usd": 0.5 }),
+            )
+            .await,
+            201,
+        )
+        .await;
+        assert_eq!(given["data"]["cost_usd"], json!(0.5));
+
+        let unknown = expect_status(
+            app.post(
+                "/telemetry/usage",
+                &tenant.admin_key,
+                json!({ "agent_id": id, "model_provider": "google", "model_name": "gemini-9-ultra",
+                    "input_tokens": 10, "output_tokens": 10 }),
+            )
+            .await,
+            201,
+        )
+        .await;
+        assert_eq!(unknown["data"]["priced"], json!(false));
+        assert_eq!(unknown["data"]["cost_usd"], json!(0.0));
+        assert_eq!(app.count_rows("usage_records", &tenant.id).await, 3);
+
+        // The hourly rollup holds exactly what the records hold.
+        let (requests, cost): (i64, i64) = sqlx::query_as(
+        "SELECT CAST(SUM(requests) AS BIGINT), CAST(SUM(cost_micros) AS BIGINT) FROM usage_hourly WHERE tenant_id = $1",
+    )
+    .bind(&tenant.id)
+    .fetch_one(app.db.pool())
+    .await
+    .unwrap();
+        assert_eq!((requests, cost), (3, 507_500));
+
+        expect_error(
+            app.post(
+                "/telemetry/usage",
+                &tenant.admin_key,
+                json!({ "agent_id": "agt_01AAAAAAAAAAAAAAAAAAAAAAAA", "model_provider": "openai",
+                    "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1 }),
+            )
+            .await,
+            404,
+            "not_found",
+        )
+        .await;
+    }
+);
+
+db_test!(
+    a_usage_batch_records_valid_items_and_reports_the_rest,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": "batcher" }))
+            .await;
+        let id = agent["id"].as_str().unwrap();
+        let good = json!({ "agent_id": id, "model_provider": "anthropic", "model_name": "claude-sonnet-4",
+                       "input_tokens": 2000, "output_tokens": 100 });
+        let answer = expect_status(
+        app.post(
+            "/telemetry/usages",
+            &tenant.admin_key,
+            json!({ "usages": [
+                good,
+                { "agent_id": id, "model_provider": "azure", "model_name": "x", "input_tokens": 1, "output_tokens": 1 },
+                { "agent_id": id, "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": -5, "output_tokens": 1 },
+                { "agent_id": id, "model_provider": "openai", "input_tokens": 1, "output_tokens": 1 },
+                { "agent_id": "agt_01AAAAAAAAAAAAAAAAAAAAAAAA", "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1 },
+                "not an object",
+                good,
+            ] }),
+        )
+        .await,
+        200,
+    )
+    .await;
+        let data = &answer["data"];
+        assert_eq!(data["accepted"], json!(2));
+        assert_eq!(data["rejected"], json!(5));
+        let errors = data["errors"].as_array().unwrap();
+        let indexes: Vec<i64> = errors
+            .iter()
+            .map(|e| e["index"].as_i64().unwrap())
+            .collect();
+        assert_eq!(indexes, [1, 2, 3, 4, 5]);
+        assert_eq!(errors[0]["field"], json!("model_provider"));
+        assert_eq!(errors[1]["field"], json!("input_tokens"));
+        assert_eq!(errors[2]["field"], json!("model_name"));
+        assert_eq!(errors[3]["field"], json!("agent_id"));
+        assert_eq!(app.count_rows("usage_records", &tenant.id).await, 2);
+
+        let too_many: Vec<Value> = (0..101).map(|_| good.clone()).collect();
+        expect_error(
+            app.post(
+                "/telemetry/usages",
+                &tenant.admin_key,
+                json!({ "usages": too_many }),
+            )
+            .await,
+            422,
+            "validation_failed",
+        )
+        .await;
+        assert_eq!(app.count_rows("usage_records", &tenant.id).await, 2);
+    }
+);
