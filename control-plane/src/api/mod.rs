@@ -11,6 +11,7 @@ pub mod validate;
 mod admin;
 mod agents;
 mod auth;
+mod cost;
 mod monitoring;
 mod ops;
 mod teams;
@@ -38,6 +39,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(teams::router())
         .merge(telemetry::router())
         .merge(monitoring::router())
+        .merge(cost::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

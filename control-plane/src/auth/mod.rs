@@ -63,6 +63,7 @@ pub mod require {
         RegistryWrite => Some(Scope::RegistryWrite),
         TelemetryWrite => Some(Scope::TelemetryWrite),
         MonitoringRead => Some(Scope::MonitoringRead),
+        CostRead => Some(Scope::CostRead),
         Admin => Some(Scope::Admin),
         PlatformAdmin => Some(Scope::PlatformAdmin),
     }

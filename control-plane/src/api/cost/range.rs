@@ -1,0 +1,193 @@
+//! Time ranges of the cost views: parsing `from` / `to`, period starts, buckets.
+//!
+//! The ledger's rollups are hourly, so ranges resolve to whole hours: `from` is rounded
+//! down to its hour and `to` up. A bare date (`2026-11-01`) means that whole UTC day, so
+//! `to=2026-11-30` includes the 30th.
+
+use serde::Deserialize;
+use time::{Date, Duration, OffsetDateTime, Time};
+use warden_shared::timestamp::Timestamp;
+
+use crate::error::ApiError;
+use crate::ledger::HOUR_MS;
+
+pub const DAY_MS: i64 = 24 * HOUR_MS;
+const WEEK_MS: i64 = 7 * DAY_MS;
+/// 1970-01-05 was a Monday: weeks start on Mondays (ISO 8601).
+const FIRST_MONDAY_MS: i64 = 4 * DAY_MS;
+/// The longest range any cost view accepts.
+pub const MAX_RANGE_MS: i64 = 400 * DAY_MS;
+
+/// A half-open range `[from, to)` of whole hours, in Unix milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub from: i64,
+    pub to: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Period {
+    Day,
+    Week,
+    Month,
+}
+
+impl Period {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Week => "week",
+            Period::Month => "month",
+        }
+    }
+
+    /// The start of the period that contains `now`.
+    pub fn start(self, now: Timestamp) -> i64 {
+        let ms = now.as_millis();
+        match self {
+            Period::Day => start_of_day(ms),
+            Period::Week => week_start(ms),
+            Period::Month => month_start(ms),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Granularity {
+    Hour,
+    Day,
+    Week,
+}
+
+impl Granularity {
+    /// The start of the bucket containing `ms`.
+    pub fn bucket(self, ms: i64) -> i64 {
+        match self {
+            Granularity::Hour => ms - ms.rem_euclid(HOUR_MS),
+            Granularity::Day => start_of_day(ms),
+            Granularity::Week => week_start(ms),
+        }
+    }
+
+    pub fn step(self) -> i64 {
+        match self {
+            Granularity::Hour => HOUR_MS,
+            Granularity::Day => DAY_MS,
+            Granularity::Week => WEEK_MS,
+        }
+    }
+}
+
+fn start_of_day(ms: i64) -> i64 {
+    ms - ms.rem_euclid(DAY_MS)
+}
+
+fn week_start(ms: i64) -> i64 {
+    ms - (ms - FIRST_MONDAY_MS).rem_euclid(WEEK_MS)
+}
+
+fn month_start(ms: i64) -> i64 {
+    let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) else {
+        return start_of_day(ms);
+    };
+    let first = at.date().replace_day(1).unwrap_or(at.date());
+    first
+        .with_time(Time::MIDNIGHT)
+        .assume_utc()
+        .unix_timestamp()
+        * 1000
+}
+
+/// Parses a `from`-style value: an RFC 3339 date-time, or a date meaning its midnight.
+pub fn parse_start(field: &str, text: &str) -> Result<i64, ApiError> {
+    parse(field, text, false)
+}
+
+/// Parses a `to`-style value: an RFC 3339 date-time, or a date meaning the end of that day.
+pub fn parse_end(field: &str, text: &str) -> Result<i64, ApiError> {
+    parse(field, text, true)
+}
+
+fn parse(field: &str, text: &str, end_of_day: bool) -> Result<i64, ApiError> {
+    if let Some(at) = Timestamp::parse_rfc3339(text) {
+        return Ok(at.as_millis());
+    }
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    let date = Date::parse(text, &format).map_err(|_| {
+        ApiError::validation(
+            field,
+            format!("{field}: expected an ISO 8601 date (2026-11-01) or date-time (2026-11-01T12:00:00Z)"),
+        )
+    })?;
+    let date = if end_of_day {
+        date.checked_add(Duration::days(1)).unwrap_or(date)
+    } else {
+        date
+    };
+    Ok(date.with_time(Time::MIDNIGHT).assume_utc().unix_timestamp() * 1000)
+}
+
+/// Builds the hour-aligned range and checks its order and length.
+pub fn resolve(from: i64, to: i64) -> Result<Range, ApiError> {
+    let from = from - from.rem_euclid(HOUR_MS);
+    let to = match to.rem_euclid(HOUR_MS) {
+        0 => to,
+        rest => to - rest + HOUR_MS,
+    };
+    if to <= from {
+        return Err(ApiError::validation("to", "to: must be after from"));
+    }
+    if to - from > MAX_RANGE_MS {
+        return Err(ApiError::validation(
+            "from",
+            "from: the range may span at most 400 days",
+        ));
+    }
+    Ok(Range { from, to })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_and_buckets_align_to_utc_calendar() {
+        // 2026-11-22T15:41:01.123Z is a Sunday.
+        let now = Timestamp::from_millis(1_795_362_061_123);
+        assert_eq!(
+            Timestamp::from_millis(Period::Day.start(now)).to_string(),
+            "2026-11-22T00:00:00.000Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(Period::Week.start(now)).to_string(),
+            "2026-11-16T00:00:00.000Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(Period::Month.start(now)).to_string(),
+            "2026-11-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(Granularity::Hour.bucket(now.as_millis())).to_string(),
+            "2026-11-22T15:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn dates_mean_whole_days_and_bad_text_is_a_422() {
+        let from = parse_start("from", "2026-11-01").ok();
+        let to = parse_end("to", "2026-11-01").ok();
+        assert_eq!(to.zip(from).map(|(to, from)| to - from), Some(DAY_MS));
+        assert!(parse_start("from", "2026-13-01").is_err());
+        assert!(parse_start("from", "yesterday").is_err());
+        assert!(resolve(10 * HOUR_MS, 5 * HOUR_MS).is_err());
+        assert_eq!(
+            resolve(HOUR_MS + 5, 2 * HOUR_MS + 1).ok(),
+            Some(Range {
+                from: HOUR_MS,
+                to: 3 * HOUR_MS
+            })
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! SQL of the cost views. Every statement reads the hourly rollups of one tenant.
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row};
+
+use super::range::Range;
+use crate::api::envelope::Page;
+
+/// Sums of a group of rollup rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub cost_micros: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub requests: i64,
+}
+
+/// The sums every view selects, named as `totals_from_row` reads them.
+macro_rules! sums {
+    () => {
+        "CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) AS cost, \
+         CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT) AS input_tokens, \
+         CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT) AS output_tokens, \
+         CAST(COALESCE(SUM(u.requests), 0) AS BIGINT) AS requests"
+    };
+}
+
+pub async fn summary(pool: &AnyPool, tenant_id: &str, range: Range) -> Result<Totals, sqlx::Error> {
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        sums!(),
+        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3"
+    ))
+    .bind(tenant_id)
+    .bind(range.from)
+    .bind(range.to)
+    .fetch_one(pool)
+    .await?;
+    totals_from_row(&row)
+}
+
+/// One row per agent: id, name, current team name and sums; most expensive first.
+pub async fn by_agent(
+    pool: &AnyPool,
+    tenant_id: &str,
+    range: Range,
+    page: Page,
+) -> Result<Vec<(String, Option<String>, Option<String>, Totals)>, sqlx::Error> {
+    let rows = sqlx::query(concat!(
+        "SELECT u.agent_id, a.name AS agent_name, tm.name AS team_name, ",
+        sums!(),
+        " FROM usage_hourly u \
+         LEFT JOIN agents a ON a.tenant_id = u.tenant_id AND a.id = u.agent_id \
+         LEFT JOIN teams tm ON tm.tenant_id = a.tenant_id AND tm.id = a.team_id \
+         WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+         GROUP BY u.agent_id, a.name, tm.name ORDER BY cost DESC, u.agent_id LIMIT $4 OFFSET $5"
+    ))
+    .bind(tenant_id)
+    .bind(range.from)
+    .bind(range.to)
+    .bind(page.limit)
+    .bind(page.offset())
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get("agent_id")?,
+                row.try_get("agent_name")?,
+                row.try_get("team_name")?,
+                totals_from_row(row)?,
+            ))
+        })
+        .collect()
+}
+
+pub async fn agent_count(
+    pool: &AnyPool,
+    tenant_id: &str,
+    range: Range,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT COUNT(DISTINCT u.agent_id) FROM usage_hourly u \
+         WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3",
+    )
+    .bind(tenant_id)
+    .bind(range.from)
+    .bind(range.to)
+    .fetch_one(pool)
+    .await
+}
+
+/// One row per team the usage was attributed to (`None`: agents without a team), with
+/// the number of agents that spent in the range.
+pub async fn by_team(
+    pool: &AnyPool,
+    tenant_id: &str,
+    range: Range,
+) -> Result<Vec<(Option<String>, i64, Totals)>, sqlx::Error> {
+    let rows = sqlx::query(concat!(
+        "SELECT u.team_id, tm.name AS team_name, COUNT(DISTINCT u.agent_id) AS agent_count, ",
+        sums!(),
+        " FROM usage_hourly u \
+         LEFT JOIN teams tm ON tm.tenant_id = u.tenant_id AND tm.id = u.team_id \
+         WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+         GROUP BY u.team_id, tm.name ORDER BY cost DESC, u.team_id"
+    ))
+    .bind(tenant_id)
+    .bind(range.from)
+    .bind(range.to)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get("team_name")?,
+                row.try_get("agent_count")?,
+                totals_from_row(row)?,
+            ))
+        })
+        .collect()
+}
+
+pub async fn by_model(
+    pool: &AnyPool,
+    tenant_id: &str,
+    range: Range,
+) -> Result<Vec<(String, String, Totals)>, sqlx::Error> {
+    let rows = sqlx::query(concat!(
+        "SELECT u.model_provider, u.model_name, ",
+        sums!(),
+        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+         GROUP BY u.model_provider, u.model_name ORDER BY cost DESC, u.model_provider, u.model_name"
+    ))
+    .bind(tenant_id)
+    .bind(range.from)
+    .bind(range.to)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get("model_provider")?,
+                row.try_get("model_name")?,
+                totals_from_row(row)?,
+            ))
+        })
+        .collect()
+}
+
+/// Sums per hour, optionally for one agent and/or one team id.
+pub async fn hourly(
+    pool: &AnyPool,
+    tenant_id: &str,
+    range: Range,
+    agent_id: Option<&str>,
+    team_id: Option<&str>,
+) -> Result<Vec<(i64, Totals)>, sqlx::Error> {
+    let rows = sqlx::query(concat!(
+        "SELECT u.hour, ",
+        sums!(),
+        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+         AND ($4 IS NULL OR u.agent_id = $4) AND ($5 IS NULL OR u.team_id = $5) \
+         GROUP BY u.hour ORDER BY u.hour"
+    ))
+    .bind(tenant_id)
+    .bind(range.from)
+    .bind(range.to)
+    .bind(agent_id)
+    .bind(team_id)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| Ok((row.try_get("hour")?, totals_from_row(row)?)))
+        .collect()
+}
+
+pub async fn team_id_by_name(
+    pool: &AnyPool,
+    tenant_id: &str,
+    name: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM teams WHERE tenant_id = $1 AND name = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(name)
+    .fetch_optional(pool)
+    .await
+}
+
+fn totals_from_row(row: &AnyRow) -> Result<Totals, sqlx::Error> {
+    Ok(Totals {
+        cost_micros: row.try_get("cost")?,
+        input_tokens: row.try_get("input_tokens")?,
+        output_tokens: row.try_get("output_tokens")?,
+        requests: row.try_get("requests")?,
+    })
+}
