@@ -11,7 +11,7 @@ pub mod validate;
 mod admin;
 mod agents;
 mod auth;
-mod cost;
+pub mod cost;
 mod monitoring;
 mod ops;
 mod teams;

@@ -84,12 +84,18 @@ pub struct CreateTenantInput {
     pub agent_limit: Option<i64>,
 }
 
+/// `$month` names the parameter holding the start of the month for the tenant's spend.
 macro_rules! select_tenants {
-    ($clauses:expr) => {
+    ($month:literal, $clauses:expr) => {
         concat!(
             "SELECT t.id, t.company_name, t.plan, t.active_agents, t.agent_limit, t.owner_email, \
              t.created_at, (SELECT MAX(e.occurred_at) FROM audit_events e \
-             WHERE e.tenant_id = t.id) AS last_activity FROM tenants t ",
+             WHERE e.tenant_id = t.id) AS last_activity, \
+             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
+              WHERE u.tenant_id = t.id AND u.hour >= ",
+            $month,
+            ") AS monthly_cost_micros \
+             FROM tenants t ",
             $clauses
         )
     };
@@ -110,12 +116,14 @@ async fn list_tenants(
     .try_into()?;
     let plan = filter.plan.map(Plan::as_str);
     let rows = sqlx::query(select_tenants!(
+        "$4",
         "WHERE t.is_platform = 0 AND ($1 IS NULL OR t.plan = $1) \
          ORDER BY t.created_at DESC, t.id DESC LIMIT $2 OFFSET $3"
     ))
     .bind(plan)
     .bind(page.limit)
     .bind(page.offset())
+    .bind(crate::api::cost::month_start(state.clock.now()))
     .fetch_all(state.db.pool())
     .await?;
     let total: i64 = sqlx::query_scalar(
@@ -188,7 +196,7 @@ async fn create_tenant(
         },
     )
     .await?;
-    let tenant = fetch_tenant(&mut tx, &tenant_id)
+    let tenant = fetch_tenant(&mut tx, &tenant_id, crate::api::cost::month_start(now))
         .await?
         .ok_or_else(|| ApiError::internal("tenant vanished inside its own transaction"))?;
     tx.commit().await?;
@@ -210,9 +218,13 @@ async fn get_tenant(
         return Err(ApiError::not_found("tenant"));
     }
     let mut conn = state.db.pool().acquire().await?;
-    let tenant = fetch_tenant(&mut conn, &tenant_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("tenant"))?;
+    let tenant = fetch_tenant(
+        &mut conn,
+        &tenant_id,
+        crate::api::cost::month_start(state.clock.now()),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("tenant"))?;
     Ok(envelope::ok(tenant))
 }
 
@@ -266,14 +278,19 @@ async fn delete_tenant(
 async fn fetch_tenant(
     conn: &mut sqlx::AnyConnection,
     tenant_id: &str,
+    month_start: i64,
 ) -> Result<Option<Tenant>, sqlx::Error> {
-    sqlx::query(select_tenants!("WHERE t.id = $1 AND t.is_platform = 0"))
-        .bind(tenant_id)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(tenant_from_row)
-        .transpose()
+    sqlx::query(select_tenants!(
+        "$2",
+        "WHERE t.id = $1 AND t.is_platform = 0"
+    ))
+    .bind(tenant_id)
+    .bind(month_start)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(tenant_from_row)
+    .transpose()
 }
 
 fn tenant_from_row(row: &AnyRow) -> Result<Tenant, sqlx::Error> {
@@ -284,8 +301,9 @@ fn tenant_from_row(row: &AnyRow) -> Result<Tenant, sqlx::Error> {
         active_agents: row.try_get("active_agents")?,
         agent_limit: row.try_get("agent_limit")?,
         owner_email: row.try_get("owner_email")?,
-        // Spend comes from the cost ledger once it exists.
-        monthly_cost_usd: 0.0,
+        monthly_cost_usd: warden_shared::pricing::micros_to_usd(
+            row.try_get("monthly_cost_micros")?,
+        ),
         created_at: Timestamp::from_millis(row.try_get("created_at")?),
         last_activity: row
             .try_get::<Option<i64>, _>("last_activity")?

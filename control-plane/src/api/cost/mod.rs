@@ -23,6 +23,12 @@ use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
+/// The start of the calendar month (UTC) containing `now`: where `monthly_cost_usd` of
+/// teams and tenants starts counting.
+pub fn month_start(now: Timestamp) -> i64 {
+    Period::Month.start(now)
+}
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(cost_summary))

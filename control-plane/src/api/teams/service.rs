@@ -17,7 +17,7 @@ pub async fn list_teams(
     caller: &Caller,
     page: Page,
 ) -> ApiResult<(Vec<Team>, i64)> {
-    let teams = store::list(state.db.pool(), &caller.tenant_id, page).await?;
+    let teams = store::list(state.db.pool(), &caller.tenant_id, page, month_start(state)).await?;
     let total = store::count(state.db.pool(), &caller.tenant_id).await?;
     Ok((teams, total))
 }
@@ -26,15 +26,20 @@ pub async fn get_team(state: &AppState, caller: &Caller, team_id: &str) -> ApiRe
     if !is_valid_id(IdKind::Team, team_id) {
         return Err(ApiError::not_found("team"));
     }
-    store::get(state.db.pool(), &caller.tenant_id, team_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("team"))
+    store::get(
+        state.db.pool(),
+        &caller.tenant_id,
+        team_id,
+        month_start(state),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("team"))
 }
 
 pub async fn create_team(state: &AppState, caller: &Caller, name: TeamName) -> ApiResult<Team> {
     let mut tx = state.db.begin_write().await?;
     let id = insert_team(state, &mut tx, caller, name.as_str()).await?;
-    let team = store::get(&mut *tx, &caller.tenant_id, &id)
+    let team = store::get(&mut *tx, &caller.tenant_id, &id, month_start(state))
         .await?
         .ok_or_else(|| ApiError::internal("team vanished inside its own transaction"))?;
     tx.commit().await?;
@@ -109,7 +114,7 @@ pub async fn rename_team(
         },
     )
     .await?;
-    let team = store::get(&mut *tx, &caller.tenant_id, team_id)
+    let team = store::get(&mut *tx, &caller.tenant_id, team_id, month_start(state))
         .await?
         .ok_or_else(|| ApiError::not_found("team"))?;
     tx.commit().await?;
@@ -146,6 +151,10 @@ pub async fn delete_team(state: &AppState, caller: &Caller, team_id: &str) -> Ap
     .await?;
     tx.commit().await?;
     Ok(())
+}
+
+fn month_start(state: &AppState) -> i64 {
+    crate::api::cost::month_start(state.clock.now())
 }
 
 fn name_conflict(error: sqlx::Error) -> ApiError {

@@ -2,19 +2,26 @@
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
+use warden_shared::pricing::micros_to_usd;
 use warden_shared::timestamp::Timestamp;
 
 use super::Team;
 use crate::api::envelope::Page;
 
 /// `SELECT` of a team's columns followed by the given clauses, as one static string.
+/// `$month` names the parameter holding the start of the month for the team's spend.
 macro_rules! select_teams {
-    ($clauses:expr) => {
+    ($month:literal, $clauses:expr) => {
         concat!(
             "SELECT t.id, t.name, t.created_at, \
              (SELECT COUNT(*) FROM agents a \
               WHERE a.tenant_id = t.tenant_id AND a.team_id = t.id AND a.deleted_at IS NULL) \
-              AS agent_count \
+              AS agent_count, \
+             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
+              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.hour >= ",
+            $month,
+            ") \
+              AS monthly_cost_micros \
              FROM teams t ",
             $clauses
         )
@@ -25,13 +32,16 @@ pub async fn list<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant_id: &str,
     page: Page,
+    month_start: i64,
 ) -> Result<Vec<Team>, sqlx::Error> {
     sqlx::query(select_teams!(
+        "$4",
         "WHERE t.tenant_id = $1 AND t.deleted_at IS NULL ORDER BY t.name, t.id LIMIT $2 OFFSET $3"
     ))
     .bind(tenant_id)
     .bind(page.limit)
     .bind(page.offset())
+    .bind(month_start)
     .fetch_all(db)
     .await?
     .iter()
@@ -53,12 +63,15 @@ pub async fn get<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant_id: &str,
     team_id: &str,
+    month_start: i64,
 ) -> Result<Option<Team>, sqlx::Error> {
     sqlx::query(select_teams!(
+        "$3",
         "WHERE t.tenant_id = $1 AND t.id = $2 AND t.deleted_at IS NULL"
     ))
     .bind(tenant_id)
     .bind(team_id)
+    .bind(month_start)
     .fetch_optional(db)
     .await?
     .as_ref()
@@ -150,8 +163,7 @@ fn team_from_row(row: &AnyRow) -> Result<Team, sqlx::Error> {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
         agent_count: row.try_get("agent_count")?,
-        // The cost ledger arrives with the telemetry issue; until then no spend exists.
-        monthly_cost_usd: 0.0,
+        monthly_cost_usd: micros_to_usd(row.try_get("monthly_cost_micros")?),
         created_at: Timestamp::from_millis(row.try_get("created_at")?),
     })
 }
