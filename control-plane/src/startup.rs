@@ -78,6 +78,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         clock,
         throttle: Arc::new(Throttle::new(config.auth.throttle_window_secs)),
         metrics: Arc::new(HttpMetrics::new()?),
+        health_cache: Arc::default(),
         config: Arc::new(config),
     };
     let router = app_router(state.clone());

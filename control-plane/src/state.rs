@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::api::health::HealthCache;
 use crate::auth::throttle::Throttle;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -16,4 +17,5 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub metrics: Arc<HttpMetrics>,
     pub throttle: Arc<Throttle>,
+    pub health_cache: Arc<HealthCache>,
 }

@@ -12,6 +12,7 @@ mod admin;
 mod agents;
 mod auth;
 pub mod cost;
+pub mod health;
 mod monitoring;
 mod ops;
 mod teams;
@@ -40,6 +41,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(telemetry::router())
         .merge(monitoring::router())
         .merge(cost::router())
+        .merge(health::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

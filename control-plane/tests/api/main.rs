@@ -13,6 +13,7 @@ mod auth;
 mod bad_input;
 mod cost;
 mod dev_mode;
+mod health;
 mod isolation;
 mod ops;
 mod scopes;

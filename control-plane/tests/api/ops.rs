@@ -33,6 +33,7 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/telemetry/usage"),
     ("post", "/api/v1/telemetry/usages"),
     ("get", "/api/v1/monitoring/overview"),
+    ("get", "/api/v1/agents/{agent_id}/health"),
     ("get", "/api/v1/cost/summary"),
     ("get", "/api/v1/cost/by-agent"),
     ("get", "/api/v1/cost/by-team"),
