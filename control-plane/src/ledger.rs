@@ -26,6 +26,9 @@ pub struct UsageEntry<'a> {
     /// The cost as reported; computed from the price table when `None`.
     pub cost_micros: Option<i64>,
     pub recorded_at: Timestamp,
+    /// Usage the proxy served before an agent was deleted still counts; the public
+    /// telemetry endpoints accept only live agents.
+    pub include_deleted_agents: bool,
 }
 
 /// What was stored.
@@ -45,10 +48,12 @@ pub async fn record_usage(
     entry: &UsageEntry<'_>,
 ) -> Result<Option<RecordedUsage>, sqlx::Error> {
     let team: Option<Option<String>> = sqlx::query_scalar(
-        "SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+        "SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2 \
+         AND ($3 = 1 OR deleted_at IS NULL)",
     )
     .bind(tenant_id)
     .bind(entry.agent_id)
+    .bind(i64::from(entry.include_deleted_agents))
     .fetch_optional(&mut **tx)
     .await?;
     let Some(team_id) = team else {

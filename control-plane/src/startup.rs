@@ -73,7 +73,17 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         addr: config.listen,
         source,
     })?;
+    let service_token = match &config.service_token {
+        Some(token) => token.expose().to_owned(),
+        None => {
+            // Only in-process services (the proxy under `warden dev`) can learn a
+            // generated token; a separate proxy needs WARDEN_SERVICE_TOKEN on both sides.
+            tracing::info!("no service_token configured; internal endpoints use a generated one");
+            warden_shared::keys::generate_api_key()
+        }
+    };
     let state = AppState {
+        service_token_hash: Arc::from(warden_shared::keys::hash_credential(&service_token)),
         db,
         clock,
         throttle: Arc::new(Throttle::new(config.auth.throttle_window_secs)),

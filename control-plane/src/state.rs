@@ -18,4 +18,6 @@ pub struct AppState {
     pub metrics: Arc<HttpMetrics>,
     pub throttle: Arc<Throttle>,
     pub health_cache: Arc<HealthCache>,
+    /// SHA-256 of the service token that internal endpoints require.
+    pub service_token_hash: Arc<str>,
 }

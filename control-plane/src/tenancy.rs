@@ -178,6 +178,7 @@ pub async fn insert_api_key(
 /// this list; a test compares it with the database catalog so a new table cannot be
 /// forgotten.
 pub const TENANT_TABLES: &[&str] = &[
+    "usage_ingest_keys",
     "usage_hourly",
     "usage_records",
     "heartbeats",
@@ -208,6 +209,7 @@ pub async fn delete_tenant_rows(tx: &mut WriteTx, tenant_id: &str) -> Result<boo
 /// Static statements per table: no SQL text is ever built from a value.
 fn delete_statement(table: &str) -> &'static str {
     match table {
+        "usage_ingest_keys" => "DELETE FROM usage_ingest_keys WHERE tenant_id = $1",
         "usage_hourly" => "DELETE FROM usage_hourly WHERE tenant_id = $1",
         "usage_records" => "DELETE FROM usage_records WHERE tenant_id = $1",
         "heartbeats" => "DELETE FROM heartbeats WHERE tenant_id = $1",

@@ -13,10 +13,11 @@ mod agents;
 mod auth;
 pub mod cost;
 pub mod health;
+mod internal;
 mod monitoring;
 mod ops;
 mod teams;
-mod telemetry;
+pub mod telemetry;
 
 use axum::http::StatusCode;
 use axum::Router;
@@ -45,6 +46,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)
+        .merge(internal::router())
         .merge(ops::router())
         .split_for_parts();
     SecurityAddon.modify(&mut openapi);
@@ -68,6 +70,15 @@ struct SecurityAddon;
 impl Modify for SecurityAddon {
     fn modify(&self, openapi: &mut OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "service_token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("the control plane's service token (internal endpoints)")
+                    .build(),
+            ),
+        );
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(

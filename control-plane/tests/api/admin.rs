@@ -171,6 +171,22 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
     let usage = json!({ "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
                         "input_tokens": 10, "output_tokens": 5 });
     expect_status(app.post("/telemetry/usage", &key, usage).await, 201).await;
+    let batch = json!({ "batch_id": "seed", "records": [{
+        "record_id": format!("seed-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,
+        "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1,
+        "recorded_at": app.clock.now().to_string() }] });
+    let ingested = app
+        .client
+        .post(format!("{}/internal/v1/usage-batches", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_status(ingested, 200).await["data"]["accepted"],
+        json!(1)
+    );
     expect_status(
         app.post(
             "/auth/api-keys",

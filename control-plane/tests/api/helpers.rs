@@ -51,6 +51,9 @@ macro_rules! db_test {
     };
 }
 
+/// The service token every test app is configured with.
+pub const SERVICE_TOKEN: &str = "test-service-token-0123456789abcdef";
+
 /// The platform-admin key every test app of this process bootstraps with.
 pub fn platform_key() -> &'static str {
     static KEY: OnceLock<String> = OnceLock::new();
@@ -90,6 +93,7 @@ impl TestApp {
             database_url: Secret::new(database_url),
             database_max_connections: 5,
             bootstrap_platform_key: Some(Secret::new(platform_key())),
+            service_token: Some(Secret::new(SERVICE_TOKEN)),
             log_format: LogFormat::Pretty,
             ..Config::default()
         };

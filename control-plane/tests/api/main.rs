@@ -14,6 +14,7 @@ mod bad_input;
 mod cost;
 mod dev_mode;
 mod health;
+mod internal;
 mod isolation;
 mod ops;
 mod scopes;

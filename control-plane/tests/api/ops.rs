@@ -39,6 +39,7 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/cost/by-team"),
     ("get", "/api/v1/cost/by-model"),
     ("get", "/api/v1/cost/timeseries"),
+    ("post", "/internal/v1/usage-batches"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

@@ -33,6 +33,9 @@ const TENANT_SCOPES: &[&str] = &[
     "payload:write",
 ];
 
+/// The requirement of internal routes: the service token, which no tenant key satisfies.
+pub const SERVICE: &str = "<service token>";
+
 pub struct Operation {
     pub method: String,
     pub path: String,
@@ -54,6 +57,9 @@ pub async fn operations(app: &TestApp) -> Vec<Operation> {
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
             let requirement = operation.get("security").map(|security| {
+                if security[0].get("service_token").is_some() {
+                    return Some(SERVICE.to_owned());
+                }
                 let scopes = security[0]["bearer"].as_array().unwrap();
                 assert!(scopes.len() <= 1, "{method} {path} must declare one scope");
                 scopes.first().map(|s| s.as_str().unwrap().to_owned())
@@ -126,6 +132,28 @@ db_test!(every_route_rejects_a_key_without_its_scope, |app| {
                     op.path
                 );
             }
+            Some(Some(scope)) if scope == SERVICE => {
+                for key in [tenant.admin_key.as_str(), platform_key()] {
+                    let response = call(&app, op, Some(key)).await;
+                    assert_eq!(
+                        response.status(),
+                        401,
+                        "{} {} accepted a tenant key",
+                        op.method,
+                        op.path
+                    );
+                }
+                let status = call(&app, op, Some(crate::helpers::SERVICE_TOKEN))
+                    .await
+                    .status()
+                    .as_u16();
+                assert!(
+                    status != 401 && status != 403,
+                    "{} {} refused the service token",
+                    op.method,
+                    op.path
+                );
+            }
             Some(Some(scope)) => {
                 let lacking = key_without(&app, &tenant, scope).await;
                 let response = call(&app, op, Some(&lacking)).await;
@@ -172,7 +200,7 @@ db_test!(admin_satisfies_every_tenant_scope, |app| {
     let tenant = app.new_tenant("enterprise").await;
     for op in operations(&app).await {
         if let Some(Some(scope)) = &op.requirement {
-            if scope != "platform:admin" {
+            if scope != "platform:admin" && scope != SERVICE {
                 let status = call(&app, &op, Some(&tenant.admin_key))
                     .await
                     .status()

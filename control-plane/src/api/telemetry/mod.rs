@@ -4,6 +4,8 @@
 mod heartbeats;
 mod usage;
 
+pub use usage::{usage_entry, ItemError, UsageInput};
+
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 

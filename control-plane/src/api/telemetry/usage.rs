@@ -124,14 +124,14 @@ pub async fn record_usages(
         let item = match parse_value::<UsageInput>(raw) {
             Ok(item) => item,
             Err(error) => {
-                errors.push(item_error(index, error));
+                errors.push(ItemError::from_api_error(index, error));
                 continue;
             }
         };
         let entry = match to_entry(&item, now) {
             Ok(entry) => entry,
             Err(error) => {
-                errors.push(item_error(index, error));
+                errors.push(ItemError::from_api_error(index, error));
                 continue;
             }
         };
@@ -152,16 +152,27 @@ pub async fn record_usages(
     }))
 }
 
-fn item_error(index: usize, error: ApiError) -> ItemError {
-    ItemError {
-        index,
-        field: error.details["field"].as_str().map(str::to_owned),
-        message: error.message,
+impl ItemError {
+    /// The per-item form of a validation error.
+    pub fn from_api_error(index: usize, error: ApiError) -> ItemError {
+        ItemError {
+            index,
+            field: error.details["field"].as_str().map(str::to_owned),
+            message: error.message,
+        }
     }
 }
 
-/// Applies the numeric rules serde cannot express and builds the ledger entry.
 fn to_entry(input: &UsageInput, now: Timestamp) -> ApiResult<UsageEntry<'_>> {
+    usage_entry(input, now, false)
+}
+
+/// Applies the numeric rules serde cannot express and builds the ledger entry.
+pub fn usage_entry(
+    input: &UsageInput,
+    recorded_at: Timestamp,
+    include_deleted_agents: bool,
+) -> ApiResult<UsageEntry<'_>> {
     for (field, tokens) in [
         ("input_tokens", input.input_tokens),
         ("output_tokens", input.output_tokens),
@@ -194,7 +205,8 @@ fn to_entry(input: &UsageInput, now: Timestamp) -> ApiResult<UsageEntry<'_>> {
         input_tokens: input.input_tokens,
         output_tokens: input.output_tokens,
         cost_micros,
-        recorded_at: now,
+        recorded_at,
+        include_deleted_agents,
     })
 }
 

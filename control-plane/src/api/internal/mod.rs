@@ -1,0 +1,51 @@
+//! Internal endpoints for Warden's own services, under `/internal/v1`, authenticated by
+//! the service token and never by tenant keys.
+
+mod usage_batches;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_shared::keys;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(usage_batches::ingest_usage_batch))
+}
+
+/// Proof that the caller presented the service token.
+#[derive(Debug)]
+pub struct ServiceCaller;
+
+impl FromRequestParts<AppState> for ServiceCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .ok_or_else(|| {
+                ApiError::unauthorized(
+                    "missing_credentials",
+                    "send `Authorization: Bearer <service token>`",
+                )
+            })?;
+        // Compared as hashes in constant time: no early exit reveals a matching prefix.
+        if keys::verify_credential(token, &state.service_token_hash) {
+            Ok(ServiceCaller)
+        } else {
+            Err(ApiError::unauthorized(
+                "invalid_credentials",
+                "internal endpoints accept only the service token",
+            ))
+        }
+    }
+}

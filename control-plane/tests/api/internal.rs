@@ -1,0 +1,168 @@
+//! The proxy's usage ingest: service-token only, idempotent by record id.
+
+use serde_json::{json, Value};
+
+use crate::helpers::{expect_error, expect_status, platform_key, TestApp, SERVICE_TOKEN};
+
+async fn ingest(app: &TestApp, token: &str, body: &Value) -> reqwest::Response {
+    app.client
+        .post(format!("{}/internal/v1/usage-batches", app.base))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn record(id: &str, tenant: &str, agent: &str, at: i64, cost: f64) -> Value {
+    json!({
+        "record_id": id, "tenant_id": tenant, "agent_id": agent, "model_provider": "openai",
+        "model_name": "gpt-4o", "request_type": "chat.completions", "input_tokens": 100,
+        "output_tokens": 10, "cost_usd": cost,
+        "recorded_at": warden_shared::timestamp::Timestamp::from_millis(at).to_string(),
+    })
+}
+
+db_test!(a_batch_sent_twice_counts_once, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let agent = app
+        .register_agent(&tenant.admin_key, json!({ "name": "proxied" }))
+        .await;
+    let agent = agent["id"].as_str().unwrap();
+    let now = app.clock.now().as_millis();
+    let two_hours_ago = now - 2 * 3_600_000;
+    let batch = json!({
+        "batch_id": "batch-1",
+        "records": [
+            record("r-1", &tenant.id, agent, now, 0.25),
+            record("r-2", &tenant.id, agent, two_hours_ago, 0.5),
+            record("r-3", &tenant.id, "agt_01AAAAAAAAAAAAAAAAAAAAAAAA", now, 1.0),
+            { "record_id": "r-4" },
+        ],
+    });
+    let first = expect_status(ingest(&app, SERVICE_TOKEN, &batch).await, 200).await;
+    assert_eq!(first["data"]["batch_id"], json!("batch-1"));
+    assert_eq!(first["data"]["accepted"], json!(2));
+    assert_eq!(first["data"]["duplicates"], json!(0));
+    assert_eq!(first["data"]["rejected"], json!(2));
+    assert_eq!(first["data"]["errors"][0]["index"], json!(2));
+
+    // The acknowledgement was lost; the proxy sends the batch again.
+    let again = expect_status(ingest(&app, SERVICE_TOKEN, &batch).await, 200).await;
+    assert_eq!(again["data"]["accepted"], json!(0));
+    assert_eq!(again["data"]["duplicates"], json!(2));
+    assert_eq!(app.count_rows("usage_records", &tenant.id).await, 2);
+    let yesterday = warden_shared::timestamp::Timestamp::from_millis(now - 86_400_000).to_string();
+    let summary = expect_status(
+        app.get(
+            &format!("/cost/summary?from={}", &yesterday[..10]),
+            &tenant.admin_key,
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(summary["data"]["total_cost_usd"], json!(0.75));
+    assert_eq!(summary["data"]["total_requests"], json!(2));
+
+    // The record's own time decides its bucket.
+    let today = &warden_shared::timestamp::Timestamp::from_millis(now).to_string()[..10];
+    let series = expect_status(
+        app.get(
+            &format!("/cost/timeseries?granularity=hour&from={today}&to={today}"),
+            &tenant.admin_key,
+        )
+        .await,
+        200,
+    )
+    .await;
+    let hour_of = |ms: i64| {
+        warden_shared::timestamp::Timestamp::from_millis(ms - ms.rem_euclid(3_600_000)).to_string()
+    };
+    let points = series["data"].as_array().unwrap();
+    let cost_at = |ms: i64| {
+        points
+            .iter()
+            .find(|p| p["timestamp"] == json!(hour_of(ms)))
+            .map(|p| p["cost_usd"].clone())
+    };
+    assert_eq!(cost_at(now), Some(json!(0.25)));
+    if today == &warden_shared::timestamp::Timestamp::from_millis(two_hours_ago).to_string()[..10] {
+        assert_eq!(cost_at(two_hours_ago), Some(json!(0.5)));
+    }
+
+    // A deleted agent's usage that the proxy already served still counts.
+    expect_status(
+        app.delete(&format!("/agents/{agent}"), &tenant.admin_key)
+            .await,
+        204,
+    )
+    .await;
+    let late =
+        json!({ "batch_id": "batch-2", "records": [record("r-5", &tenant.id, agent, now, 0.125)] });
+    let answer = expect_status(ingest(&app, SERVICE_TOKEN, &late).await, 200).await;
+    assert_eq!(answer["data"]["accepted"], json!(1));
+});
+
+db_test!(only_the_service_token_reaches_internal_endpoints, |app| {
+    let tenant = app.new_tenant("enterprise").await;
+    let batch = json!({ "batch_id": "b", "records": [] });
+    expect_error(
+        ingest(&app, &tenant.admin_key, &batch).await,
+        401,
+        "invalid_credentials",
+    )
+    .await;
+    expect_error(
+        ingest(&app, platform_key(), &batch).await,
+        401,
+        "invalid_credentials",
+    )
+    .await;
+    expect_error(
+        ingest(&app, "test-service-token-0123456789abcdeX", &batch).await,
+        401,
+        "invalid_credentials",
+    )
+    .await;
+    let response = app
+        .client
+        .post(format!("{}/internal/v1/usage-batches", app.base))
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    expect_error(response, 401, "missing_credentials").await;
+    let too_many: Vec<Value> = (0..1001)
+        .map(|i| json!({ "record_id": i.to_string() }))
+        .collect();
+    expect_error(
+        ingest(
+            &app,
+            SERVICE_TOKEN,
+            &json!({ "batch_id": "b", "records": too_many }),
+        )
+        .await,
+        422,
+        "validation_failed",
+    )
+    .await;
+    let future = record(
+        "f",
+        &tenant.id,
+        "agt_01AAAAAAAAAAAAAAAAAAAAAAAA",
+        app.clock.now().as_millis() + 3_600_000,
+        1.0,
+    );
+    let answer = expect_status(
+        ingest(
+            &app,
+            SERVICE_TOKEN,
+            &json!({ "batch_id": "b", "records": [future] }),
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(answer["data"]["errors"][0]["field"], json!("recorded_at"));
+});
