@@ -276,12 +276,15 @@ async fn cost_timeseries(
         ));
     }
     let team_id = match &query.team {
-        Some(name) => match store::team_id_by_name(state.db.pool(), &caller.tenant_id, name).await?
-        {
-            Some(id) => Some(id),
-            // An unknown team has spent nothing: every bucket is zero.
-            None => return Ok(envelope::ok(zero_series(first, range, granularity))),
-        },
+        Some(name) => {
+            match crate::api::teams::find_team_id_by_name(state.db.pool(), &caller.tenant_id, name)
+                .await?
+            {
+                Some(id) => Some(id),
+                // An unknown team has spent nothing: every bucket is zero.
+                None => return Ok(envelope::ok(zero_series(first, range, granularity))),
+            }
+        }
         None => None,
     };
     let hours = store::hourly(

@@ -175,20 +175,6 @@ pub async fn hourly(
         .collect()
 }
 
-pub async fn team_id_by_name(
-    pool: &AnyPool,
-    tenant_id: &str,
-    name: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT id FROM teams WHERE tenant_id = $1 AND name = $2 AND deleted_at IS NULL",
-    )
-    .bind(tenant_id)
-    .bind(name)
-    .fetch_optional(pool)
-    .await
-}
-
 fn totals_from_row(row: &AnyRow) -> Result<Totals, sqlx::Error> {
     Ok(Totals {
         cost_micros: row.try_get("cost")?,

@@ -19,6 +19,7 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 
 pub use service::find_or_create_team_id;
+pub use store::find_id_by_name as find_team_id_by_name;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
