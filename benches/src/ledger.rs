@@ -1,0 +1,173 @@
+//! The cost ledger under load: ingest throughput through the proxy's internal batch
+//! endpoint, then latency of the cost views over the seeded data, as ratios to
+//! `/healthz` measured against the same server in the same process.
+//!
+//! Run: `cargo run --release -p warden-benches --bin ledger -- [RECORDS] [AGENTS] [DAYS]`
+//! (defaults 200000 1000 90; SQLite in a temporary folder, or set
+//! `WARDEN_BENCH_DATABASE_URL` to a dedicated, empty PostgreSQL database).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use warden_control_plane::clock::Clock;
+use warden_control_plane::config::{Config, LogFormat, Secret};
+use warden_control_plane::startup;
+use warden_shared::timestamp::Timestamp;
+
+const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
+const BATCH: usize = 1000;
+const MODELS: [&str; 4] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "o4-mini"];
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().ok());
+    let records = args.next().flatten().unwrap_or(200_000);
+    let agents = args.next().flatten().unwrap_or(1000);
+    let days = args.next().flatten().unwrap_or(90);
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = std::env::var("WARDEN_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("ledger.db").display()));
+    let platform_key = warden_shared::keys::generate_api_key();
+    let config = Config {
+        listen: ([127, 0, 0, 1], 0).into(),
+        database_url: Secret::new(database_url.clone()),
+        bootstrap_platform_key: Some(Secret::new(platform_key.clone())),
+        service_token: Some(Secret::new(SERVICE_TOKEN)),
+        log_format: LogFormat::Pretty,
+        max_body_bytes: 8 * 1024 * 1024,
+        ..Config::default()
+    };
+    let app = startup::build(config, Clock::system()).await.unwrap();
+    let base = format!("http://{}", app.addr);
+    tokio::spawn(app.serve(std::future::pending()));
+    let client = reqwest::Client::new();
+
+    let tenant: Value = client
+        .post(format!("{base}/api/v1/admin/tenants"))
+        .bearer_auth(&platform_key)
+        .json(
+            &json!({ "company_name": "Ledger bench", "owner_email": "bench@example.com",
+                       "plan": "enterprise_plus", "agent_limit": agents.max(1) }),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tenant_id = tenant["data"]["id"].as_str().unwrap().to_owned();
+    let key = tenant["data"]["api_key"].as_str().unwrap().to_owned();
+    let mut agent_ids = Vec::with_capacity(agents);
+    for i in 0..agents {
+        let agent: Value = client
+            .post(format!("{base}/api/v1/agents"))
+            .bearer_auth(&key)
+            .json(&json!({ "name": format!("agent-{i}"), "team": format!("team-{}", i % 20) }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        agent_ids.push(agent["data"]["id"].as_str().unwrap().to_owned());
+    }
+
+    // Ingest: records spread evenly over `days` days up to now, in batches of 1,000.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let span = (days as i64) * 86_400_000;
+    let started = Instant::now();
+    let mut sent = 0usize;
+    let mut batch_no = 0usize;
+    while sent < records {
+        let size = BATCH.min(records - sent);
+        let batch: Vec<Value> = (sent..sent + size)
+            .map(|i| {
+                let at = now - span + (i as i64 * span / records as i64);
+                json!({
+                    "record_id": format!("r{i}"), "tenant_id": tenant_id,
+                    "agent_id": agent_ids[i % agent_ids.len()], "model_provider": "openai",
+                    "model_name": MODELS[i % MODELS.len()], "input_tokens": 500 + (i % 700) as i64,
+                    "output_tokens": 100 + (i % 300) as i64,
+                    "recorded_at": Timestamp::from_millis(at).to_string(),
+                })
+            })
+            .collect();
+        let ack: Value = client
+            .post(format!("{base}/internal/v1/usage-batches"))
+            .bearer_auth(SERVICE_TOKEN)
+            .json(&json!({ "batch_id": format!("b{batch_no}"), "records": batch }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(ack["data"]["accepted"].as_u64(), Some(size as u64), "{ack}");
+        sent += size;
+        batch_no += 1;
+    }
+    let ingest = started.elapsed();
+    println!(
+        "ledger: {records} usage records, {agents} agents, {days} days, database {}",
+        database_url.split(':').next().unwrap_or("?")
+    );
+    println!(
+        "ingest through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH})",
+        records as f64 / ingest.as_secs_f64(),
+        ingest.as_secs_f64()
+    );
+
+    let from = Timestamp::from_millis(now - 30 * 86_400_000).to_string();
+    let from = &from[..10];
+    let scenarios = [
+        ("GET /healthz (baseline)", format!("{base}/healthz")),
+        (
+            "GET /cost/summary (30 d)",
+            format!("{base}/api/v1/cost/summary?from={from}"),
+        ),
+        (
+            "GET /cost/by-agent (30 d)",
+            format!("{base}/api/v1/cost/by-agent?from={from}"),
+        ),
+        (
+            "GET /cost/timeseries (30 d)",
+            format!("{base}/api/v1/cost/timeseries?from={from}"),
+        ),
+    ];
+    println!(
+        "{:<30} {:>10} {:>10} {:>10}",
+        "request", "p50 ms", "p99 ms", "p99 ratio"
+    );
+    let mut baseline = 0.0;
+    for (name, url) in scenarios {
+        let mut samples = Vec::with_capacity(200);
+        for _ in 0..200 {
+            let t = Instant::now();
+            let response = client.get(&url).bearer_auth(&key).send().await.unwrap();
+            assert!(
+                response.status().is_success(),
+                "{name}: {}",
+                response.status()
+            );
+            response.bytes().await.unwrap();
+            samples.push(t.elapsed());
+        }
+        samples.sort();
+        let p50 = ms(samples[100]);
+        let p99 = ms(samples[198]);
+        if baseline == 0.0 {
+            baseline = p99;
+        }
+        println!(
+            "{name:<30} {p50:>10.2} {p99:>10.2} {:>9.1}x",
+            p99 / baseline
+        );
+    }
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
