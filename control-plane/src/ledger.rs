@@ -1,9 +1,15 @@
-//! The cost ledger: append a usage record and fold it into the hourly rollup, in the
-//! caller's transaction.
+//! The cost ledger: append usage records and fold them into the hourly rollups, in the
+//! caller's transaction, a whole batch at a time.
 //!
 //! Records are never updated or deleted (except with their tenant). Every cost view reads
 //! `usage_hourly`, whose rows are keyed by tenant, hour, agent, team, provider and model.
+//! A batch costs a handful of multi-row statements, not a few per record: agents are
+//! looked up once per batch, rollup increments are summed in memory first, and records,
+//! rollups and idempotency keys are written with multi-row `INSERT`s.
 
+use std::collections::{HashMap, HashSet};
+
+use sqlx::Row;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::pricing;
 use warden_shared::registry::Provider;
@@ -14,9 +20,14 @@ use crate::db::WriteTx;
 /// Milliseconds in an hour, the rollups' bucket.
 pub const HOUR_MS: i64 = 3_600_000;
 
+/// Rows per multi-row statement: 12 columns x 400 rows stays far below SQLite's and
+/// PostgreSQL's limits on bound parameters.
+const ROWS_PER_STATEMENT: usize = 400;
+
 /// One usage event to record.
 #[derive(Debug, Clone)]
 pub struct UsageEntry<'a> {
+    pub tenant_id: &'a str,
     pub agent_id: &'a str,
     pub provider: Provider,
     pub model_name: &'a str,
@@ -29,90 +40,289 @@ pub struct UsageEntry<'a> {
     /// Usage the proxy served before an agent was deleted still counts; the public
     /// telemetry endpoints accept only live agents.
     pub include_deleted_agents: bool,
+    /// The proxy's id of this record: recorded at most once per tenant.
+    pub idempotency_key: Option<&'a str>,
 }
 
-/// What was stored.
-#[derive(Debug, Clone)]
-pub struct RecordedUsage {
-    pub id: String,
-    pub cost_micros: i64,
-    /// False when the model is not in the price table and no cost was given.
-    pub priced: bool,
+/// What became of one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Recorded {
+        id: String,
+        cost_micros: i64,
+        /// False when the model is not in the price table and no cost was given.
+        priced: bool,
+    },
+    /// Its idempotency key was recorded before (or earlier in the same batch).
+    Duplicate,
+    /// The tenant has no such agent.
+    UnknownAgent,
 }
 
-/// Appends `entry` for `tenant_id`'s agent, or returns `None` when the tenant has no such
-/// live agent.
-pub async fn record_usage(
+/// Records `entries`, returning one outcome per entry in order. `batch_id` labels the
+/// idempotency keys written for entries that carry one.
+pub async fn record_batch(
     tx: &mut WriteTx,
-    tenant_id: &str,
-    entry: &UsageEntry<'_>,
-) -> Result<Option<RecordedUsage>, sqlx::Error> {
-    let team: Option<Option<String>> = sqlx::query_scalar(
-        "SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2 \
-         AND ($3 = 1 OR deleted_at IS NULL)",
-    )
-    .bind(tenant_id)
-    .bind(entry.agent_id)
-    .bind(i64::from(entry.include_deleted_agents))
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some(team_id) = team else {
-        return Ok(None);
-    };
-    let price = pricing::find_price(entry.provider, entry.model_name);
-    let (cost_micros, priced) = match (entry.cost_micros, price) {
+    batch_id: &str,
+    entries: &[UsageEntry<'_>],
+    now: Timestamp,
+) -> Result<Vec<Outcome>, sqlx::Error> {
+    let seen = known_keys(tx, entries).await?;
+    let teams = agent_teams(tx, entries).await?;
+    let mut outcomes = Vec::with_capacity(entries.len());
+    let mut fresh_keys: HashSet<(&str, &str)> = HashSet::new();
+    let mut records = Vec::new();
+    for entry in entries {
+        if let Some(key) = entry.idempotency_key {
+            if seen.contains(&(entry.tenant_id.to_owned(), key.to_owned()))
+                || !fresh_keys.insert((entry.tenant_id, key))
+            {
+                outcomes.push(Outcome::Duplicate);
+                continue;
+            }
+        }
+        let Some((team_id, deleted)) =
+            teams.get(&(entry.tenant_id.to_owned(), entry.agent_id.to_owned()))
+        else {
+            outcomes.push(Outcome::UnknownAgent);
+            continue;
+        };
+        if *deleted && !entry.include_deleted_agents {
+            outcomes.push(Outcome::UnknownAgent);
+            continue;
+        }
+        let (cost_micros, priced) = cost_of(entry);
+        let id = new_id(IdKind::Usage, entry.recorded_at.as_millis());
+        records.push((entry, id.clone(), team_id.clone(), cost_micros, priced));
+        outcomes.push(Outcome::Recorded {
+            id,
+            cost_micros,
+            priced,
+        });
+    }
+    insert_records(tx, &records).await?;
+    upsert_rollups(tx, &records).await?;
+    insert_keys(tx, batch_id, &records, now).await?;
+    Ok(outcomes)
+}
+
+fn cost_of(entry: &UsageEntry<'_>) -> (i64, bool) {
+    match (
+        entry.cost_micros,
+        pricing::find_price(entry.provider, entry.model_name),
+    ) {
         (Some(cost), _) => (cost, true),
         (None, Some(price)) => (
             pricing::cost_micros(price, entry.input_tokens, entry.output_tokens),
             true,
         ),
         (None, None) => (0, false),
-    };
-    let at = entry.recorded_at.as_millis();
-    let id = new_id(IdKind::Usage, at);
-    sqlx::query(
-        "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, model_name, \
-         request_type, input_tokens, output_tokens, cost_micros, priced, recorded_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-    )
-    .bind(&id)
-    .bind(tenant_id)
-    .bind(entry.agent_id)
-    .bind(&team_id)
-    .bind(entry.provider.as_str())
-    .bind(entry.model_name)
-    .bind(entry.request_type)
-    .bind(entry.input_tokens)
-    .bind(entry.output_tokens)
-    .bind(cost_micros)
-    .bind(i64::from(priced))
-    .bind(at)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO usage_hourly (tenant_id, hour, agent_id, team_id, model_provider, model_name, \
-         requests, input_tokens, output_tokens, cost_micros) \
-         VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9) \
-         ON CONFLICT (tenant_id, hour, agent_id, team_id, model_provider, model_name) DO UPDATE SET \
-         requests = usage_hourly.requests + 1, \
-         input_tokens = usage_hourly.input_tokens + excluded.input_tokens, \
-         output_tokens = usage_hourly.output_tokens + excluded.output_tokens, \
-         cost_micros = usage_hourly.cost_micros + excluded.cost_micros",
-    )
-    .bind(tenant_id)
-    .bind(at - at.rem_euclid(HOUR_MS))
-    .bind(entry.agent_id)
-    .bind(team_id.unwrap_or_default())
-    .bind(entry.provider.as_str())
-    .bind(entry.model_name)
-    .bind(entry.input_tokens)
-    .bind(entry.output_tokens)
-    .bind(cost_micros)
-    .execute(&mut **tx)
-    .await?;
-    Ok(Some(RecordedUsage {
-        id,
-        cost_micros,
-        priced,
-    }))
+    }
+}
+
+type Record<'e, 'a> = (&'e UsageEntry<'a>, String, Option<String>, i64, bool);
+
+/// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.
+fn placeholders(rows: usize, columns: usize, first: usize) -> String {
+    let mut sql = String::with_capacity(rows * columns * 5);
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for column in 0..columns {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('$');
+            sql.push_str(&(first + row * columns + column).to_string());
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// The idempotency keys of `entries` already recorded, per tenant.
+async fn known_keys(
+    tx: &mut WriteTx,
+    entries: &[UsageEntry<'_>],
+) -> Result<HashSet<(String, String)>, sqlx::Error> {
+    let mut by_tenant: HashMap<&str, Vec<&str>> = HashMap::new();
+    for entry in entries {
+        if let Some(key) = entry.idempotency_key {
+            by_tenant.entry(entry.tenant_id).or_default().push(key);
+        }
+    }
+    let mut seen = HashSet::new();
+    for (tenant_id, keys) in by_tenant {
+        for chunk in keys.chunks(ROWS_PER_STATEMENT) {
+            let sql = format!(
+                "SELECT record_id FROM usage_ingest_keys WHERE tenant_id = $1 AND record_id IN {}",
+                placeholders(1, chunk.len(), 2)
+            );
+            let mut query = sqlx::query(&sql).bind(tenant_id);
+            for key in chunk {
+                query = query.bind(*key);
+            }
+            for row in query.fetch_all(&mut **tx).await? {
+                seen.insert((tenant_id.to_owned(), row.try_get::<String, _>("record_id")?));
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// Team id and deleted flag of every agent the entries name, per tenant.
+async fn agent_teams(
+    tx: &mut WriteTx,
+    entries: &[UsageEntry<'_>],
+) -> Result<HashMap<(String, String), (Option<String>, bool)>, sqlx::Error> {
+    let mut by_tenant: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for entry in entries {
+        by_tenant
+            .entry(entry.tenant_id)
+            .or_default()
+            .insert(entry.agent_id);
+    }
+    let mut teams = HashMap::new();
+    for (tenant_id, agents) in by_tenant {
+        let agents: Vec<&str> = agents.into_iter().collect();
+        for chunk in agents.chunks(ROWS_PER_STATEMENT) {
+            let sql = format!(
+                "SELECT id, team_id, deleted_at FROM agents WHERE tenant_id = $1 AND id IN {}",
+                placeholders(1, chunk.len(), 2)
+            );
+            let mut query = sqlx::query(&sql).bind(tenant_id);
+            for agent in chunk {
+                query = query.bind(*agent);
+            }
+            for row in query.fetch_all(&mut **tx).await? {
+                let deleted = row.try_get::<Option<i64>, _>("deleted_at")?.is_some();
+                teams.insert(
+                    (tenant_id.to_owned(), row.try_get::<String, _>("id")?),
+                    (row.try_get::<Option<String>, _>("team_id")?, deleted),
+                );
+            }
+        }
+    }
+    Ok(teams)
+}
+
+async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
+    for chunk in records.chunks(ROWS_PER_STATEMENT) {
+        let sql = format!(
+            "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
+             model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
+             recorded_at) VALUES {}",
+            placeholders(chunk.len(), 12, 1)
+        );
+        let mut query = sqlx::query(&sql);
+        for (entry, id, team_id, cost_micros, priced) in chunk {
+            query = query
+                .bind(id.as_str())
+                .bind(entry.tenant_id)
+                .bind(entry.agent_id)
+                .bind(team_id.as_deref())
+                .bind(entry.provider.as_str())
+                .bind(entry.model_name)
+                .bind(entry.request_type)
+                .bind(entry.input_tokens)
+                .bind(entry.output_tokens)
+                .bind(*cost_micros)
+                .bind(i64::from(*priced))
+                .bind(entry.recorded_at.as_millis());
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Sums the records per rollup key, then adds each sum to its row in one upsert.
+async fn upsert_rollups(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
+    type Key<'k> = (&'k str, i64, &'k str, &'k str, &'static str, &'k str);
+    let mut sums: HashMap<Key<'_>, [i64; 4]> = HashMap::new();
+    for (entry, _, team_id, cost_micros, _) in records {
+        let at = entry.recorded_at.as_millis();
+        let key = (
+            entry.tenant_id,
+            at - at.rem_euclid(HOUR_MS),
+            entry.agent_id,
+            team_id.as_deref().unwrap_or(""),
+            entry.provider.as_str(),
+            entry.model_name,
+        );
+        let sum = sums.entry(key).or_insert([0; 4]);
+        sum[0] += 1;
+        sum[1] += entry.input_tokens;
+        sum[2] += entry.output_tokens;
+        sum[3] += cost_micros;
+    }
+    let rows: Vec<(Key<'_>, [i64; 4])> = sums.into_iter().collect();
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let sql = format!(
+            "INSERT INTO usage_hourly (tenant_id, hour, agent_id, team_id, model_provider, \
+             model_name, requests, input_tokens, output_tokens, cost_micros) VALUES {} \
+             ON CONFLICT (tenant_id, hour, agent_id, team_id, model_provider, model_name) \
+             DO UPDATE SET requests = usage_hourly.requests + excluded.requests, \
+             input_tokens = usage_hourly.input_tokens + excluded.input_tokens, \
+             output_tokens = usage_hourly.output_tokens + excluded.output_tokens, \
+             cost_micros = usage_hourly.cost_micros + excluded.cost_micros",
+            placeholders(chunk.len(), 10, 1)
+        );
+        let mut query = sqlx::query(&sql);
+        for ((tenant_id, hour, agent_id, team_id, provider, model), sum) in chunk {
+            query = query
+                .bind(*tenant_id)
+                .bind(*hour)
+                .bind(*agent_id)
+                .bind(*team_id)
+                .bind(*provider)
+                .bind(*model)
+                .bind(sum[0])
+                .bind(sum[1])
+                .bind(sum[2])
+                .bind(sum[3]);
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+async fn insert_keys(
+    tx: &mut WriteTx,
+    batch_id: &str,
+    records: &[Record<'_, '_>],
+    now: Timestamp,
+) -> Result<(), sqlx::Error> {
+    let keyed: Vec<(&str, &str)> = records
+        .iter()
+        .filter_map(|(entry, ..)| entry.idempotency_key.map(|key| (entry.tenant_id, key)))
+        .collect();
+    for chunk in keyed.chunks(ROWS_PER_STATEMENT) {
+        let sql = format!(
+            "INSERT INTO usage_ingest_keys (tenant_id, record_id, batch_id, received_at) VALUES {}",
+            placeholders(chunk.len(), 4, 1)
+        );
+        let mut query = sqlx::query(&sql);
+        for (tenant_id, key) in chunk {
+            query = query
+                .bind(*tenant_id)
+                .bind(*key)
+                .bind(batch_id)
+                .bind(now.as_millis());
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placeholders;
+
+    #[test]
+    fn placeholders_number_rows_after_the_first_parameter() {
+        assert_eq!(placeholders(2, 2, 1), "($1, $2), ($3, $4)");
+        assert_eq!(placeholders(1, 3, 2), "($2, $3, $4)");
+    }
 }

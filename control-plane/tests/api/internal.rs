@@ -91,6 +91,21 @@ db_test!(a_batch_sent_twice_counts_once, |app| {
         assert_eq!(cost_at(two_hours_ago), Some(json!(0.5)));
     }
 
+    // The same record twice within one batch also counts once.
+    let twice = json!({ "batch_id": "batch-3", "records": [
+        record("r-6", &tenant.id, agent, now, 0.0625),
+        record("r-6", &tenant.id, agent, now, 0.0625),
+    ] });
+    let answer = expect_status(ingest(&app, SERVICE_TOKEN, &twice).await, 200).await;
+    assert_eq!(
+        (
+            answer["data"]["accepted"].clone(),
+            answer["data"]["duplicates"].clone()
+        ),
+        (json!(1), json!(1))
+    );
+    assert_eq!(app.count_rows("usage_records", &tenant.id).await, 3);
+
     // A deleted agent's usage that the proxy already served still counts.
     expect_status(
         app.delete(&format!("/agents/{agent}"), &tenant.admin_key)

@@ -19,7 +19,7 @@ use crate::api::extract::{parse_value, ApiJson};
 use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
 use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
-use crate::ledger;
+use crate::ledger::{self, Outcome};
 use crate::state::AppState;
 
 /// The largest batch the proxy may send.
@@ -86,68 +86,75 @@ pub async fn ingest_usage_batch(
         rejected: 0,
         errors: Vec::new(),
     };
-    let mut tx = state.db.begin_write().await?;
+    let mut parsed = Vec::new();
     for (index, raw) in batch.records.into_iter().enumerate() {
-        let record = match parse_value::<ProxyUsageRecord>(raw).and_then(|r| check_time(r, now)) {
-            Ok(record) => record,
-            Err(error) => {
-                ack.errors.push(ItemError::from_api_error(index, error));
-                continue;
-            }
-        };
-        let seen: Option<String> = sqlx::query_scalar(
-            "SELECT record_id FROM usage_ingest_keys WHERE tenant_id = $1 AND record_id = $2",
-        )
-        .bind(&record.tenant_id)
-        .bind(record.record_id.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if seen.is_some() {
-            ack.duplicates += 1;
-            continue;
+        match parse_value::<ProxyUsageRecord>(raw).and_then(|r| check_time(r, now)) {
+            Ok(record) => parsed.push((index, record.into_input())),
+            Err(error) => ack.errors.push(ItemError::from_api_error(index, error)),
         }
-        let input = UsageInput {
-            agent_id: record.agent_id.clone(),
-            model_provider: record.model_provider,
-            model_name: record.model_name.clone(),
-            input_tokens: record.input_tokens,
-            output_tokens: record.output_tokens,
-            request_type: record.request_type.clone(),
-            cost_usd: record.cost_usd,
-        };
-        let entry = match usage_entry(&input, record.recorded_at, true) {
-            Ok(entry) => entry,
-            Err(error) => {
-                ack.errors.push(ItemError::from_api_error(index, error));
-                continue;
+    }
+    let mut entries = Vec::with_capacity(parsed.len());
+    let mut indexes = Vec::with_capacity(parsed.len());
+    for (index, (keys, input)) in &parsed {
+        match usage_entry(
+            &keys.tenant_id,
+            input,
+            keys.recorded_at,
+            true,
+            Some(keys.record_id.as_str()),
+        ) {
+            Ok(entry) => {
+                entries.push(entry);
+                indexes.push(*index);
             }
-        };
-        if ledger::record_usage(&mut tx, &record.tenant_id, &entry)
-            .await?
-            .is_none()
-        {
-            ack.errors.push(ItemError {
+            Err(error) => ack.errors.push(ItemError::from_api_error(*index, error)),
+        }
+    }
+    let mut tx = state.db.begin_write().await?;
+    let outcomes = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
+    for (index, outcome) in indexes.into_iter().zip(outcomes) {
+        match outcome {
+            Outcome::Recorded { .. } => ack.accepted += 1,
+            Outcome::Duplicate => ack.duplicates += 1,
+            Outcome::UnknownAgent => ack.errors.push(ItemError {
                 index,
                 field: Some("agent_id".to_owned()),
                 message: "agent_id: no such agent in that tenant".to_owned(),
-            });
-            continue;
+            }),
         }
-        sqlx::query(
-            "INSERT INTO usage_ingest_keys (tenant_id, record_id, batch_id, received_at) \
-             VALUES ($1, $2, $3, $4)",
-        )
-        .bind(&record.tenant_id)
-        .bind(record.record_id.as_str())
-        .bind(batch.batch_id.as_str())
-        .bind(now.as_millis())
-        .execute(&mut *tx)
-        .await?;
-        ack.accepted += 1;
     }
+    ack.errors.sort_by_key(|error| error.index);
     tx.commit().await?;
     ack.rejected = i64::try_from(ack.errors.len()).unwrap_or(i64::MAX);
     Ok(envelope::ok(ack))
+}
+
+/// Where a record belongs and its idempotency key, apart from the usage itself.
+struct RecordKeys {
+    record_id: Text<1, 100>,
+    tenant_id: String,
+    recorded_at: Timestamp,
+}
+
+impl ProxyUsageRecord {
+    fn into_input(self) -> (RecordKeys, UsageInput) {
+        (
+            RecordKeys {
+                record_id: self.record_id,
+                tenant_id: self.tenant_id,
+                recorded_at: self.recorded_at,
+            },
+            UsageInput {
+                agent_id: self.agent_id,
+                model_provider: self.model_provider,
+                model_name: self.model_name,
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+                request_type: self.request_type,
+                cost_usd: self.cost_usd,
+            },
+        )
+    }
 }
 
 fn check_time(record: ProxyUsageRecord, now: Timestamp) -> ApiResult<ProxyUsageRecord> {

@@ -17,7 +17,7 @@ use crate::api::extract::{parse_value, ApiJson};
 use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
-use crate::ledger::{self, UsageEntry};
+use crate::ledger::{self, Outcome, UsageEntry};
 use crate::state::AppState;
 
 /// The largest batch `/telemetry/usages` accepts (spec 8).
@@ -92,13 +92,29 @@ pub async fn record_usage(
     ApiJson(input): ApiJson<UsageInput>,
 ) -> ApiResult<Response> {
     let now = state.clock.now();
-    let entry = to_entry(&input, now)?;
+    let entry = usage_entry(&caller.tenant_id, &input, now, false, None)?;
     let mut tx = state.db.begin_write().await?;
-    let stored = ledger::record_usage(&mut tx, &caller.tenant_id, &entry)
-        .await?
-        .ok_or_else(|| ApiError::not_found("agent"))?;
+    let outcomes = ledger::record_batch(&mut tx, "", &[entry], now).await?;
+    let Some(Outcome::Recorded {
+        id,
+        cost_micros,
+        priced,
+    }) = outcomes.into_iter().next()
+    else {
+        return Err(ApiError::not_found("agent"));
+    };
     tx.commit().await?;
-    Ok(envelope::created(stored_usage(&input, stored, now)))
+    Ok(envelope::created(StoredUsage {
+        id,
+        agent_id: input.agent_id.clone(),
+        model_provider: input.model_provider.as_str(),
+        model_name: input.model_name.as_str().to_owned(),
+        input_tokens: input.input_tokens,
+        output_tokens: input.output_tokens,
+        cost_usd: pricing::micros_to_usd(cost_micros),
+        priced,
+        recorded_at: now,
+    }))
 }
 
 /// Records up to 100 usage events; invalid items are reported, valid ones recorded.
@@ -118,32 +134,38 @@ pub async fn record_usages(
     }
     let now = state.clock.now();
     let mut errors = Vec::new();
-    let mut accepted = 0;
-    let mut tx = state.db.begin_write().await?;
+    let mut valid = Vec::new();
     for (index, raw) in input.usages.into_iter().enumerate() {
-        let item = match parse_value::<UsageInput>(raw) {
-            Ok(item) => item,
-            Err(error) => {
-                errors.push(ItemError::from_api_error(index, error));
-                continue;
+        match parse_value::<UsageInput>(raw) {
+            Ok(item) => valid.push((index, item)),
+            Err(error) => errors.push(ItemError::from_api_error(index, error)),
+        }
+    }
+    let mut entries = Vec::with_capacity(valid.len());
+    let mut indexes = Vec::with_capacity(valid.len());
+    for (index, item) in &valid {
+        match usage_entry(&caller.tenant_id, item, now, false, None) {
+            Ok(entry) => {
+                entries.push(entry);
+                indexes.push(*index);
             }
-        };
-        let entry = match to_entry(&item, now) {
-            Ok(entry) => entry,
-            Err(error) => {
-                errors.push(ItemError::from_api_error(index, error));
-                continue;
-            }
-        };
-        match ledger::record_usage(&mut tx, &caller.tenant_id, &entry).await? {
-            Some(_) => accepted += 1,
-            None => errors.push(ItemError {
+            Err(error) => errors.push(ItemError::from_api_error(*index, error)),
+        }
+    }
+    let mut tx = state.db.begin_write().await?;
+    let outcomes = ledger::record_batch(&mut tx, "", &entries, now).await?;
+    let mut accepted = 0;
+    for (index, outcome) in indexes.into_iter().zip(outcomes) {
+        match outcome {
+            Outcome::Recorded { .. } => accepted += 1,
+            Outcome::Duplicate | Outcome::UnknownAgent => errors.push(ItemError {
                 index,
                 field: Some("agent_id".to_owned()),
                 message: "agent_id: no such agent in this tenant".to_owned(),
             }),
         }
     }
+    errors.sort_by_key(|error| error.index);
     tx.commit().await?;
     Ok(envelope::ok(UsageBatchResult {
         accepted,
@@ -163,16 +185,14 @@ impl ItemError {
     }
 }
 
-fn to_entry(input: &UsageInput, now: Timestamp) -> ApiResult<UsageEntry<'_>> {
-    usage_entry(input, now, false)
-}
-
 /// Applies the numeric rules serde cannot express and builds the ledger entry.
-pub fn usage_entry(
-    input: &UsageInput,
+pub fn usage_entry<'a>(
+    tenant_id: &'a str,
+    input: &'a UsageInput,
     recorded_at: Timestamp,
     include_deleted_agents: bool,
-) -> ApiResult<UsageEntry<'_>> {
+    idempotency_key: Option<&'a str>,
+) -> ApiResult<UsageEntry<'a>> {
     for (field, tokens) in [
         ("input_tokens", input.input_tokens),
         ("output_tokens", input.output_tokens),
@@ -195,6 +215,7 @@ pub fn usage_entry(
         None => None,
     };
     Ok(UsageEntry {
+        tenant_id,
         agent_id: &input.agent_id,
         provider: input.model_provider,
         model_name: input.model_name.as_str(),
@@ -207,19 +228,6 @@ pub fn usage_entry(
         cost_micros,
         recorded_at,
         include_deleted_agents,
+        idempotency_key,
     })
-}
-
-fn stored_usage(input: &UsageInput, stored: ledger::RecordedUsage, now: Timestamp) -> StoredUsage {
-    StoredUsage {
-        id: stored.id,
-        agent_id: input.agent_id.clone(),
-        model_provider: input.model_provider.as_str(),
-        model_name: input.model_name.as_str().to_owned(),
-        input_tokens: input.input_tokens,
-        output_tokens: input.output_tokens,
-        cost_usd: pricing::micros_to_usd(stored.cost_micros),
-        priced: stored.priced,
-        recorded_at: now,
-    }
 }
