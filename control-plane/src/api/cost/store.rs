@@ -46,14 +46,17 @@ pub async fn by_agent(
     range: Range,
     page: Page,
 ) -> Result<Vec<(String, Option<String>, Option<String>, Totals)>, sqlx::Error> {
+    // Aggregate first, then look up names for the (at most one page of) agents: the
+    // join then touches one row per agent, whatever the planner thinks of the rollups.
     let rows = sqlx::query(concat!(
-        "SELECT u.agent_id, a.name AS agent_name, tm.name AS team_name, ",
+        "SELECT g.agent_id, a.name AS agent_name, tm.name AS team_name, \
+         g.cost, g.input_tokens, g.output_tokens, g.requests FROM (SELECT u.agent_id, ",
         sums!(),
-        " FROM usage_hourly u \
-         LEFT JOIN agents a ON a.tenant_id = u.tenant_id AND a.id = u.agent_id \
-         LEFT JOIN teams tm ON tm.tenant_id = a.tenant_id AND tm.id = a.team_id \
-         WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
-         GROUP BY u.agent_id, a.name, tm.name ORDER BY cost DESC, u.agent_id LIMIT $4 OFFSET $5"
+        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+         GROUP BY u.agent_id ORDER BY cost DESC, u.agent_id LIMIT $4 OFFSET $5) g \
+         LEFT JOIN agents a ON a.tenant_id = $1 AND a.id = g.agent_id \
+         LEFT JOIN teams tm ON tm.tenant_id = $1 AND tm.id = a.team_id \
+         ORDER BY g.cost DESC, g.agent_id"
     ))
     .bind(tenant_id)
     .bind(range.from)
@@ -98,12 +101,14 @@ pub async fn by_team(
     range: Range,
 ) -> Result<Vec<(Option<String>, i64, Totals)>, sqlx::Error> {
     let rows = sqlx::query(concat!(
-        "SELECT u.team_id, tm.name AS team_name, COUNT(DISTINCT u.agent_id) AS agent_count, ",
+        "SELECT g.team_id, tm.name AS team_name, g.agent_count, g.cost, g.input_tokens, \
+         g.output_tokens, g.requests FROM (SELECT u.team_id, \
+         COUNT(DISTINCT u.agent_id) AS agent_count, ",
         sums!(),
-        " FROM usage_hourly u \
-         LEFT JOIN teams tm ON tm.tenant_id = u.tenant_id AND tm.id = u.team_id \
-         WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
-         GROUP BY u.team_id, tm.name ORDER BY cost DESC, u.team_id"
+        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+         GROUP BY u.team_id) g \
+         LEFT JOIN teams tm ON tm.tenant_id = $1 AND tm.id = g.team_id \
+         ORDER BY g.cost DESC, g.team_id"
     ))
     .bind(tenant_id)
     .bind(range.from)
