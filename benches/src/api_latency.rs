@@ -9,10 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use warden_control_plane::clock::Clock;
-use warden_control_plane::config::{Config, LogFormat, Secret};
-use warden_control_plane::startup;
+use warden_benches::BenchServer;
 
 #[tokio::main]
 async fn main() {
@@ -20,47 +17,10 @@ async fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(2000);
-    let dir = tempfile::tempdir().unwrap();
-    let database_url = std::env::var("WARDEN_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("bench.db").display()));
-    let platform_key = warden_shared::keys::generate_api_key();
-    let config = Config {
-        listen: ([127, 0, 0, 1], 0).into(),
-        database_url: Secret::new(database_url.clone()),
-        bootstrap_platform_key: Some(Secret::new(platform_key.clone())),
-        log_format: LogFormat::Pretty,
-        ..Config::default()
-    };
-    let app = startup::build(config, Clock::system()).await.unwrap();
-    let base = format!("http://{}", app.addr);
-    tokio::spawn(app.serve(std::future::pending()));
-    let client = reqwest::Client::new();
-
-    let tenant: Value = client
-        .post(format!("{base}/api/v1/admin/tenants"))
-        .bearer_auth(&platform_key)
-        .json(&json!({ "company_name": "Bench", "owner_email": "bench@example.com", "plan": "enterprise" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let key = tenant["data"]["api_key"].as_str().unwrap().to_owned();
-    let mut agent_id = String::new();
-    for i in 0..200 {
-        let agent: Value = client
-            .post(format!("{base}/api/v1/agents"))
-            .bearer_auth(&key)
-            .json(&json!({ "name": format!("agent-{i}"), "team": format!("team-{}", i % 10) }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        agent_id = agent["data"]["id"].as_str().unwrap().to_owned();
-    }
+    let server = BenchServer::start(1024 * 1024).await;
+    let (base, client) = (&server.base, &server.client);
+    let (_, key) = server.create_tenant("enterprise", 200).await;
+    let agent_id = server.register_agents(&key, 200, 10).await.pop().unwrap();
 
     let scenarios = [
         ("GET /healthz (baseline)", format!("{base}/healthz"), false),
@@ -83,7 +43,7 @@ async fn main() {
     ];
     println!(
         "api-latency: {requests} sequential requests per row, database {}",
-        scheme(&database_url)
+        server.backend
     );
     println!(
         "{:<30} {:>10} {:>10} {:>12} {:>10}",
@@ -127,8 +87,4 @@ async fn main() {
 
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
-}
-
-fn scheme(url: &str) -> &str {
-    url.split(':').next().unwrap_or("?")
 }

@@ -10,12 +10,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use warden_control_plane::clock::Clock;
-use warden_control_plane::config::{Config, LogFormat, Secret};
-use warden_control_plane::startup;
+use warden_benches::{BenchServer, SERVICE_TOKEN};
 use warden_shared::timestamp::Timestamp;
 
-const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
 const BATCH: usize = 1000;
 const MODELS: [&str; 4] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "o4-mini"];
 
@@ -25,53 +22,10 @@ async fn main() {
     let records = args.next().flatten().unwrap_or(200_000);
     let agents = args.next().flatten().unwrap_or(1000);
     let days = args.next().flatten().unwrap_or(90);
-    let dir = tempfile::tempdir().unwrap();
-    let database_url = std::env::var("WARDEN_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("ledger.db").display()));
-    let platform_key = warden_shared::keys::generate_api_key();
-    let config = Config {
-        listen: ([127, 0, 0, 1], 0).into(),
-        database_url: Secret::new(database_url.clone()),
-        bootstrap_platform_key: Some(Secret::new(platform_key.clone())),
-        service_token: Some(Secret::new(SERVICE_TOKEN)),
-        log_format: LogFormat::Pretty,
-        max_body_bytes: 8 * 1024 * 1024,
-        ..Config::default()
-    };
-    let app = startup::build(config, Clock::system()).await.unwrap();
-    let base = format!("http://{}", app.addr);
-    tokio::spawn(app.serve(std::future::pending()));
-    let client = reqwest::Client::new();
-
-    let tenant: Value = client
-        .post(format!("{base}/api/v1/admin/tenants"))
-        .bearer_auth(&platform_key)
-        .json(
-            &json!({ "company_name": "Ledger bench", "owner_email": "bench@example.com",
-                       "plan": "enterprise_plus", "agent_limit": agents.max(1) }),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let tenant_id = tenant["data"]["id"].as_str().unwrap().to_owned();
-    let key = tenant["data"]["api_key"].as_str().unwrap().to_owned();
-    let mut agent_ids = Vec::with_capacity(agents);
-    for i in 0..agents {
-        let agent: Value = client
-            .post(format!("{base}/api/v1/agents"))
-            .bearer_auth(&key)
-            .json(&json!({ "name": format!("agent-{i}"), "team": format!("team-{}", i % 20) }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        agent_ids.push(agent["data"]["id"].as_str().unwrap().to_owned());
-    }
+    let server = BenchServer::start(8 * 1024 * 1024).await;
+    let (base, client) = (&server.base, &server.client);
+    let (tenant_id, key) = server.create_tenant("enterprise_plus", agents).await;
+    let agent_ids = server.register_agents(&key, agents, 20).await;
 
     // Ingest: records spread evenly over `days` days up to now, in batches of 1,000.
     let now = std::time::SystemTime::now()
@@ -112,7 +66,7 @@ async fn main() {
     let ingest = started.elapsed();
     println!(
         "ledger: {records} usage records, {agents} agents, {days} days, database {}",
-        database_url.split(':').next().unwrap_or("?")
+        server.backend
     );
     println!(
         "ingest through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH})",
