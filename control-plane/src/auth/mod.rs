@@ -95,10 +95,11 @@ impl<R: RequiredScope> FromRequestParts<AppState> for Authorized<R> {
     }
 }
 
-const FIND_API_KEY: &str = "SELECT k.id, k.tenant_id, k.key_hash, k.scopes, k.expires_at \
+const FIND_API_KEY: &str =
+    "SELECT k.id, k.tenant_id, k.key_hash AS stored_hash, k.scopes, k.expires_at \
      FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = $1";
 const FIND_SESSION: &str =
-    "SELECT s.id, s.tenant_id, s.token_hash, s.scopes, s.expires_at, s.user_id \
+    "SELECT s.id, s.tenant_id, s.token_hash AS stored_hash, s.scopes, s.expires_at, s.user_id \
      FROM sessions s JOIN tenants t ON t.id = s.tenant_id WHERE s.token_hash = $1";
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
@@ -116,9 +117,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
         .ok_or_else(invalid_credentials)?;
     // The lookup went by hash; compare again in constant time so that no code path
     // decides on a secret-dependent, early-exiting comparison.
-    let stored_hash: String = row
-        .try_get("key_hash")
-        .or_else(|_| row.try_get("token_hash"))?;
+    let stored_hash: String = row.try_get("stored_hash")?;
     if !keys::verify_credential(token, &stored_hash) {
         return Err(invalid_credentials());
     }
