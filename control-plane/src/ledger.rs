@@ -4,8 +4,9 @@
 //! Records are never updated or deleted (except with their tenant). Every cost view reads
 //! `usage_hourly`, whose rows are keyed by tenant, hour, agent, team, provider and model.
 //! A batch costs a handful of multi-row statements, not a few per record: agents are
-//! looked up once per batch, rollup increments are summed in memory first, and records,
-//! rollups and idempotency keys are written with multi-row `INSERT`s.
+//! looked up once per batch, idempotency keys are claimed by one insert that reports which
+//! were new, rollup increments are summed in memory first, and records and rollups are
+//! written with multi-row `INSERT`s.
 
 use std::collections::{HashMap, HashSet};
 
@@ -20,9 +21,11 @@ use crate::db::WriteTx;
 /// Milliseconds in an hour, the rollups' bucket.
 pub const HOUR_MS: i64 = 3_600_000;
 
-/// Rows per multi-row statement: 12 columns x 400 rows stays far below SQLite's and
-/// PostgreSQL's limits on bound parameters.
-const ROWS_PER_STATEMENT: usize = 400;
+/// Bound parameters per multi-row statement. SQLite resolves each `$N` parameter by a
+/// linear search of the statement's parameter names, so binding costs grow with the
+/// square of a statement's size; a few hundred keeps that negligible on SQLite while a
+/// 1,000-record batch is still only a few dozen round trips on PostgreSQL.
+const PARAMS_PER_STATEMENT: usize = 480;
 
 /// One usage event to record.
 #[derive(Debug, Clone)]
@@ -67,42 +70,48 @@ pub async fn record_batch(
     entries: &[UsageEntry<'_>],
     now: Timestamp,
 ) -> Result<Vec<Outcome>, sqlx::Error> {
-    let seen = known_keys(tx, entries).await?;
     let teams = agent_teams(tx, entries).await?;
     let mut outcomes = Vec::with_capacity(entries.len());
-    let mut fresh_keys: HashSet<(&str, &str)> = HashSet::new();
-    let mut records = Vec::new();
-    for entry in entries {
+    let mut in_batch: HashSet<(&str, &str)> = HashSet::new();
+    let mut candidates = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let team = teams.get(&(entry.tenant_id.to_owned(), entry.agent_id.to_owned()));
+        let outcome = match team {
+            Some((_, deleted)) if *deleted && !entry.include_deleted_agents => {
+                Outcome::UnknownAgent
+            }
+            None => Outcome::UnknownAgent,
+            Some(_) => match entry.idempotency_key {
+                Some(key) if !in_batch.insert((entry.tenant_id, key)) => Outcome::Duplicate,
+                _ => {
+                    let team_id = team.and_then(|(team_id, _)| team_id.clone());
+                    candidates.push((index, entry, team_id));
+                    // Filled in below, once the key claim says whether it is new.
+                    Outcome::Duplicate
+                }
+            },
+        };
+        outcomes.push(outcome);
+    }
+    let claimed = claim_keys(tx, batch_id, &candidates, now).await?;
+    let mut records = Vec::with_capacity(candidates.len());
+    for (index, entry, team_id) in candidates {
         if let Some(key) = entry.idempotency_key {
-            if seen.contains(&(entry.tenant_id.to_owned(), key.to_owned()))
-                || !fresh_keys.insert((entry.tenant_id, key))
-            {
-                outcomes.push(Outcome::Duplicate);
+            if !claimed.contains(&(entry.tenant_id, key)) {
                 continue;
             }
         }
-        let Some((team_id, deleted)) =
-            teams.get(&(entry.tenant_id.to_owned(), entry.agent_id.to_owned()))
-        else {
-            outcomes.push(Outcome::UnknownAgent);
-            continue;
-        };
-        if *deleted && !entry.include_deleted_agents {
-            outcomes.push(Outcome::UnknownAgent);
-            continue;
-        }
         let (cost_micros, priced) = cost_of(entry);
         let id = new_id(IdKind::Usage, entry.recorded_at.as_millis());
-        records.push((entry, id.clone(), team_id.clone(), cost_micros, priced));
-        outcomes.push(Outcome::Recorded {
-            id,
+        outcomes[index] = Outcome::Recorded {
+            id: id.clone(),
             cost_micros,
             priced,
-        });
+        };
+        records.push((entry, id, team_id, cost_micros, priced));
     }
     insert_records(tx, &records).await?;
     upsert_rollups(tx, &records).await?;
-    insert_keys(tx, batch_id, &records, now).await?;
     Ok(outcomes)
 }
 
@@ -121,6 +130,11 @@ fn cost_of(entry: &UsageEntry<'_>) -> (i64, bool) {
 }
 
 type Record<'e, 'a> = (&'e UsageEntry<'a>, String, Option<String>, i64, bool);
+
+/// How many rows of `columns` bound values fit one statement.
+fn rows_per_statement(columns: usize) -> usize {
+    (PARAMS_PER_STATEMENT / columns).max(1)
+}
 
 /// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.
 fn placeholders(rows: usize, columns: usize, first: usize) -> String {
@@ -142,34 +156,45 @@ fn placeholders(rows: usize, columns: usize, first: usize) -> String {
     sql
 }
 
-/// The idempotency keys of `entries` already recorded, per tenant.
-async fn known_keys(
+/// Inserts the idempotency keys of `candidates`, skipping those recorded before, and
+/// returns the keys that were new. The primary key decides, so a concurrent batch with
+/// the same record cannot slip in between a check and an insert.
+async fn claim_keys<'e>(
     tx: &mut WriteTx,
-    entries: &[UsageEntry<'_>],
-) -> Result<HashSet<(String, String)>, sqlx::Error> {
-    let mut by_tenant: HashMap<&str, Vec<&str>> = HashMap::new();
-    for entry in entries {
-        if let Some(key) = entry.idempotency_key {
-            by_tenant.entry(entry.tenant_id).or_default().push(key);
+    batch_id: &str,
+    candidates: &[(usize, &'e UsageEntry<'e>, Option<String>)],
+    now: Timestamp,
+) -> Result<HashSet<(&'e str, &'e str)>, sqlx::Error> {
+    let keyed: Vec<(&str, &str)> = candidates
+        .iter()
+        .filter_map(|(_, entry, _)| entry.idempotency_key.map(|key| (entry.tenant_id, key)))
+        .collect();
+    let mut claimed = HashSet::with_capacity(keyed.len());
+    for chunk in keyed.chunks(rows_per_statement(4)) {
+        let sql = format!(
+            "INSERT INTO usage_ingest_keys (tenant_id, record_id, batch_id, received_at) \
+             VALUES {} ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING tenant_id, record_id",
+            placeholders(chunk.len(), 4, 1)
+        );
+        let mut query = sqlx::query(&sql);
+        for (tenant_id, key) in chunk {
+            query = query
+                .bind(*tenant_id)
+                .bind(*key)
+                .bind(batch_id)
+                .bind(now.as_millis());
         }
+        let new: HashSet<(String, String)> = query
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("record_id")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        claimed.extend(chunk.iter().copied().filter(|(tenant_id, key)| {
+            new.contains(&((*tenant_id).to_owned(), (*key).to_owned()))
+        }));
     }
-    let mut seen = HashSet::new();
-    for (tenant_id, keys) in by_tenant {
-        for chunk in keys.chunks(ROWS_PER_STATEMENT) {
-            let sql = format!(
-                "SELECT record_id FROM usage_ingest_keys WHERE tenant_id = $1 AND record_id IN {}",
-                placeholders(1, chunk.len(), 2)
-            );
-            let mut query = sqlx::query(&sql).bind(tenant_id);
-            for key in chunk {
-                query = query.bind(*key);
-            }
-            for row in query.fetch_all(&mut **tx).await? {
-                seen.insert((tenant_id.to_owned(), row.try_get::<String, _>("record_id")?));
-            }
-        }
-    }
-    Ok(seen)
+    Ok(claimed)
 }
 
 /// Team id and deleted flag of every agent the entries name, per tenant.
@@ -187,7 +212,7 @@ async fn agent_teams(
     let mut teams = HashMap::new();
     for (tenant_id, agents) in by_tenant {
         let agents: Vec<&str> = agents.into_iter().collect();
-        for chunk in agents.chunks(ROWS_PER_STATEMENT) {
+        for chunk in agents.chunks(rows_per_statement(1) - 1) {
             let sql = format!(
                 "SELECT id, team_id, deleted_at FROM agents WHERE tenant_id = $1 AND id IN {}",
                 placeholders(1, chunk.len(), 2)
@@ -209,7 +234,7 @@ async fn agent_teams(
 }
 
 async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
-    for chunk in records.chunks(ROWS_PER_STATEMENT) {
+    for chunk in records.chunks(rows_per_statement(12)) {
         let sql = format!(
             "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
              model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
@@ -258,7 +283,7 @@ async fn upsert_rollups(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
         sum[3] += cost_micros;
     }
     let rows: Vec<(Key<'_>, [i64; 4])> = sums.into_iter().collect();
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+    for chunk in rows.chunks(rows_per_statement(10)) {
         let sql = format!(
             "INSERT INTO usage_hourly (tenant_id, hour, agent_id, team_id, model_provider, \
              model_name, requests, input_tokens, output_tokens, cost_micros) VALUES {} \
@@ -282,34 +307,6 @@ async fn upsert_rollups(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
                 .bind(sum[1])
                 .bind(sum[2])
                 .bind(sum[3]);
-        }
-        query.execute(&mut **tx).await?;
-    }
-    Ok(())
-}
-
-async fn insert_keys(
-    tx: &mut WriteTx,
-    batch_id: &str,
-    records: &[Record<'_, '_>],
-    now: Timestamp,
-) -> Result<(), sqlx::Error> {
-    let keyed: Vec<(&str, &str)> = records
-        .iter()
-        .filter_map(|(entry, ..)| entry.idempotency_key.map(|key| (entry.tenant_id, key)))
-        .collect();
-    for chunk in keyed.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO usage_ingest_keys (tenant_id, record_id, batch_id, received_at) VALUES {}",
-            placeholders(chunk.len(), 4, 1)
-        );
-        let mut query = sqlx::query(&sql);
-        for (tenant_id, key) in chunk {
-            query = query
-                .bind(*tenant_id)
-                .bind(*key)
-                .bind(batch_id)
-                .bind(now.as_millis());
         }
         query.execute(&mut **tx).await?;
     }

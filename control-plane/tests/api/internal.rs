@@ -181,3 +181,32 @@ db_test!(only_the_service_token_reaches_internal_endpoints, |app| {
     .await;
     assert_eq!(answer["data"]["errors"][0]["field"], json!("recorded_at"));
 });
+
+db_test!(record_ids_are_unique_per_tenant_not_globally, |app| {
+    // Two proxies' tenants may pick the same record id; one batch carries both.
+    let (first, second) = (
+        app.new_tenant("starter").await,
+        app.new_tenant("starter").await,
+    );
+    let mut agents = Vec::new();
+    for tenant in [&first, &second] {
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": "proxied" }))
+            .await;
+        agents.push(agent["id"].as_str().unwrap().to_owned());
+    }
+    let now = app.clock.now().as_millis();
+    let batch = json!({
+        "batch_id": "shared-ids",
+        "records": [
+            record("same-id", &first.id, &agents[0], now, 0.5),
+            record("same-id", &second.id, &agents[1], now, 0.25),
+        ],
+    });
+    let answer = expect_status(ingest(&app, SERVICE_TOKEN, &batch).await, 200).await;
+    assert_eq!(answer["data"]["accepted"], json!(2), "{answer}");
+    let again = expect_status(ingest(&app, SERVICE_TOKEN, &batch).await, 200).await;
+    assert_eq!(again["data"]["duplicates"], json!(2), "{again}");
+    assert_eq!(app.count_rows("usage_records", &first.id).await, 1);
+    assert_eq!(app.count_rows("usage_records", &second.id).await, 1);
+});
