@@ -180,6 +180,8 @@ pub async fn insert_api_key(
 pub const TENANT_TABLES: &[&str] = &[
     "usage_ingest_keys",
     "usage_hourly",
+    "usage_daily",
+    "usage_model_hourly",
     "usage_records",
     "heartbeats",
     "audit_events",
@@ -211,6 +213,8 @@ fn delete_statement(table: &str) -> &'static str {
     match table {
         "usage_ingest_keys" => "DELETE FROM usage_ingest_keys WHERE tenant_id = $1",
         "usage_hourly" => "DELETE FROM usage_hourly WHERE tenant_id = $1",
+        "usage_daily" => "DELETE FROM usage_daily WHERE tenant_id = $1",
+        "usage_model_hourly" => "DELETE FROM usage_model_hourly WHERE tenant_id = $1",
         "usage_records" => "DELETE FROM usage_records WHERE tenant_id = $1",
         "heartbeats" => "DELETE FROM heartbeats WHERE tenant_id = $1",
         "audit_events" => "DELETE FROM audit_events WHERE tenant_id = $1",

@@ -243,3 +243,87 @@ db_test!(cost_queries_default_and_reject_bad_dates, |app| {
         expect_error(app.get(bad, key).await, 422, "validation_failed").await;
     }
 });
+
+db_test!(ranges_cut_mid_day_count_edge_hours_exactly_once, |app| {
+    // The views grouped by agent read daily rollups for whole days and hourly ones at
+    // the edges; every level must agree on a range that starts and ends mid-day.
+    let tenant = app.new_tenant("enterprise").await;
+    let agent = app
+        .register_agent(&tenant.admin_key, json!({ "name": "edgy", "team": "edges" }))
+        .await;
+    let agent = agent["id"].as_str().unwrap();
+    let now = app.clock.now().as_millis();
+    let day = now - now.rem_euclid(24 * HOUR) - 5 * 24 * HOUR;
+    // (hours after `day`, cost in micro-dollars, counted in the range?)
+    let spends = [
+        (10, 1_000, false),
+        (13, 20_000, true),
+        (29, 300_000, true),
+        (51, 4_000_000, true),
+        (54, 50_000_000, false),
+    ];
+    let records: Vec<Value> = spends
+        .iter()
+        .enumerate()
+        .map(|(i, (hours, micros, _))| {
+            json!({
+                "record_id": format!("edge-{i}"), "tenant_id": tenant.id, "agent_id": agent,
+                "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1,
+                "output_tokens": 1, "cost_usd": *micros as f64 / 1e6,
+                "recorded_at": warden_shared::timestamp::Timestamp::from_millis(day + hours * HOUR + 60_000).to_string(),
+            })
+        })
+        .collect();
+    let ack = expect_status(
+        app.client
+            .post(format!("{}/internal/v1/usage-batches", app.base))
+            .bearer_auth(crate::helpers::SERVICE_TOKEN)
+            .json(&json!({ "batch_id": "edges", "records": records }))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(ack["data"]["accepted"], json!(5), "{ack}");
+    let expected: i64 = spends.iter().filter(|s| s.2).map(|s| s.1).sum();
+    let expected_usd = json!(expected as f64 / 1e6);
+    let at = |hours: i64| warden_shared::timestamp::Timestamp::from_millis(day + hours * HOUR);
+    let range = format!("from={}&to={}", at(12), at(52));
+    let key = &tenant.admin_key;
+
+    let summary = expect_status(app.get(&format!("/cost/summary?{range}"), key).await, 200).await;
+    assert_eq!(summary["data"]["total_cost_usd"], expected_usd);
+    assert_eq!(summary["data"]["total_requests"], json!(3));
+    let by_agent = expect_status(app.get(&format!("/cost/by-agent?{range}"), key).await, 200).await;
+    assert_eq!(by_agent["data"][0]["total_cost_usd"], expected_usd);
+    assert_eq!(by_agent["data"][0]["requests"], json!(3));
+    let by_team = expect_status(app.get(&format!("/cost/by-team?{range}"), key).await, 200).await;
+    assert_eq!(by_team["data"][0]["total_cost_usd"], expected_usd);
+    let series = expect_status(
+        app.get(&format!("/cost/timeseries?{range}&granularity=hour"), key)
+            .await,
+        200,
+    )
+    .await;
+    let points = series["data"].as_array().unwrap();
+    assert_eq!(points.len(), 40);
+    let series_micros: f64 = points
+        .iter()
+        .map(|p| p["cost_usd"].as_f64().unwrap() * 1e6)
+        .sum();
+    assert_eq!(series_micros.round() as i64, expected);
+    let agent_series = expect_status(
+        app.get(&format!("/cost/timeseries?{range}&granularity=day&agent_id={agent}"), key)
+            .await,
+        200,
+    )
+    .await;
+    let agent_micros: f64 = agent_series["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["cost_usd"].as_f64().unwrap() * 1e6)
+        .sum();
+    assert_eq!(agent_micros.round() as i64, expected);
+});

@@ -91,7 +91,7 @@ macro_rules! select_tenants {
             "SELECT t.id, t.company_name, t.plan, t.active_agents, t.agent_limit, t.owner_email, \
              t.created_at, (SELECT MAX(e.occurred_at) FROM audit_events e \
              WHERE e.tenant_id = t.id) AS last_activity, \
-             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
+             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_model_hourly u \
               WHERE u.tenant_id = t.id AND u.hour >= ",
             $month,
             ") AS monthly_cost_micros \

@@ -9,9 +9,9 @@ use time::{Date, Duration, OffsetDateTime, Time};
 use warden_shared::timestamp::Timestamp;
 
 use crate::error::ApiError;
+pub use crate::ledger::DAY_MS;
 use crate::ledger::HOUR_MS;
 
-pub const DAY_MS: i64 = 24 * HOUR_MS;
 const WEEK_MS: i64 = 7 * DAY_MS;
 /// 1970-01-05 was a Monday: weeks start on Mondays (ISO 8601).
 const FIRST_MONDAY_MS: i64 = 4 * DAY_MS;
@@ -23,6 +23,54 @@ pub const MAX_RANGE_MS: i64 = 400 * DAY_MS;
 pub struct Range {
     pub from: i64,
     pub to: i64,
+}
+
+impl Range {
+    /// Splits the range into the whole UTC days inside it and the hours before and after
+    /// them, so a view can read daily rollups for the middle and hourly ones at the edges.
+    /// Any part may be empty (`from == to`).
+    pub fn split_days(self) -> DaySplit {
+        let first_day = match self.from.rem_euclid(DAY_MS) {
+            0 => self.from,
+            rest => self.from - rest + DAY_MS,
+        };
+        let last_day = start_of_day(self.to);
+        if first_day > last_day {
+            return DaySplit {
+                head: self,
+                days: Range {
+                    from: self.to,
+                    to: self.to,
+                },
+                tail: Range {
+                    from: self.to,
+                    to: self.to,
+                },
+            };
+        }
+        DaySplit {
+            head: Range {
+                from: self.from,
+                to: first_day,
+            },
+            days: Range {
+                from: first_day,
+                to: last_day,
+            },
+            tail: Range {
+                from: last_day,
+                to: self.to,
+            },
+        }
+    }
+}
+
+/// A range cut at midnights: see [`Range::split_days`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaySplit {
+    pub head: Range,
+    pub days: Range,
+    pub tail: Range,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -171,6 +219,79 @@ mod tests {
         assert_eq!(
             Timestamp::from_millis(Granularity::Hour.bucket(now.as_millis())).to_string(),
             "2026-11-22T15:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn a_range_splits_into_edge_hours_and_whole_days() {
+        let day = |d: i64| d * DAY_MS;
+        let split = Range {
+            from: day(3) + 5 * HOUR_MS,
+            to: day(6) + 2 * HOUR_MS,
+        }
+        .split_days();
+        assert_eq!(
+            split.head,
+            Range {
+                from: day(3) + 5 * HOUR_MS,
+                to: day(4)
+            }
+        );
+        assert_eq!(
+            split.days,
+            Range {
+                from: day(4),
+                to: day(6)
+            }
+        );
+        assert_eq!(
+            split.tail,
+            Range {
+                from: day(6),
+                to: day(6) + 2 * HOUR_MS
+            }
+        );
+        let aligned = Range {
+            from: day(1),
+            to: day(2),
+        }
+        .split_days();
+        assert_eq!(
+            aligned.days,
+            Range {
+                from: day(1),
+                to: day(2)
+            }
+        );
+        assert_eq!(aligned.head.from, aligned.head.to);
+        assert_eq!(aligned.tail.from, aligned.tail.to);
+        let within = Range {
+            from: day(1) + HOUR_MS,
+            to: day(1) + 3 * HOUR_MS,
+        };
+        let split = within.split_days();
+        assert_eq!(split.head, within);
+        assert_eq!(split.days.from, split.days.to);
+        assert_eq!(split.tail.from, split.tail.to);
+        let across_midnight = Range {
+            from: day(1) + HOUR_MS,
+            to: day(2) + HOUR_MS,
+        };
+        let split = across_midnight.split_days();
+        assert_eq!(
+            split.head,
+            Range {
+                from: day(1) + HOUR_MS,
+                to: day(2)
+            }
+        );
+        assert_eq!(split.days.from, split.days.to);
+        assert_eq!(
+            split.tail,
+            Range {
+                from: day(2),
+                to: day(2) + HOUR_MS
+            }
         );
     }
 

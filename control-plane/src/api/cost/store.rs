@@ -1,7 +1,10 @@
-//! SQL of the cost views. Every statement reads the hourly rollups of one tenant.
+//! SQL of the cost views. Every statement reads the rollups of one tenant (see
+//! `crate::ledger`): per model and hour for totals, per agent and day (plus the hours at
+//! the range's edges) for views grouped by agent or team.
 
-use sqlx::any::AnyRow;
-use sqlx::{AnyPool, Row};
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::query::Query;
+use sqlx::{Any, AnyPool, Row};
 
 use super::range::Range;
 use crate::api::envelope::Page;
@@ -25,11 +28,40 @@ macro_rules! sums {
     };
 }
 
+/// The per-agent rollup rows of a range: daily rows for its whole days, hourly rows for
+/// the hours before the first midnight and after the last. Binds `$1` tenant, `$2`..`$7`
+/// (see [`bind_agent_range`]).
+macro_rules! agent_rows {
+    () => {
+        "(SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+         FROM usage_daily WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
+         UNION ALL \
+         SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+         FROM usage_hourly WHERE tenant_id = $1 \
+         AND ((hour >= $4 AND hour < $5) OR (hour >= $6 AND hour < $7))) u"
+    };
+}
+
+type AnyQuery<'q> = Query<'q, Any, AnyArguments<'q>>;
+
+/// Binds the tenant and the parts of `range` that [`agent_rows!`] reads.
+fn bind_agent_range<'q>(query: AnyQuery<'q>, tenant_id: &'q str, range: Range) -> AnyQuery<'q> {
+    let split = range.split_days();
+    query
+        .bind(tenant_id)
+        .bind(split.days.from)
+        .bind(split.days.to)
+        .bind(split.head.from)
+        .bind(split.head.to)
+        .bind(split.tail.from)
+        .bind(split.tail.to)
+}
+
 pub async fn summary(pool: &AnyPool, tenant_id: &str, range: Range) -> Result<Totals, sqlx::Error> {
     let row = sqlx::query(concat!(
         "SELECT ",
         sums!(),
-        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3"
+        " FROM usage_model_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3"
     ))
     .bind(tenant_id)
     .bind(range.from)
@@ -48,23 +80,22 @@ pub async fn by_agent(
 ) -> Result<Vec<(String, Option<String>, Option<String>, Totals)>, sqlx::Error> {
     // Aggregate first, then look up names for the (at most one page of) agents: the
     // join then touches one row per agent, whatever the planner thinks of the rollups.
-    let rows = sqlx::query(concat!(
+    let query = sqlx::query(concat!(
         "SELECT g.agent_id, a.name AS agent_name, tm.name AS team_name, \
          g.cost, g.input_tokens, g.output_tokens, g.requests FROM (SELECT u.agent_id, ",
         sums!(),
-        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
-         GROUP BY u.agent_id ORDER BY cost DESC, u.agent_id LIMIT $4 OFFSET $5) g \
+        " FROM ",
+        agent_rows!(),
+        " GROUP BY u.agent_id ORDER BY cost DESC, u.agent_id LIMIT $8 OFFSET $9) g \
          LEFT JOIN agents a ON a.tenant_id = $1 AND a.id = g.agent_id \
          LEFT JOIN teams tm ON tm.tenant_id = $1 AND tm.id = a.team_id \
          ORDER BY g.cost DESC, g.agent_id"
-    ))
-    .bind(tenant_id)
-    .bind(range.from)
-    .bind(range.to)
-    .bind(page.limit)
-    .bind(page.offset())
-    .fetch_all(pool)
-    .await?;
+    ));
+    let rows = bind_agent_range(query, tenant_id, range)
+        .bind(page.limit)
+        .bind(page.offset())
+        .fetch_all(pool)
+        .await?;
     rows.iter()
         .map(|row| {
             Ok((
@@ -82,15 +113,14 @@ pub async fn agent_count(
     tenant_id: &str,
     range: Range,
 ) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT COUNT(DISTINCT u.agent_id) FROM usage_hourly u \
-         WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3",
-    )
-    .bind(tenant_id)
-    .bind(range.from)
-    .bind(range.to)
-    .fetch_one(pool)
-    .await
+    let query = sqlx::query(concat!(
+        "SELECT COUNT(DISTINCT u.agent_id) AS agents FROM ",
+        agent_rows!()
+    ));
+    bind_agent_range(query, tenant_id, range)
+        .fetch_one(pool)
+        .await?
+        .try_get("agents")
 }
 
 /// One row per team the usage was attributed to (`None`: agents without a team), with
@@ -100,21 +130,20 @@ pub async fn by_team(
     tenant_id: &str,
     range: Range,
 ) -> Result<Vec<(Option<String>, i64, Totals)>, sqlx::Error> {
-    let rows = sqlx::query(concat!(
+    let query = sqlx::query(concat!(
         "SELECT g.team_id, tm.name AS team_name, g.agent_count, g.cost, g.input_tokens, \
          g.output_tokens, g.requests FROM (SELECT u.team_id, \
          COUNT(DISTINCT u.agent_id) AS agent_count, ",
         sums!(),
-        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
-         GROUP BY u.team_id) g \
+        " FROM ",
+        agent_rows!(),
+        " GROUP BY u.team_id) g \
          LEFT JOIN teams tm ON tm.tenant_id = $1 AND tm.id = g.team_id \
          ORDER BY g.cost DESC, g.team_id"
-    ))
-    .bind(tenant_id)
-    .bind(range.from)
-    .bind(range.to)
-    .fetch_all(pool)
-    .await?;
+    ));
+    let rows = bind_agent_range(query, tenant_id, range)
+        .fetch_all(pool)
+        .await?;
     rows.iter()
         .map(|row| {
             Ok((
@@ -134,7 +163,7 @@ pub async fn by_model(
     let rows = sqlx::query(concat!(
         "SELECT u.model_provider, u.model_name, ",
         sums!(),
-        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+        " FROM usage_model_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
          GROUP BY u.model_provider, u.model_name ORDER BY cost DESC, u.model_provider, u.model_name"
     ))
     .bind(tenant_id)
@@ -153,7 +182,8 @@ pub async fn by_model(
         .collect()
 }
 
-/// Sums per hour, optionally for one agent and/or one team id.
+/// Sums per hour, optionally for one agent and/or one team id. Without either, the
+/// per-model rollups answer: they hold a few rows per hour instead of one per agent.
 pub async fn hourly(
     pool: &AnyPool,
     tenant_id: &str,
@@ -161,20 +191,40 @@ pub async fn hourly(
     agent_id: Option<&str>,
     team_id: Option<&str>,
 ) -> Result<Vec<(i64, Totals)>, sqlx::Error> {
-    let rows = sqlx::query(concat!(
-        "SELECT u.hour, ",
-        sums!(),
-        " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
-         AND ($4 IS NULL OR u.agent_id = $4) AND ($5 IS NULL OR u.team_id = $5) \
-         GROUP BY u.hour ORDER BY u.hour"
-    ))
-    .bind(tenant_id)
-    .bind(range.from)
-    .bind(range.to)
-    .bind(agent_id)
-    .bind(team_id)
-    .fetch_all(pool)
-    .await?;
+    let sql = match (agent_id, team_id) {
+        (None, None) => concat!(
+            "SELECT u.hour, ",
+            sums!(),
+            " FROM usage_model_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 \
+             AND u.hour < $3 AND $4 IS NULL AND $5 IS NULL GROUP BY u.hour ORDER BY u.hour"
+        ),
+        // The agent's own index (tenant, agent, hour) leads; the team narrows it further.
+        (Some(_), _) => concat!(
+            "SELECT u.hour, ",
+            sums!(),
+            " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+             AND u.agent_id = $4 AND ($5 IS NULL OR u.team_id = $5) \
+             GROUP BY u.hour ORDER BY u.hour"
+        ),
+        (None, Some(_)) => concat!(
+            "SELECT u.hour, ",
+            sums!(),
+            " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+             AND $4 IS NULL AND u.team_id = $5 GROUP BY u.hour ORDER BY u.hour"
+        ),
+    };
+    let rows = sqlx::query(sql)
+        .bind(tenant_id)
+        .bind(range.from)
+        .bind(range.to)
+        .bind(agent_id)
+        .bind(team_id)
+        .fetch_all(pool)
+        .await?;
+    hours_from_rows(&rows)
+}
+
+fn hours_from_rows(rows: &[AnyRow]) -> Result<Vec<(i64, Totals)>, sqlx::Error> {
     rows.iter()
         .map(|row| Ok((row.try_get("hour")?, totals_from_row(row)?)))
         .collect()

@@ -17,8 +17,8 @@ macro_rules! select_teams {
              (SELECT COUNT(*) FROM agents a \
               WHERE a.tenant_id = t.tenant_id AND a.team_id = t.id AND a.deleted_at IS NULL) \
               AS agent_count, \
-             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
-              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.hour >= ",
+             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_daily u \
+              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.day >= ",
             $month,
             ") \
               AS monthly_cost_micros \

@@ -1,12 +1,12 @@
 //! The cost ledger: append usage records and fold them into the hourly rollups, in the
 //! caller's transaction, a whole batch at a time.
 //!
-//! Records are never updated or deleted (except with their tenant). Every cost view reads
-//! `usage_hourly`, whose rows are keyed by tenant, hour, agent, team, provider and model.
+//! Records are never updated or deleted (except with their tenant). Cost views read the
+//! rollups, never the records (see `rollups` for the three levels).
 //! A batch costs a handful of multi-row statements, not a few per record: agents are
 //! looked up once per batch, idempotency keys are claimed by one insert that reports which
-//! were new, rollup increments are summed in memory first, and records and rollups are
-//! written with multi-row `INSERT`s.
+//! were new, rollup increments are summed in memory first (`rollups`), and records and
+//! rollups are written with multi-row `INSERT`s.
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,8 +18,12 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
 
+mod rollups;
+
 /// Milliseconds in an hour, the rollups' bucket.
 pub const HOUR_MS: i64 = 3_600_000;
+/// Milliseconds in a UTC day, the daily rollups' bucket.
+pub const DAY_MS: i64 = 24 * HOUR_MS;
 
 /// Bound parameters per multi-row statement. SQLite resolves each `$N` parameter by a
 /// linear search of the statement's parameter names, so binding costs grow with the
@@ -111,7 +115,7 @@ pub async fn record_batch(
         records.push((entry, id, team_id, cost_micros, priced));
     }
     insert_records(tx, &records).await?;
-    upsert_rollups(tx, &records).await?;
+    rollups::add(tx, &records).await?;
     Ok(outcomes)
 }
 
@@ -129,15 +133,16 @@ fn cost_of(entry: &UsageEntry<'_>) -> (i64, bool) {
     }
 }
 
+/// An entry about to be written: its id, team, cost and whether it was priced.
 type Record<'e, 'a> = (&'e UsageEntry<'a>, String, Option<String>, i64, bool);
 
 /// How many rows of `columns` bound values fit one statement.
-fn rows_per_statement(columns: usize) -> usize {
+pub(crate) fn rows_per_statement(columns: usize) -> usize {
     (PARAMS_PER_STATEMENT / columns).max(1)
 }
 
 /// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.
-fn placeholders(rows: usize, columns: usize, first: usize) -> String {
+pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String {
     let mut sql = String::with_capacity(rows * columns * 5);
     for row in 0..rows {
         if row > 0 {
@@ -256,57 +261,6 @@ async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
                 .bind(*cost_micros)
                 .bind(i64::from(*priced))
                 .bind(entry.recorded_at.as_millis());
-        }
-        query.execute(&mut **tx).await?;
-    }
-    Ok(())
-}
-
-/// Sums the records per rollup key, then adds each sum to its row in one upsert.
-async fn upsert_rollups(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
-    type Key<'k> = (&'k str, i64, &'k str, &'k str, &'static str, &'k str);
-    let mut sums: HashMap<Key<'_>, [i64; 4]> = HashMap::new();
-    for (entry, _, team_id, cost_micros, _) in records {
-        let at = entry.recorded_at.as_millis();
-        let key = (
-            entry.tenant_id,
-            at - at.rem_euclid(HOUR_MS),
-            entry.agent_id,
-            team_id.as_deref().unwrap_or(""),
-            entry.provider.as_str(),
-            entry.model_name,
-        );
-        let sum = sums.entry(key).or_insert([0; 4]);
-        sum[0] += 1;
-        sum[1] += entry.input_tokens;
-        sum[2] += entry.output_tokens;
-        sum[3] += cost_micros;
-    }
-    let rows: Vec<(Key<'_>, [i64; 4])> = sums.into_iter().collect();
-    for chunk in rows.chunks(rows_per_statement(10)) {
-        let sql = format!(
-            "INSERT INTO usage_hourly (tenant_id, hour, agent_id, team_id, model_provider, \
-             model_name, requests, input_tokens, output_tokens, cost_micros) VALUES {} \
-             ON CONFLICT (tenant_id, hour, agent_id, team_id, model_provider, model_name) \
-             DO UPDATE SET requests = usage_hourly.requests + excluded.requests, \
-             input_tokens = usage_hourly.input_tokens + excluded.input_tokens, \
-             output_tokens = usage_hourly.output_tokens + excluded.output_tokens, \
-             cost_micros = usage_hourly.cost_micros + excluded.cost_micros",
-            placeholders(chunk.len(), 10, 1)
-        );
-        let mut query = sqlx::query(&sql);
-        for ((tenant_id, hour, agent_id, team_id, provider, model), sum) in chunk {
-            query = query
-                .bind(*tenant_id)
-                .bind(*hour)
-                .bind(*agent_id)
-                .bind(*team_id)
-                .bind(*provider)
-                .bind(*model)
-                .bind(sum[0])
-                .bind(sum[1])
-                .bind(sum[2])
-                .bind(sum[3]);
         }
         query.execute(&mut **tx).await?;
     }
