@@ -2,9 +2,10 @@
 //! endpoint, then latency of the cost views over the seeded data, as ratios to
 //! `/healthz` measured against the same server in the same process.
 //!
-//! Run: `cargo run --release -p warden-benches --bin ledger -- [RECORDS] [AGENTS] [DAYS]`
-//! (defaults 200000 1000 90; SQLite in a temporary folder, or set
-//! `WARDEN_BENCH_DATABASE_URL` to a dedicated, empty PostgreSQL database).
+//! Run: `cargo run --release -p warden-benches --bin ledger -- [RECORDS] [AGENTS] [DAYS]
+//! [SENDERS]` (defaults 200000 1000 90 2; SQLite in a temporary folder, or set
+//! `WARDEN_BENCH_DATABASE_URL` to a dedicated, empty PostgreSQL database). `SENDERS`
+//! batches are in flight at once, as when several proxies flush together.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ async fn main() {
     let records = args.next().flatten().unwrap_or(200_000);
     let agents = args.next().flatten().unwrap_or(1000);
     let days = args.next().flatten().unwrap_or(90);
+    let senders = args.next().flatten().unwrap_or(2).max(1);
     let server = BenchServer::start(8 * 1024 * 1024).await;
     let (base, client) = (&server.base, &server.client);
     let (tenant_id, key) = server.create_tenant("enterprise_plus", agents).await;
@@ -33,6 +35,7 @@ async fn main() {
         .map_or(0, |d| d.as_millis() as i64);
     let span = (days as i64) * 86_400_000;
     let started = Instant::now();
+    let mut in_flight = tokio::task::JoinSet::new();
     let mut sent = 0usize;
     let mut batch_no = 0usize;
     while sent < records {
@@ -43,25 +46,35 @@ async fn main() {
                 json!({
                     "record_id": format!("r{i}"), "tenant_id": tenant_id,
                     "agent_id": agent_ids[i % agent_ids.len()], "model_provider": "openai",
-                    "model_name": MODELS[i % MODELS.len()], "input_tokens": 500 + (i % 700) as i64,
+                    "model_name": MODELS[(i / agent_ids.len()) % MODELS.len()],
+                    "input_tokens": 500 + (i % 700) as i64,
                     "output_tokens": 100 + (i % 300) as i64,
                     "recorded_at": Timestamp::from_millis(at).to_string(),
                 })
             })
             .collect();
-        let ack: Value = client
+        let request = client
             .post(format!("{base}/internal/v1/usage-batches"))
             .bearer_auth(SERVICE_TOKEN)
-            .json(&json!({ "batch_id": format!("b{batch_no}"), "records": batch }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(ack["data"]["accepted"].as_u64(), Some(size as u64), "{ack}");
+            .json(&json!({ "batch_id": format!("b{batch_no}"), "records": batch }));
+        if in_flight.len() >= senders {
+            in_flight.join_next().await.unwrap().unwrap();
+        }
+        in_flight.spawn(async move {
+            let ack: Value = request.send().await.unwrap().json().await.unwrap();
+            assert_eq!(ack["data"]["accepted"].as_u64(), Some(size as u64), "{ack}");
+        });
         sent += size;
         batch_no += 1;
+        if batch_no % 1000 == 0 {
+            eprintln!(
+                "  {sent} records, {:.0} records/s so far",
+                sent as f64 / started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        done.unwrap();
     }
     let ingest = started.elapsed();
     println!(
@@ -69,7 +82,7 @@ async fn main() {
         server.backend
     );
     println!(
-        "ingest through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH})",
+        "ingest through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH}, {senders} in flight)",
         records as f64 / ingest.as_secs_f64(),
         ingest.as_secs_f64()
     );
