@@ -27,27 +27,60 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.parse::<mime::Mime>().ok())
-            .is_some_and(|mime| {
-                mime.type_() == "application"
-                    && (mime.subtype() == "json" || mime.suffix().is_some_and(|s| s == "json"))
-            });
-        if !is_json {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "expected a body with Content-Type: application/json",
-            ));
+        if !is_json(&req) {
+            return Err(not_json());
         }
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(body_rejection)?;
         parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// A JSON body that may be left out entirely (`POST /agents/{id}/block` with no body).
+/// A body that is present must be JSON with the JSON content type, like [`ApiJson`].
+#[derive(Debug)]
+pub struct OptionalJson<T>(pub Option<T>);
+
+impl<T, S> FromRequest<S> for OptionalJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let json = is_json(&req);
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(body_rejection)?;
+        if bytes.is_empty() {
+            return Ok(OptionalJson(None));
+        }
+        if !json {
+            return Err(not_json());
+        }
+        parse_json(&bytes).map(|value| OptionalJson(Some(value)))
+    }
+}
+
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<mime::Mime>().ok())
+        .is_some_and(|mime| {
+            mime.type_() == "application"
+                && (mime.subtype() == "json" || mime.suffix().is_some_and(|s| s == "json"))
+        })
+}
+
+fn not_json() -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "expected a body with Content-Type: application/json",
+    )
 }
 
 fn body_rejection(rejection: BytesRejection) -> ApiError {

@@ -91,11 +91,7 @@ pub(super) async fn add(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
                 if level.per_model() {
                     query = query.bind(*provider).bind(*model);
                 }
-                query = query
-                    .bind(sum[0])
-                    .bind(sum[1])
-                    .bind(sum[2])
-                    .bind(sum[3]);
+                query = query.bind(sum[0]).bind(sum[1]).bind(sum[2]).bind(sum[3]);
             }
             query.execute(&mut **tx).await?;
         }

@@ -249,7 +249,10 @@ db_test!(ranges_cut_mid_day_count_edge_hours_exactly_once, |app| {
     // the edges; every level must agree on a range that starts and ends mid-day.
     let tenant = app.new_tenant("enterprise").await;
     let agent = app
-        .register_agent(&tenant.admin_key, json!({ "name": "edgy", "team": "edges" }))
+        .register_agent(
+            &tenant.admin_key,
+            json!({ "name": "edgy", "team": "edges" }),
+        )
         .await;
     let agent = agent["id"].as_str().unwrap();
     let now = app.clock.now().as_millis();
@@ -314,8 +317,11 @@ db_test!(ranges_cut_mid_day_count_edge_hours_exactly_once, |app| {
         .sum();
     assert_eq!(series_micros.round() as i64, expected);
     let agent_series = expect_status(
-        app.get(&format!("/cost/timeseries?{range}&granularity=day&agent_id={agent}"), key)
-            .await,
+        app.get(
+            &format!("/cost/timeseries?{range}&granularity=day&agent_id={agent}"),
+            key,
+        )
+        .await,
         200,
     )
     .await;

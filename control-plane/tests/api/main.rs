@@ -16,6 +16,7 @@ mod dev_mode;
 mod health;
 mod internal;
 mod isolation;
+mod kill_switch;
 mod ops;
 mod scopes;
 mod teams;

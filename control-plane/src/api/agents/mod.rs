@@ -6,6 +6,7 @@
 //! its team in one call; `team: null` on update removes the agent from its team.
 
 mod input;
+mod kill_switch;
 mod service;
 mod store;
 
@@ -29,6 +30,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_agents, register_agent))
         .routes(routes!(get_agent, update_agent, delete_agent))
+        .merge(kill_switch::router())
 }
 
 /// An agent as the API shows it.
@@ -62,9 +64,12 @@ pub struct Agent {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub review_date: Option<Timestamp>,
     pub sponsor_id: Option<String>,
-    /// Set by the kill switch.
+    /// Set by the kill switch: the proxy refuses the agent's requests.
     pub blocked: bool,
+    pub block_reason: Option<String>,
+    /// Quarantined agents are refused by the proxy too, with their own error code.
     pub quarantined: bool,
+    pub quarantine_reason: Option<String>,
 }
 
 /// Filters of `GET /agents`, all exact matches, combined with AND.

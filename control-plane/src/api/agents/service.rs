@@ -12,6 +12,7 @@ use crate::api::teams::find_or_create_team_id;
 use crate::audit::{self, AuditEvent};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::proxy_changes::{self, ChangeKind};
 use crate::state::AppState;
 
 pub async fn list_agents(
@@ -25,6 +26,7 @@ pub async fn list_agents(
         framework: filter.framework.as_deref(),
         team: filter.team.as_deref(),
         environment: filter.environment.map(Environment::as_str),
+        quarantined_only: false,
     };
     let now = state.clock.now().as_millis();
     let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page, now).await?;
@@ -208,6 +210,8 @@ pub async fn delete_agent(state: &AppState, caller: &Caller, agent_id: &str) -> 
         },
     )
     .await?;
+    // A proxy drops a deleted agent's keys from its snapshot.
+    proxy_changes::record(&mut tx, ChangeKind::Agent, agent_id, now).await?;
     tx.commit().await?;
     Ok(())
 }

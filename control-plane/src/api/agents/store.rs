@@ -27,6 +27,8 @@ pub struct Filter<'a> {
     pub framework: Option<&'a str>,
     pub team: Option<&'a str>,
     pub environment: Option<&'a str>,
+    /// Only quarantined agents (`/agents/quarantined`).
+    pub quarantined_only: bool,
 }
 
 /// An agent's status as of `$now` (spec 3.1), derived from the reported status and the
@@ -57,15 +59,15 @@ macro_rules! select_agents {
             "SELECT a.id, a.name, a.description, a.framework, a.model_provider, a.model_name, \
              a.environment, ", effective_status!($now), " AS status, a.team_id, tm.name AS team_name, a.tags, a.risk_level, \
              a.last_heartbeat, a.created_at, a.updated_at, a.expires_at, a.review_frequency, \
-             a.sponsor_id, a.blocked, a.quarantined \
+             a.sponsor_id, a.blocked, a.block_reason, a.quarantined, a.quarantine_reason \
              FROM agents a LEFT JOIN teams tm ON tm.id = a.team_id AND tm.tenant_id = a.tenant_id ",
             $clauses
         )
     };
 }
 
-/// The filter clause shared by the list and its count, with parameters $1 to $6 ($6 is
-/// the current time).
+/// The filter clause shared by the list and its count, with parameters $1 to $7 ($6 is
+/// the current time, $7 is 1 for quarantined agents only).
 macro_rules! filtered {
     ($rest:expr) => {
         concat!(
@@ -74,7 +76,8 @@ macro_rules! filtered {
             effective_status!("$6"),
             " = $2) \
              AND ($3 IS NULL OR a.framework = $3) \
-             AND ($4 IS NULL OR tm.name = $4) AND ($5 IS NULL OR a.environment = $5) ",
+             AND ($4 IS NULL OR tm.name = $4) AND ($5 IS NULL OR a.environment = $5) \
+             AND ($7 = 0 OR a.quarantined = 1) ",
             $rest
         )
     };
@@ -89,7 +92,7 @@ pub async fn list<'e>(
 ) -> Result<Vec<Agent>, sqlx::Error> {
     sqlx::query(select_agents!(
         "$6",
-        filtered!("ORDER BY a.created_at DESC, a.id DESC LIMIT $7 OFFSET $8")
+        filtered!("ORDER BY a.created_at DESC, a.id DESC LIMIT $8 OFFSET $9")
     ))
     .bind(tenant_id)
     .bind(filter.status)
@@ -97,6 +100,7 @@ pub async fn list<'e>(
     .bind(filter.team)
     .bind(filter.environment)
     .bind(now_ms)
+    .bind(i64::from(filter.quarantined_only))
     .bind(page.limit)
     .bind(page.offset())
     .fetch_all(db)
@@ -123,6 +127,7 @@ pub async fn count<'e>(
     .bind(filter.team)
     .bind(filter.environment)
     .bind(now_ms)
+    .bind(i64::from(filter.quarantined_only))
     .fetch_one(db)
     .await
 }
@@ -275,6 +280,56 @@ fn agent_from_row(row: &AnyRow) -> Result<Agent, sqlx::Error> {
         review_date: None,
         sponsor_id: row.try_get("sponsor_id")?,
         blocked: row.try_get::<i64, _>("blocked")? == 1,
+        block_reason: row.try_get("block_reason")?,
         quarantined: row.try_get::<i64, _>("quarantined")? == 1,
+        quarantine_reason: row.try_get("quarantine_reason")?,
     })
+}
+
+/// Sets or clears the kill switch; false when the tenant has no such live agent.
+pub async fn set_blocked(
+    tx: &mut sqlx::AnyConnection,
+    tenant_id: &str,
+    id: &str,
+    reason: Option<&str>,
+    blocked: bool,
+    now_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE agents SET blocked = $3, block_reason = $4, \
+         blocked_at = CASE WHEN $3 = 1 THEN $5 ELSE NULL END, updated_at = $5 \
+         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(id)
+    .bind(i64::from(blocked))
+    .bind(reason)
+    .bind(now_ms)
+    .execute(tx)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Sets or clears quarantine; false when the tenant has no such live agent.
+pub async fn set_quarantined(
+    tx: &mut sqlx::AnyConnection,
+    tenant_id: &str,
+    id: &str,
+    reason: Option<&str>,
+    quarantined: bool,
+    now_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE agents SET quarantined = $3, quarantine_reason = $4, \
+         quarantined_at = CASE WHEN $3 = 1 THEN $5 ELSE NULL END, updated_at = $5 \
+         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(id)
+    .bind(i64::from(quarantined))
+    .bind(reason)
+    .bind(now_ms)
+    .execute(tx)
+    .await?;
+    Ok(result.rows_affected() == 1)
 }
