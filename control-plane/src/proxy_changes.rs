@@ -18,12 +18,21 @@ use crate::db::WriteTx;
 pub enum ChangeKind {
     /// An agent's enforcement flags (block, quarantine) or its existence.
     Agent,
+    /// An API key: a proxy key created, or any key deleted (revoked).
+    ApiKey,
+    /// A tenant's managed provider key for one provider.
+    ManagedKey,
+    /// A tenant deleted or its plan changed.
+    Tenant,
 }
 
 impl ChangeKind {
     pub const fn as_str(self) -> &'static str {
         match self {
             ChangeKind::Agent => "agent",
+            ChangeKind::ApiKey => "api_key",
+            ChangeKind::ManagedKey => "managed_key",
+            ChangeKind::Tenant => "tenant",
         }
     }
 }

@@ -178,6 +178,8 @@ pub async fn insert_api_key(
 /// this list; a test compares it with the database catalog so a new table cannot be
 /// forgotten.
 pub const TENANT_TABLES: &[&str] = &[
+    "proxy_keys",
+    "managed_keys",
     "usage_ingest_keys",
     "usage_hourly",
     "usage_daily",
@@ -191,6 +193,11 @@ pub const TENANT_TABLES: &[&str] = &[
     "api_keys",
     "users",
 ];
+
+/// Tables that belong to the platform, not to a tenant: the proxies' change outbox
+/// (`proxy_changes` holds only entity ids and kinds, pruned by age, and must outlive a
+/// deleted tenant so proxies learn of the deletion) and its version counter.
+pub const PLATFORM_TABLES: &[&str] = &["proxy_state_version", "proxy_changes"];
 
 /// Removes every row of `tenant_id`, the tenant row last. Returns false when there was
 /// no such tenant.
@@ -211,6 +218,8 @@ pub async fn delete_tenant_rows(tx: &mut WriteTx, tenant_id: &str) -> Result<boo
 /// Static statements per table: no SQL text is ever built from a value.
 fn delete_statement(table: &str) -> &'static str {
     match table {
+        "proxy_keys" => "DELETE FROM proxy_keys WHERE tenant_id = $1",
+        "managed_keys" => "DELETE FROM managed_keys WHERE tenant_id = $1",
         "usage_ingest_keys" => "DELETE FROM usage_ingest_keys WHERE tenant_id = $1",
         "usage_hourly" => "DELETE FROM usage_hourly WHERE tenant_id = $1",
         "usage_daily" => "DELETE FROM usage_daily WHERE tenant_id = $1",

@@ -20,6 +20,7 @@ pub enum IdKind {
     AuditEvent,
     Heartbeat,
     Usage,
+    ManagedKey,
 }
 
 impl IdKind {
@@ -35,6 +36,7 @@ impl IdKind {
             IdKind::AuditEvent => "evt",
             IdKind::Heartbeat => "hb",
             IdKind::Usage => "use",
+            IdKind::ManagedKey => "mk",
         }
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod ids;
 pub mod keys;
+pub mod managed;
 pub mod pricing;
 pub mod registry;
 pub mod scopes;

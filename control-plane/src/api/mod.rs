@@ -14,8 +14,10 @@ mod auth;
 pub mod cost;
 pub mod health;
 mod internal;
+mod managed_keys;
 mod monitoring;
 mod ops;
+mod proxy_keys;
 mod teams;
 pub mod telemetry;
 
@@ -43,6 +45,8 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(monitoring::router())
         .merge(cost::router())
         .merge(health::router())
+        .merge(proxy_keys::router())
+        .merge(managed_keys::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

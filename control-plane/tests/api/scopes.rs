@@ -80,6 +80,8 @@ fn concrete(path: &str) -> String {
         .replace("{team_id}", "team_01AAAAAAAAAAAAAAAAAAAAAAAA")
         .replace("{key_id}", "key_01AAAAAAAAAAAAAAAAAAAAAAAA")
         .replace("{tenant_id}", "ten_01AAAAAAAAAAAAAAAAAAAAAAAA")
+        .replace("{api_key_id}", "key_01AAAAAAAAAAAAAAAAAAAAAAAA")
+        .replace("{managed_key_id}", "mk_01AAAAAAAAAAAAAAAAAAAAAAAA")
 }
 
 async fn call(app: &TestApp, op: &Operation, key: Option<&str>) -> reqwest::Response {

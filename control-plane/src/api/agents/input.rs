@@ -67,6 +67,29 @@ pub struct CreateAgentInput {
     pub tags: Option<Tags>,
 }
 
+impl CreateAgentInput {
+    /// The registration of an agent known only by name (and team), such as the agent a
+    /// proxy key creates behind itself.
+    pub fn named(name: &str, team: Option<&str>) -> Result<Self, crate::error::ApiError> {
+        let invalid = |field: &str, message: String| {
+            crate::error::ApiError::validation(field, format!("{field}: {message}"))
+        };
+        Ok(CreateAgentInput {
+            name: AgentName::try_from(name.to_owned()).map_err(|m| invalid("name", m))?,
+            description: None,
+            framework: None,
+            model_provider: None,
+            model_name: None,
+            environment: None,
+            team: team
+                .map(|team| TeamName::try_from(team.to_owned()))
+                .transpose()
+                .map_err(|m| invalid("team", m))?,
+            tags: None,
+        })
+    }
+}
+
 /// Any registration field. An absent field is left alone; `null` clears an optional one.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -25,6 +25,7 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 
 pub use input::{CreateAgentInput, UpdateAgentInput};
+pub use service::register_agent_in;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -11,6 +11,7 @@ use crate::api::envelope::Page;
 use crate::api::teams::find_or_create_team_id;
 use crate::audit::{self, AuditEvent};
 use crate::auth::Caller;
+use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
 use crate::proxy_changes::{self, ChangeKind};
 use crate::state::AppState;
@@ -53,9 +54,21 @@ pub async fn register_agent(
     caller: &Caller,
     input: CreateAgentInput,
 ) -> ApiResult<Agent> {
-    let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
-    if !store::reserve_agent_slot(&mut *tx, &caller.tenant_id).await? {
+    let agent = register_agent_in(state, &mut tx, caller, input).await?;
+    tx.commit().await?;
+    Ok(agent)
+}
+
+/// Registers an agent inside `tx` (a proxy key creates the agent behind it this way).
+pub async fn register_agent_in(
+    state: &AppState,
+    tx: &mut WriteTx,
+    caller: &Caller,
+    input: CreateAgentInput,
+) -> ApiResult<Agent> {
+    let now = state.clock.now();
+    if !store::reserve_agent_slot(&mut **tx, &caller.tenant_id).await? {
         return Err(ApiError::new(
             StatusCode::PAYMENT_REQUIRED,
             "agent_limit_reached",
@@ -63,7 +76,7 @@ pub async fn register_agent(
         ));
     }
     let team_id = match &input.team {
-        Some(name) => Some(find_or_create_team_id(state, &mut tx, caller, name.as_str()).await?),
+        Some(name) => Some(find_or_create_team_id(state, tx, caller, name.as_str()).await?),
         None => None,
     };
     let id = new_id(IdKind::Agent, now.as_millis());
@@ -81,9 +94,9 @@ pub async fn register_agent(
         team_id,
         tags: input.tags.unwrap_or_default().to_json(),
     };
-    store::insert(&mut *tx, &caller.tenant_id, &id, &row, now.as_millis()).await?;
+    store::insert(&mut **tx, &caller.tenant_id, &id, &row, now.as_millis()).await?;
     audit::record(
-        &mut tx,
+        tx,
         &caller.tenant_id,
         &caller.actor,
         now,
@@ -99,11 +112,9 @@ pub async fn register_agent(
         },
     )
     .await?;
-    let agent = store::get(&mut *tx, &caller.tenant_id, &id, now.as_millis())
+    store::get(&mut **tx, &caller.tenant_id, &id, now.as_millis())
         .await?
-        .ok_or_else(|| ApiError::internal("agent vanished inside its own transaction"))?;
-    tx.commit().await?;
-    Ok(agent)
+        .ok_or_else(|| ApiError::internal("agent vanished inside its own transaction"))
 }
 
 pub async fn update_agent(

@@ -18,6 +18,7 @@ use crate::api::validate::Text;
 use crate::audit::{self, AuditEvent};
 use crate::auth::{parse_scopes, require, Authorized};
 use crate::error::{ApiError, ApiResult};
+use crate::proxy_changes::{self, ChangeKind};
 use crate::state::AppState;
 use crate::tenancy;
 
@@ -192,16 +193,24 @@ pub async fn delete_api_key(
     .ok_or_else(|| ApiError::not_found("api_key"))?;
     let key_scopes = parse_scopes(&row.try_get::<String, _>("scopes")?);
     ensure_grantable(&caller.scopes, &key_scopes)?;
+    // A proxy key is an API key with proxy settings: both go, and the proxies hear of it.
+    sqlx::query("DELETE FROM proxy_keys WHERE tenant_id = $1 AND api_key_id = $2")
+        .bind(&caller.tenant_id)
+        .bind(&key_id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("DELETE FROM api_keys WHERE tenant_id = $1 AND id = $2")
         .bind(&caller.tenant_id)
         .bind(&key_id)
         .execute(&mut *tx)
         .await?;
+    let now = state.clock.now();
+    proxy_changes::record(&mut tx, ChangeKind::ApiKey, &key_id, now).await?;
     audit::record(
         &mut tx,
         &caller.tenant_id,
         &caller.actor,
-        state.clock.now(),
+        now,
         AuditEvent {
             event_type: "api_key.deleted",
             target_type: "api_key",
