@@ -13,7 +13,7 @@ pub mod db;
 pub mod error;
 pub mod ledger;
 pub mod metrics;
-pub mod proxy_changes;
+pub mod proxy_state;
 pub mod startup;
 pub mod state;
 pub mod telemetry;

@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::metrics::{self, HttpMetrics};
+use crate::proxy_state::Publisher;
 use crate::state::AppState;
 
 /// A bound, migrated control plane, ready to serve.
@@ -46,6 +47,8 @@ pub enum StartupError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot start the proxy state publisher: {0}")]
+    Publisher(#[source] sqlx::Error),
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
 }
@@ -82,7 +85,11 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             warden_shared::keys::generate_api_key()
         }
     };
+    let publisher = Publisher::start(db.pool().clone(), clock.clone())
+        .await
+        .map_err(StartupError::Publisher)?;
     let state = AppState {
+        publisher,
         service_token_hash: Arc::from(warden_shared::keys::hash_credential(&service_token)),
         db,
         clock,

@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 use crate::metrics::HttpMetrics;
+use crate::proxy_state::Publisher;
 
 /// Cheap to clone: everything inside is reference-counted or a pool handle.
 #[derive(Clone)]
@@ -20,4 +21,6 @@ pub struct AppState {
     pub health_cache: Arc<HealthCache>,
     /// SHA-256 of the service token that internal endpoints require.
     pub service_token_hash: Arc<str>,
+    /// Deltas of enforcement state for the proxies' streams.
+    pub publisher: Publisher,
 }

@@ -10,4 +10,5 @@ pub mod managed;
 pub mod pricing;
 pub mod registry;
 pub mod scopes;
+pub mod snapshot;
 pub mod timestamp;

@@ -25,7 +25,7 @@ use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
 use crate::db::is_unique_violation;
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_changes::{self, ChangeKind};
+use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -116,7 +116,7 @@ async fn create_managed_key(
         },
     )
     .await?;
-    proxy_changes::record(&mut tx, ChangeKind::ManagedKey, &key.id, now).await?;
+    outbox::record(&mut tx, ChangeKind::ManagedKey, &key.id, now).await?;
     tx.commit().await?;
     Ok(envelope::created(key))
 }
@@ -193,7 +193,7 @@ async fn delete_managed_key(
         },
     )
     .await?;
-    proxy_changes::record(&mut tx, ChangeKind::ManagedKey, &managed_key_id, now).await?;
+    outbox::record(&mut tx, ChangeKind::ManagedKey, &managed_key_id, now).await?;
     tx.commit().await?;
     Ok(envelope::no_content())
 }

@@ -19,6 +19,7 @@ mod isolation;
 mod kill_switch;
 mod ops;
 mod proxy_keys;
+mod proxy_state;
 mod scopes;
 mod teams;
 mod telemetry;

@@ -23,7 +23,7 @@ use crate::api::validate::{Email, Text};
 use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_changes::{self, ChangeKind};
+use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 use crate::tenancy::{self, NewTenant, Plan};
 
@@ -260,7 +260,7 @@ async fn delete_tenant(
         return Err(ApiError::not_found("tenant"));
     }
     // Proxies drop everything of the tenant (its keys above all) from their snapshots.
-    proxy_changes::record(&mut tx, ChangeKind::Tenant, &tenant_id, state.clock.now()).await?;
+    outbox::record(&mut tx, ChangeKind::Tenant, &tenant_id, state.clock.now()).await?;
     audit::record(
         &mut tx,
         &caller.tenant_id,

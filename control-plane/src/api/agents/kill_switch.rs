@@ -21,7 +21,7 @@ use crate::api::validate::Text;
 use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized, Caller};
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_changes::{self, ChangeKind};
+use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -179,7 +179,7 @@ async fn set_flag(
         },
     )
     .await?;
-    proxy_changes::record(&mut tx, ChangeKind::Agent, agent_id, now).await?;
+    outbox::record(&mut tx, ChangeKind::Agent, agent_id, now).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -13,7 +13,7 @@ use crate::audit::{self, AuditEvent};
 use crate::auth::Caller;
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_changes::{self, ChangeKind};
+use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 pub async fn list_agents(
@@ -222,7 +222,7 @@ pub async fn delete_agent(state: &AppState, caller: &Caller, agent_id: &str) -> 
     )
     .await?;
     // A proxy drops a deleted agent's keys from its snapshot.
-    proxy_changes::record(&mut tx, ChangeKind::Agent, agent_id, now).await?;
+    outbox::record(&mut tx, ChangeKind::Agent, agent_id, now).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -18,7 +18,7 @@ use crate::api::validate::Text;
 use crate::audit::{self, AuditEvent};
 use crate::auth::{parse_scopes, require, Authorized};
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_changes::{self, ChangeKind};
+use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 use crate::tenancy;
 
@@ -205,7 +205,7 @@ pub async fn delete_api_key(
         .execute(&mut *tx)
         .await?;
     let now = state.clock.now();
-    proxy_changes::record(&mut tx, ChangeKind::ApiKey, &key_id, now).await?;
+    outbox::record(&mut tx, ChangeKind::ApiKey, &key_id, now).await?;
     audit::record(
         &mut tx,
         &caller.tenant_id,

@@ -1,6 +1,7 @@
 //! Internal endpoints for Warden's own services, under `/internal/v1`, authenticated by
 //! the service token and never by tenant keys.
 
+mod proxy_state;
 mod usage_batches;
 
 use axum::extract::FromRequestParts;
@@ -14,7 +15,9 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(usage_batches::ingest_usage_batch))
+    OpenApiRouter::new()
+        .routes(routes!(usage_batches::ingest_usage_batch))
+        .routes(routes!(proxy_state::stream_proxy_state))
 }
 
 /// Proof that the caller presented the service token.

@@ -32,7 +32,7 @@ use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized, Caller};
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_changes::{self, ChangeKind};
+use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 use crate::tenancy::{self, Plan};
 
@@ -139,7 +139,7 @@ async fn create_proxy_key(
         },
     )
     .await?;
-    proxy_changes::record(&mut tx, ChangeKind::ApiKey, &key.api_key_id, now).await?;
+    outbox::record(&mut tx, ChangeKind::ApiKey, &key.api_key_id, now).await?;
     tx.commit().await?;
     Ok(envelope::created(key))
 }
@@ -187,7 +187,7 @@ async fn delete_proxy_key(
         },
     )
     .await?;
-    proxy_changes::record(&mut tx, ChangeKind::ApiKey, &api_key_id, now).await?;
+    outbox::record(&mut tx, ChangeKind::ApiKey, &api_key_id, now).await?;
     tx.commit().await?;
     Ok(envelope::no_content())
 }

@@ -35,6 +35,17 @@ impl ChangeKind {
             ChangeKind::Tenant => "tenant",
         }
     }
+
+    pub fn parse(text: &str) -> Option<ChangeKind> {
+        [
+            ChangeKind::Agent,
+            ChangeKind::ApiKey,
+            ChangeKind::ManagedKey,
+            ChangeKind::Tenant,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == text)
+    }
 }
 
 /// Records that `entity_id` of `kind` changed; returns the change's version.

@@ -1,0 +1,145 @@
+//! `GET /internal/v1/proxy-state`: the stream a proxy follows to learn what to enforce.
+//!
+//! Newline-delimited JSON (`warden_shared::snapshot::StreamMessage`): first a full
+//! snapshot, or, when the proxy says which version it has (`since`) and the outbox still
+//! holds every change after it, only the deltas it missed; then a delta for every new
+//! change as the publisher sees it, and a heartbeat every `HEARTBEAT` while nothing
+//! changes. A stream that falls behind the publisher is sent a fresh snapshot.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::Response;
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc};
+use utoipa::IntoParams;
+use warden_shared::snapshot::{Delta, StreamMessage};
+
+use super::ServiceCaller;
+use crate::api::extract::ApiQuery;
+use crate::error::{ApiError, ApiResult};
+use crate::proxy_state::load;
+use crate::state::AppState;
+
+/// How often a quiet stream says it is alive; proxies reconnect after three missed.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct StreamQuery {
+    /// The version the proxy already holds; omitted: start with a full snapshot.
+    pub since: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/internal/v1/proxy-state", tag = "internal", params(StreamQuery),
+    security(("service_token" = [])),
+    responses((status = 200, description = "Newline-delimited JSON: a snapshot or the missed deltas, then deltas and heartbeats", content_type = "application/x-ndjson")))]
+pub async fn stream_proxy_state(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<StreamQuery>,
+) -> ApiResult<Response> {
+    // Subscribe before reading, so no delta published meanwhile is missed; those already
+    // covered by what is read first are skipped by version.
+    let deltas = state.publisher.subscribe();
+    let pool = state.db.pool().clone();
+    let first = catch_up(&pool, query.since).await?;
+    let (lines, body) = mpsc::channel::<Result<Bytes, Infallible>>(16);
+    tokio::spawn(follow(pool, deltas, first, lines));
+    let mut body = body;
+    let stream = futures_util::stream::poll_fn(move |cx| body.poll_recv(cx));
+    Response::builder()
+        .header(CONTENT_TYPE, "application/x-ndjson")
+        .header("cache-control", "no-store")
+        .body(Body::from_stream(stream))
+        .map_err(ApiError::internal)
+}
+
+/// What a proxy at `since` needs first: the deltas after it, or a full snapshot.
+async fn catch_up(pool: &sqlx::AnyPool, since: Option<i64>) -> ApiResult<Vec<StreamMessage>> {
+    let current = load::current_version(pool).await?;
+    if let Some(since) = since.filter(|since| (0..=current).contains(since)) {
+        let complete = since == current
+            || load::oldest_retained(pool)
+                .await?
+                .is_some_and(|oldest| oldest <= since + 1);
+        if complete {
+            let mut messages = Vec::new();
+            let mut at = since;
+            while let Some(delta) = load::delta_since(pool, at).await? {
+                at = delta.version;
+                messages.push(StreamMessage::Delta(delta));
+            }
+            if messages.is_empty() {
+                messages.push(StreamMessage::Heartbeat { version: since });
+            }
+            return Ok(messages);
+        }
+    }
+    Ok(vec![StreamMessage::Snapshot(load::snapshot(pool).await?)])
+}
+
+/// Writes `first`, then every newer delta and the heartbeats, until the proxy hangs up.
+async fn follow(
+    pool: sqlx::AnyPool,
+    mut deltas: broadcast::Receiver<Arc<Delta>>,
+    first: Vec<StreamMessage>,
+    lines: mpsc::Sender<Result<Bytes, Infallible>>,
+) {
+    let mut version = 0;
+    for message in first {
+        version = version_of(&message);
+        if !send(&lines, &message).await {
+            return;
+        }
+    }
+    let mut heartbeat =
+        tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    loop {
+        let message = tokio::select! {
+            received = deltas.recv() => match received {
+                Ok(delta) if delta.version <= version => continue,
+                Ok(delta) => StreamMessage::Delta(Delta::clone(&delta)),
+                Err(broadcast::error::RecvError::Lagged(_)) => match load::snapshot(&pool).await {
+                    Ok(snapshot) => StreamMessage::Snapshot(snapshot),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot reload a snapshot for a lagging proxy");
+                        return;
+                    }
+                },
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = heartbeat.tick() => StreamMessage::Heartbeat { version },
+        };
+        version = version_of(&message);
+        if !send(&lines, &message).await {
+            return;
+        }
+    }
+}
+
+fn version_of(message: &StreamMessage) -> i64 {
+    match message {
+        StreamMessage::Snapshot(snapshot) => snapshot.version,
+        StreamMessage::Delta(delta) => delta.version,
+        StreamMessage::Heartbeat { version } => *version,
+    }
+}
+
+/// False when the proxy is gone.
+async fn send(lines: &mpsc::Sender<Result<Bytes, Infallible>>, message: &StreamMessage) -> bool {
+    let mut line = match serde_json::to_vec(message) {
+        Ok(line) => line,
+        Err(error) => {
+            tracing::error!(%error, "cannot encode a proxy state message");
+            return false;
+        }
+    };
+    line.push(b'\n');
+    lines.send(Ok(Bytes::from(line))).await.is_ok()
+}

@@ -1,0 +1,266 @@
+//! Reads what the proxies enforce: the full snapshot, and the current state of the
+//! entities named by outbox changes.
+
+use std::collections::BTreeMap;
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row};
+use warden_shared::registry::Provider;
+use warden_shared::snapshot::{
+    AgentState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState, Snapshot, TenantState,
+};
+
+use super::outbox::ChangeKind;
+
+/// The most changes one delta carries; a proxy further behind gets several deltas.
+pub const MAX_CHANGES_PER_DELTA: i64 = 1000;
+
+macro_rules! select_agents {
+    () => {
+        "SELECT a.id, a.tenant_id, a.team_id, a.environment, a.blocked, a.quarantined FROM agents a"
+    };
+}
+
+macro_rules! select_keys {
+    () => {
+        "SELECT p.api_key_id, k.key_hash, p.tenant_id, p.agent_id, p.team_id, \
+         p.allowed_providers, p.allowed_models, p.model_overrides, p.rate_limit_override, \
+         p.budget_limit_micros, p.use_managed_key, k.expires_at \
+         FROM proxy_keys p JOIN api_keys k ON k.id = p.api_key_id AND k.tenant_id = p.tenant_id"
+    };
+}
+
+macro_rules! select_managed_keys {
+    () => {
+        "SELECT m.id, m.tenant_id, m.provider, m.secret_ref FROM managed_keys m"
+    };
+}
+
+/// The version of the newest committed change.
+pub async fn current_version(pool: &AnyPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT version FROM proxy_state_version WHERE id = 1")
+        .fetch_one(pool)
+        .await
+}
+
+/// Everything the proxies enforce. The version is read first: entities read after it
+/// may already be newer, which the deltas that follow converge over (they carry state,
+/// not differences).
+pub async fn snapshot(pool: &AnyPool) -> Result<Snapshot, sqlx::Error> {
+    let version = current_version(pool).await?;
+    let tenants = sqlx::query("SELECT id, plan FROM tenants")
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(tenant_from_row)
+        .collect::<Result<_, _>>()?;
+    let agents = sqlx::query(concat!(
+        select_agents!(),
+        " WHERE a.deleted_at IS NULL AND EXISTS (SELECT 1 FROM proxy_keys p \
+         WHERE p.tenant_id = a.tenant_id AND p.agent_id = a.id)"
+    ))
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(agent_from_row)
+    .collect::<Result<_, _>>()?;
+    let keys = sqlx::query(select_keys!())
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(key_from_row)
+        .collect::<Result<_, _>>()?;
+    let managed_keys = sqlx::query(select_managed_keys!())
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(managed_key_from_row)
+        .collect::<Result<_, _>>()?;
+    Ok(Snapshot {
+        version,
+        tenants,
+        agents,
+        keys,
+        managed_keys,
+    })
+}
+
+/// The oldest version still in the outbox, if any.
+pub async fn oldest_retained(pool: &AnyPool) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT MIN(version) FROM proxy_changes")
+        .fetch_one(pool)
+        .await
+}
+
+/// The changes after `since` (at most [`MAX_CHANGES_PER_DELTA`]) as one delta of current
+/// states; `None` when there are none.
+pub async fn delta_since(pool: &AnyPool, since: i64) -> Result<Option<Delta>, sqlx::Error> {
+    let changes = sqlx::query(
+        "SELECT version, kind, entity_id FROM proxy_changes WHERE version > $1 \
+         ORDER BY version LIMIT $2",
+    )
+    .bind(since)
+    .bind(MAX_CHANGES_PER_DELTA)
+    .fetch_all(pool)
+    .await?;
+    let Some(last) = changes.last() else {
+        return Ok(None);
+    };
+    let mut delta = Delta {
+        version: last.try_get("version")?,
+        ..Delta::default()
+    };
+    // Each entity once, however often it changed in the range.
+    let mut seen = std::collections::HashSet::new();
+    for change in &changes {
+        let kind: String = change.try_get("kind")?;
+        let id: String = change.try_get("entity_id")?;
+        if !seen.insert((kind.clone(), id.clone())) {
+            continue;
+        }
+        match ChangeKind::parse(&kind) {
+            Some(kind) => add_current_state(pool, &mut delta, kind, &id).await?,
+            None => tracing::warn!(kind, "unknown change kind in the outbox"),
+        }
+    }
+    Ok(Some(delta))
+}
+
+async fn add_current_state(
+    pool: &AnyPool,
+    delta: &mut Delta,
+    kind: ChangeKind,
+    id: &str,
+) -> Result<(), sqlx::Error> {
+    match kind {
+        ChangeKind::Tenant => match tenant(pool, id).await? {
+            Some(tenant) => delta.upserts.push(Entity::Tenant(tenant)),
+            None => delta.removals.push(EntityRef::Tenant(id.to_owned())),
+        },
+        ChangeKind::Agent => match agent(pool, id).await? {
+            Some(agent) => delta.upserts.push(Entity::Agent(agent)),
+            None => delta.removals.push(EntityRef::Agent(id.to_owned())),
+        },
+        ChangeKind::ApiKey => {
+            let key = sqlx::query(concat!(select_keys!(), " WHERE p.api_key_id = $1"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            match key.as_ref().map(key_from_row).transpose()? {
+                // The key's tenant and agent come along, so a proxy can use the key
+                // whatever it held before.
+                Some(key) => {
+                    if let Some(tenant) = tenant(pool, &key.tenant_id).await? {
+                        delta.upserts.push(Entity::Tenant(tenant));
+                    }
+                    if let Some(agent) = agent(pool, &key.agent_id).await? {
+                        delta.upserts.push(Entity::Agent(agent));
+                    }
+                    delta.upserts.push(Entity::Key(key));
+                }
+                None => delta.removals.push(EntityRef::Key(id.to_owned())),
+            }
+        }
+        ChangeKind::ManagedKey => {
+            let row = sqlx::query(concat!(select_managed_keys!(), " WHERE m.id = $1"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            match row.as_ref().map(managed_key_from_row).transpose()? {
+                Some(key) => delta.upserts.push(Entity::ManagedKey(key)),
+                None => delta.removals.push(EntityRef::ManagedKey(id.to_owned())),
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn tenant(pool: &AnyPool, id: &str) -> Result<Option<TenantState>, sqlx::Error> {
+    sqlx::query("SELECT id, plan FROM tenants WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .as_ref()
+        .map(tenant_from_row)
+        .transpose()
+}
+
+/// A live agent; deleted agents read as absent.
+async fn agent(pool: &AnyPool, id: &str) -> Result<Option<AgentState>, sqlx::Error> {
+    sqlx::query(concat!(
+        select_agents!(),
+        " WHERE a.id = $1 AND a.deleted_at IS NULL"
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await?
+    .as_ref()
+    .map(agent_from_row)
+    .transpose()
+}
+
+fn tenant_from_row(row: &AnyRow) -> Result<TenantState, sqlx::Error> {
+    Ok(TenantState {
+        id: row.try_get("id")?,
+        plan: row.try_get("plan")?,
+    })
+}
+
+fn agent_from_row(row: &AnyRow) -> Result<AgentState, sqlx::Error> {
+    Ok(AgentState {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        team_id: row.try_get("team_id")?,
+        environment: row.try_get("environment")?,
+        blocked: row.try_get::<i64, _>("blocked")? == 1,
+        quarantined: row.try_get::<i64, _>("quarantined")? == 1,
+    })
+}
+
+#[derive(serde::Deserialize, Default)]
+struct StoredLimits {
+    requests_per_minute: Option<i64>,
+    tokens_per_minute: Option<i64>,
+}
+
+fn key_from_row(row: &AnyRow) -> Result<ProxyKeyState, sqlx::Error> {
+    fn parsed<T: serde::de::DeserializeOwned + Default>(text: &str) -> T {
+        serde_json::from_str(text).unwrap_or_default()
+    }
+    let limits: StoredLimits = row
+        .try_get::<Option<String>, _>("rate_limit_override")?
+        .map(|text| parsed(&text))
+        .unwrap_or_default();
+    let providers: Vec<String> = parsed(&row.try_get::<String, _>("allowed_providers")?);
+    Ok(ProxyKeyState {
+        id: row.try_get("api_key_id")?,
+        key_hash: row.try_get("key_hash")?,
+        tenant_id: row.try_get("tenant_id")?,
+        agent_id: row.try_get("agent_id")?,
+        team_id: row.try_get("team_id")?,
+        allowed_providers: providers
+            .iter()
+            .filter_map(|p| Provider::parse(p))
+            .collect(),
+        allowed_models: parsed(&row.try_get::<String, _>("allowed_models")?),
+        model_overrides: parsed::<BTreeMap<String, String>>(
+            &row.try_get::<String, _>("model_overrides")?,
+        ),
+        requests_per_minute: limits.requests_per_minute,
+        tokens_per_minute: limits.tokens_per_minute,
+        budget_limit_micros: row.try_get("budget_limit_micros")?,
+        use_managed_key: row.try_get::<i64, _>("use_managed_key")? == 1,
+        expires_at: row.try_get("expires_at")?,
+    })
+}
+
+fn managed_key_from_row(row: &AnyRow) -> Result<ManagedKeyState, sqlx::Error> {
+    let provider: String = row.try_get("provider")?;
+    Ok(ManagedKeyState {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        provider: Provider::parse(&provider)
+            .ok_or_else(|| sqlx::Error::Decode(format!("unknown provider {provider}").into()))?,
+        secret_ref: row.try_get("secret_ref")?,
+    })
+}

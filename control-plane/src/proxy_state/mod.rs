@@ -1,0 +1,108 @@
+//! The proxies' view of enforcement state: the change outbox (`outbox`, written in the
+//! transaction of each change), the loader of snapshots and deltas (`load`), and the
+//! publisher that turns new outbox rows into deltas for every connected proxy.
+//!
+//! The publisher polls the outbox's version counter every `POLL_INTERVAL`, so a change
+//! made through any control-plane replica sharing the database reaches the proxies
+//! connected to every replica, with no extra messaging system; a poll is one indexed
+//! single-row read. Deltas go out through a broadcast channel; a stream that falls too
+//! far behind it (or a proxy reconnecting after the outbox was pruned) gets a full
+//! snapshot instead.
+
+pub mod load;
+pub mod outbox;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::AnyPool;
+use tokio::sync::broadcast;
+use warden_shared::snapshot::Delta;
+
+use crate::clock::Clock;
+
+/// How often the publisher looks for new changes: the larger part of the time a block or
+/// a revocation takes to reach the proxies.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Outbox rows older than this are pruned; proxies further behind get a full snapshot.
+const RETENTION_MS: i64 = 24 * 3_600_000;
+/// Deltas a slow stream may fall behind before it is sent a full snapshot instead.
+const CHANNEL_CAPACITY: usize = 256;
+
+/// Hands each new delta to every connected proxy stream. Polling stops when the last
+/// clone is dropped.
+#[derive(Clone)]
+pub struct Publisher {
+    deltas: broadcast::Sender<Arc<Delta>>,
+    _poller: Arc<AbortOnDrop>,
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Publisher {
+    /// Starts polling `pool` from the current version, on the current runtime.
+    pub async fn start(pool: AnyPool, clock: Clock) -> Result<Publisher, sqlx::Error> {
+        let (deltas, _) = broadcast::channel(CHANNEL_CAPACITY);
+        let from = load::current_version(&pool).await?;
+        let poller = tokio::spawn(poll(pool, clock, deltas.clone(), from));
+        Ok(Publisher {
+            deltas,
+            _poller: Arc::new(AbortOnDrop(poller.abort_handle())),
+        })
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Delta>> {
+        self.deltas.subscribe()
+    }
+}
+
+async fn poll(pool: AnyPool, clock: Clock, deltas: broadcast::Sender<Arc<Delta>>, mut at: i64) {
+    let mut ticker = tokio::time::interval(POLL_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_prune: Option<i64> = None;
+    loop {
+        ticker.tick().await;
+        match publish_new(&pool, &deltas, at).await {
+            Ok(version) => at = version,
+            Err(error) => tracing::warn!(%error, "cannot read the proxy change outbox"),
+        }
+        let now = clock.now().as_millis();
+        if last_prune.is_none_or(|last| now.saturating_sub(last) > 600_000) {
+            last_prune = Some(now);
+            if let Err(error) = prune(&pool, now - RETENTION_MS).await {
+                tracing::warn!(%error, "cannot prune the proxy change outbox");
+            }
+        }
+    }
+}
+
+/// Sends every delta after `at`; returns the version reached.
+async fn publish_new(
+    pool: &AnyPool,
+    deltas: &broadcast::Sender<Arc<Delta>>,
+    mut at: i64,
+) -> Result<i64, sqlx::Error> {
+    if load::current_version(pool).await? <= at {
+        return Ok(at);
+    }
+    while let Some(delta) = load::delta_since(pool, at).await? {
+        at = delta.version;
+        // No receiver is fine: nobody is connected right now.
+        let _ = deltas.send(Arc::new(delta));
+    }
+    Ok(at)
+}
+
+async fn prune(pool: &AnyPool, before_ms: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM proxy_changes WHERE changed_at < $1")
+        .bind(before_ms)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}

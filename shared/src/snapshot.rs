@@ -1,0 +1,136 @@
+//! The snapshot stream between the planes: what the proxy enforces, as the control plane
+//! sends it (a full snapshot on connect, then versioned deltas).
+//!
+//! Versions come from the control plane's change outbox and grow in commit order. A delta
+//! carries the *current* state of each changed entity (or its removal), never a diff, so
+//! applying a delta twice, or applying one whose entities are already newer in the
+//! snapshot, converges to the same state. The stream is newline-delimited JSON, one
+//! [`StreamMessage`] per line.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::registry::Provider;
+
+/// One line of the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamMessage {
+    /// Everything, replacing what the proxy held.
+    Snapshot(Snapshot),
+    /// Changes after the previous message's version.
+    Delta(Delta),
+    /// Nothing changed; sent periodically so a proxy can tell a quiet stream from a dead
+    /// connection, and carrying the version the proxy is at.
+    Heartbeat { version: i64 },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub version: i64,
+    pub tenants: Vec<TenantState>,
+    pub agents: Vec<AgentState>,
+    pub keys: Vec<ProxyKeyState>,
+    pub managed_keys: Vec<ManagedKeyState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    pub version: i64,
+    pub upserts: Vec<Entity>,
+    pub removals: Vec<EntityRef>,
+}
+
+/// The current state of one entity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entity {
+    Tenant(TenantState),
+    Agent(AgentState),
+    Key(ProxyKeyState),
+    ManagedKey(ManagedKeyState),
+}
+
+/// An entity that no longer exists. Removing a tenant removes everything of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "id", rename_all = "snake_case")]
+pub enum EntityRef {
+    Tenant(String),
+    Agent(String),
+    Key(String),
+    ManagedKey(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantState {
+    pub id: String,
+    /// `free`, `starter`, ...; the proxy refuses keys of tenants whose plan has no proxy.
+    pub plan: String,
+}
+
+/// What the proxy needs of an agent: who it is and whether it may call at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentState {
+    pub id: String,
+    pub tenant_id: String,
+    pub team_id: Option<String>,
+    pub environment: String,
+    pub blocked: bool,
+    pub quarantined: bool,
+}
+
+/// A proxy key: looked up by the SHA-256 of the presented credential.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProxyKeyState {
+    pub id: String,
+    /// Hex SHA-256 of the raw key (`keys::hash_credential`).
+    pub key_hash: String,
+    pub tenant_id: String,
+    pub agent_id: String,
+    pub team_id: Option<String>,
+    /// Empty: every provider.
+    pub allowed_providers: Vec<Provider>,
+    /// Empty: every model.
+    pub allowed_models: Vec<String>,
+    pub model_overrides: BTreeMap<String, String>,
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
+    /// Monthly budget of the key in micro-dollars.
+    pub budget_limit_micros: Option<i64>,
+    pub use_managed_key: bool,
+    /// Unix milliseconds; the proxy refuses the key from then on.
+    pub expires_at: Option<i64>,
+}
+
+/// A tenant's managed provider key: the Secrets Manager reference, never the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagedKeyState {
+    pub id: String,
+    pub tenant_id: String,
+    pub provider: Provider,
+    pub secret_ref: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_tagged_json_lines() {
+        let message = StreamMessage::Delta(Delta {
+            version: 7,
+            upserts: vec![Entity::Tenant(TenantState {
+                id: "ten_1".into(),
+                plan: "starter".into(),
+            })],
+            removals: vec![EntityRef::Key("key_1".into())],
+        });
+        let line = serde_json::to_string(&message).unwrap_or_default();
+        assert!(line.starts_with(r#"{"type":"delta","version":7"#), "{line}");
+        assert!(line.contains(r#"{"kind":"key","id":"key_1"}"#), "{line}");
+        assert!(!line.contains('\n'));
+        let back: Result<StreamMessage, _> = serde_json::from_str(&line);
+        assert_eq!(back.ok(), Some(message));
+    }
+}
