@@ -128,5 +128,9 @@ fn sum<'r>(level: Level, records: &'r [Record<'_, '_>]) -> Vec<(Key<'r>, [i64; 4
         sum[2] += entry.output_tokens;
         sum[3] += cost_micros;
     }
-    sums.into_iter().collect()
+    // Sorted, so concurrent batches lock the rollup rows they share in the same order
+    // and cannot deadlock on PostgreSQL.
+    let mut rows: Vec<_> = sums.into_iter().collect();
+    rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    rows
 }

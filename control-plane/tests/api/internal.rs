@@ -210,3 +210,40 @@ db_test!(record_ids_are_unique_per_tenant_not_globally, |app| {
     assert_eq!(app.count_rows("usage_records", &first.id).await, 1);
     assert_eq!(app.count_rows("usage_records", &second.id).await, 1);
 });
+
+db_test!(concurrent_batches_over_the_same_rollups_all_land, |app| {
+    // Batches touching the same rollup rows in different orders must not deadlock.
+    let tenant = app.new_tenant("enterprise").await;
+    let mut agents = Vec::new();
+    for i in 0..20 {
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": format!("busy-{i}") }))
+            .await;
+        agents.push(agent["id"].as_str().unwrap().to_owned());
+    }
+    let now = app.clock.now().as_millis();
+    let mut sends = Vec::new();
+    for batch in 0..8 {
+        let mut records: Vec<Value> = (0..200)
+            .map(|i| {
+                let agent = &agents[(i * 7 + batch * 3) % agents.len()];
+                record(
+                    &format!("c{batch}-{i}"),
+                    &tenant.id,
+                    agent,
+                    now - (i as i64 % 3) * 3_600_000,
+                    0.001,
+                )
+            })
+            .collect();
+        if batch % 2 == 1 {
+            records.reverse();
+        }
+        let body = json!({ "batch_id": format!("concurrent-{batch}"), "records": records });
+        let app = &app;
+        sends.push(async move { ingest(app, SERVICE_TOKEN, &body).await.status().as_u16() });
+    }
+    let statuses = futures_util::future::join_all(sends).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(app.count_rows("usage_records", &tenant.id).await, 1600);
+});
