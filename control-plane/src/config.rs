@@ -4,13 +4,13 @@
 //! in the environment (`WARDEN_AUTH__LOGIN_ATTEMPTS_PER_EMAIL=5`). Unknown keys are
 //! rejected so that a typo fails at start instead of being silently ignored.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
+pub use warden_shared::secret::Secret;
 
 /// Everything `warden control-plane` needs to run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,28 +91,6 @@ impl Config {
             .merge(Env::prefixed("WARDEN_").split("__"))
             .extract()
             .map_err(Box::new)
-    }
-}
-
-/// A configuration value that must never reach a log line or a debug print.
-#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret value itself; call only where it is used, never to print it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
     }
 }
 

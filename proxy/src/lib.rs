@@ -1,7 +1,22 @@
 //! Warden's data plane: the OpenAI-compatible LLM proxy.
 //!
-//! The proxy arrives with its own issue: a pingora server that authenticates proxy keys,
-//! enforces blocks, policies, budgets and rate limits against snapshots pushed by the
-//! control plane, forwards to the providers and flushes usage to the ledger. Until then
-//! this crate holds nothing, so that the workspace has its final shape and `warden dev`
-//! can start the proxy beside the control plane without restructuring.
+//! Agents point an OpenAI SDK at it. Each request is authenticated by its proxy key and
+//! admitted against the enforcement state the control plane streams to it (kill switch,
+//! quarantine, allowed providers and models), forwarded to the provider chosen from the
+//! model, relayed back (streamed or whole), and its usage queued for the ledger. The
+//! request path reads only memory.
+
+pub mod admission;
+pub mod app;
+pub mod config;
+pub mod forward;
+pub mod metrics;
+pub mod refusal;
+pub mod routing;
+pub mod service;
+pub mod state;
+pub mod sync;
+pub mod upstream;
+pub mod usage;
+
+pub use app::{build, ProxyApp, ProxySettings};

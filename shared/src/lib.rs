@@ -10,5 +10,6 @@ pub mod managed;
 pub mod pricing;
 pub mod registry;
 pub mod scopes;
+pub mod secret;
 pub mod snapshot;
 pub mod timestamp;

@@ -1,0 +1,143 @@
+//! Whether a key may make a request, from memory only: the key, its agent and tenant,
+//! the route, and the key's model list.
+
+use warden_shared::registry::Provider;
+
+use crate::refusal::Refusal;
+use crate::routing::{self, Route, RouteError};
+use crate::state::KeyView;
+
+/// What the proxy needs to forward an admitted request.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    pub route: Route,
+    /// The model the client asked for (before overrides), as recorded in usage.
+    pub requested_model: String,
+}
+
+/// Checks the key and agent flags only (for requests without a model, e.g. `/v1/models`).
+pub fn check_key(view: &KeyView, now_ms: i64) -> Result<(), Refusal> {
+    if view.key.expires_at.is_some_and(|at| at <= now_ms) {
+        return Err(Refusal::KeyExpired);
+    }
+    let Some(tenant) = &view.tenant else {
+        return Err(Refusal::InvalidKey);
+    };
+    if tenant.plan == "free" {
+        return Err(Refusal::PlanWithoutProxy);
+    }
+    let Some(agent) = &view.agent else {
+        return Err(Refusal::AgentNotFound);
+    };
+    // Quarantine is checked first: it is the stronger, investigative state.
+    if agent.quarantined {
+        return Err(Refusal::AgentQuarantined);
+    }
+    if agent.blocked {
+        return Err(Refusal::AgentBlocked);
+    }
+    Ok(())
+}
+
+/// Admits a request for `model`, or says why not.
+pub fn admit(view: &KeyView, model: &str, now_ms: i64) -> Result<Admitted, Refusal> {
+    check_key(view, now_ms)?;
+    let key = &view.key;
+    if !key.allowed_models.is_empty() && !key.allowed_models.iter().any(|m| m == model) {
+        return Err(Refusal::ModelNotAllowed(model.to_owned()));
+    }
+    let overridden = key.model_overrides.get(model).map_or(model, String::as_str);
+    let route = routing::route(overridden, &key.allowed_providers).map_err(
+        |RouteError::ProviderNotAllowed(provider)| Refusal::ProviderNotAllowed(provider),
+    )?;
+    Ok(Admitted {
+        route,
+        requested_model: model.to_owned(),
+    })
+}
+
+/// The providers a key may use, for `/v1/models`.
+pub fn allowed_providers(view: &KeyView) -> Vec<Provider> {
+    if view.key.allowed_providers.is_empty() {
+        Provider::ALL.to_vec()
+    } else {
+        view.key.allowed_providers.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use warden_shared::snapshot::{AgentState, ProxyKeyState, TenantState};
+
+    use super::*;
+
+    fn view(blocked: bool, quarantined: bool) -> KeyView {
+        KeyView {
+            key: Arc::new(ProxyKeyState {
+                id: "k".into(),
+                key_hash: "h".into(),
+                tenant_id: "t".into(),
+                agent_id: "a".into(),
+                team_id: None,
+                allowed_providers: vec![Provider::Openai],
+                allowed_models: vec!["gpt-4o".into(), "gpt-4o-mini".into()],
+                model_overrides: [("gpt-4o".to_owned(), "gpt-4o-mini".to_owned())].into(),
+                requests_per_minute: None,
+                tokens_per_minute: None,
+                budget_limit_micros: None,
+                use_managed_key: false,
+                expires_at: Some(1_000),
+            }),
+            agent: Some(Arc::new(AgentState {
+                id: "a".into(),
+                tenant_id: "t".into(),
+                team_id: None,
+                environment: "production".into(),
+                blocked,
+                quarantined,
+            })),
+            tenant: Some(Arc::new(TenantState {
+                id: "t".into(),
+                plan: "starter".into(),
+            })),
+        }
+    }
+
+    #[test]
+    fn each_block_reason_has_its_refusal() {
+        assert_eq!(
+            admit(&view(true, false), "gpt-4o", 0).err(),
+            Some(Refusal::AgentBlocked)
+        );
+        assert_eq!(
+            admit(&view(false, true), "gpt-4o", 0).err(),
+            Some(Refusal::AgentQuarantined)
+        );
+        assert_eq!(
+            admit(&view(false, false), "gpt-4o", 1_000).err(),
+            Some(Refusal::KeyExpired)
+        );
+        assert_eq!(
+            admit(&view(false, false), "claude-sonnet-4-5", 0).err(),
+            Some(Refusal::ModelNotAllowed("claude-sonnet-4-5".into()))
+        );
+        let mut no_agent = view(false, false);
+        no_agent.agent = None;
+        assert_eq!(
+            admit(&no_agent, "gpt-4o", 0).err(),
+            Some(Refusal::AgentNotFound)
+        );
+    }
+
+    #[test]
+    fn overrides_apply_after_the_allowlist() {
+        let admitted = admit(&view(false, false), "gpt-4o", 0).ok();
+        assert_eq!(
+            admitted.as_ref().map(|a| a.route.upstream_model.as_str()),
+            Some("gpt-4o-mini")
+        );
+        assert_eq!(admitted.map(|a| a.requested_model), Some("gpt-4o".into()));
+    }
+}

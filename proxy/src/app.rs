@@ -1,0 +1,200 @@
+//! Builds the proxy exactly as production runs it: `build` binds the listener (port 0
+//! allowed) and starts nothing else; `serve` runs the state stream follower, the usage
+//! flusher and the accept loop until the shutdown future resolves.
+//!
+//! pingora's `HttpProxy` is driven from a tokio listener through `ServerApp::process_new`
+//! rather than by pingora's `Server`, which owns the process (its own runtimes, signals,
+//! `run_forever` exiting): the proxy then starts beside the control plane in one process
+//! (`warden dev`), in tests on port 0, and alone (`warden proxy`) the same way.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::apps::ServerApp;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::Stream;
+use pingora::proxy::HttpProxy;
+use pingora::server::configuration::ServerConf;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use warden_shared::secret::Secret;
+
+use crate::config::{ProvidersConfig, ProxyConfig};
+use crate::metrics::ProxyMetrics;
+use crate::service::ProxyService;
+use crate::state::EnforcementState;
+use crate::sync::{self, StreamSource};
+use crate::upstream::Upstreams;
+use crate::usage::sink::{self, FlushTarget};
+use crate::usage::UsageRecord;
+
+/// Connections still open at shutdown get this long to finish.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Everything the proxy is configured with.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    pub proxy: ProxyConfig,
+    pub providers: ProvidersConfig,
+    /// The token the control plane's internal endpoints require.
+    pub service_token: Secret,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyStartupError {
+    #[error("invalid provider configuration: {0}")]
+    Providers(String),
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("metrics registry: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+/// A bound proxy, ready to serve.
+pub struct ProxyApp {
+    pub addr: SocketAddr,
+    pub state: Arc<EnforcementState>,
+    pub metrics: ProxyMetrics,
+    listener: TcpListener,
+    proxy: Arc<HttpProxy<ProxyService>>,
+    usage: mpsc::Receiver<UsageRecord>,
+    flush: FlushTarget,
+    stream: StreamSource,
+    client: reqwest::Client,
+}
+
+pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupError> {
+    let ProxySettings {
+        proxy: config,
+        providers,
+        service_token,
+    } = settings;
+    let metrics = ProxyMetrics::new()?;
+    let state = Arc::new(EnforcementState::default());
+    let upstreams = Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
+    let (usage_sink, usage) = sink::channel(config.usage_buffer_capacity, metrics.clone());
+    let listener =
+        TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ProxyStartupError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ProxyStartupError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let base = config.control_plane_url.trim_end_matches('/').to_owned();
+    let service = ProxyService {
+        state: state.clone(),
+        upstreams,
+        usage: usage_sink,
+        metrics: metrics.clone(),
+        providers,
+        max_body_bytes: config.max_body_bytes,
+    };
+    let server_conf = Arc::new(ServerConf::default());
+    let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, service));
+    Ok(ProxyApp {
+        addr,
+        state,
+        metrics,
+        listener,
+        proxy,
+        usage,
+        flush: FlushTarget {
+            url: format!("{base}/internal/v1/usage-batches"),
+            service_token: service_token.expose().to_owned(),
+            batch_size: config.usage_batch_size.clamp(1, 1000),
+            interval: Duration::from_millis(config.usage_flush_interval_ms.max(1)),
+        },
+        stream: StreamSource {
+            url: format!("{base}/internal/v1/proxy-state"),
+            service_token: service_token.expose().to_owned(),
+        },
+        client: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()?,
+    })
+}
+
+impl ProxyApp {
+    /// Serves until `shutdown` resolves, then lets open requests finish (up to 10 s) and
+    /// sends the usage still queued.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let ProxyApp {
+            state,
+            metrics,
+            listener,
+            proxy,
+            usage,
+            flush,
+            stream,
+            client,
+            ..
+        } = self;
+        let follower = tokio::spawn(sync::follow_forever(
+            stream,
+            client.clone(),
+            state,
+            metrics.clone(),
+        ));
+        let flusher = tokio::spawn(sink::flush_forever(usage, flush, client, metrics));
+        let (stop, stopping) = watch::channel(false);
+        let mut connections = tokio::task::JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => {
+                    let (tcp, _) = match accepted {
+                        Ok(accepted) => accepted,
+                        Err(error) => {
+                            tracing::warn!(%error, "accept failed");
+                            continue;
+                        }
+                    };
+                    let _ = tcp.set_nodelay(true);
+                    let proxy = proxy.clone();
+                    let stopping = stopping.clone();
+                    connections.spawn(async move {
+                        let mut stream: Stream = Box::new(L4Stream::from(tcp));
+                        // A kept-alive connection comes back for its next request.
+                        while let Some(reused) = proxy.process_new(stream, &stopping).await {
+                            if *stopping.borrow() {
+                                break;
+                            }
+                            stream = reused;
+                        }
+                    });
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        let _ = stop.send(true);
+        drop(listener);
+        let _ = tokio::time::timeout(DRAIN, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        connections.abort_all();
+        follower.abort();
+        // The last handle on the usage queue goes with the proxy; the flusher then sends
+        // what is left and ends.
+        drop(proxy);
+        let _ = tokio::time::timeout(DRAIN, flusher).await;
+        Ok(())
+    }
+}

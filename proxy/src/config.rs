@@ -1,0 +1,127 @@
+//! The proxy's settings. The `warden` binary reads them (file and `WARDEN_` variables)
+//! with the rest of its configuration; this crate only defines them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use warden_shared::registry::Provider;
+use warden_shared::secret::Secret;
+
+/// Everything the proxy needs besides the service token.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Where agents connect (`/v1/...`), plus `/healthz` and `/metrics`.
+    pub listen: SocketAddr,
+    /// The control plane's base URL, for the state stream and usage batches.
+    pub control_plane_url: String,
+    /// Largest request body forwarded, in bytes; 413 above.
+    pub max_body_bytes: usize,
+    /// Connecting to a provider, TLS included.
+    pub connect_timeout_ms: u64,
+    /// Waiting for a provider's response headers (reasoning models think first).
+    pub first_byte_timeout_ms: u64,
+    /// Longest silence between two reads of a provider's answer.
+    pub idle_timeout_ms: u64,
+    /// Usage records are sent to the ledger at least this often.
+    pub usage_flush_interval_ms: u64,
+    /// Records per usage batch (the control plane accepts up to 1,000).
+    pub usage_batch_size: usize,
+    /// Records held while the control plane is unreachable; beyond, new ones are dropped
+    /// and counted (`warden_proxy_usage_dropped_total`).
+    pub usage_buffer_capacity: usize,
+    /// A PEM file of extra CA certificates trusted for providers (private gateways, tests).
+    pub ca_file: Option<PathBuf>,
+    pub secrets_manager: SecretsManagerConfig,
+}
+
+/// Where managed provider keys are read (AWS Secrets Manager or a compatible emulator).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecretsManagerConfig {
+    /// Overrides the AWS endpoint (for an emulator); the region's endpoint otherwise.
+    pub endpoint_url: Option<String>,
+    pub region: String,
+    /// How long a resolved key is reused before it is read again.
+    pub cache_ttl_secs: u64,
+}
+
+/// The five providers' endpoints and the proxy's own credentials for them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProvidersConfig {
+    pub openai: ProviderEndpoint,
+    pub anthropic: ProviderEndpoint,
+    pub google: ProviderEndpoint,
+    pub nvidia: ProviderEndpoint,
+    pub bedrock: ProviderEndpoint,
+}
+
+/// One provider's OpenAI-compatible endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEndpoint {
+    /// Base URL up to and including the API version (`.../v1`); the proxy appends
+    /// `/chat/completions` or `/embeddings`.
+    pub base_url: String,
+    /// The credential the proxy uses for keys without `use_managed_key`.
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8081)),
+            control_plane_url: "http://127.0.0.1:8080".to_owned(),
+            max_body_bytes: 32 * 1024 * 1024,
+            connect_timeout_ms: 5_000,
+            first_byte_timeout_ms: 300_000,
+            idle_timeout_ms: 120_000,
+            usage_flush_interval_ms: 1_000,
+            usage_batch_size: 500,
+            usage_buffer_capacity: 200_000,
+            ca_file: None,
+            secrets_manager: SecretsManagerConfig::default(),
+        }
+    }
+}
+
+impl Default for SecretsManagerConfig {
+    fn default() -> Self {
+        SecretsManagerConfig {
+            endpoint_url: None,
+            region: "us-east-1".to_owned(),
+            cache_ttl_secs: 300,
+        }
+    }
+}
+
+impl Default for ProvidersConfig {
+    fn default() -> Self {
+        let endpoint = |base_url: &str| ProviderEndpoint {
+            base_url: base_url.to_owned(),
+            api_key: None,
+        };
+        ProvidersConfig {
+            openai: endpoint("https://api.openai.com/v1"),
+            anthropic: endpoint("https://api.anthropic.com/v1"),
+            google: endpoint("https://generativelanguage.googleapis.com/v1beta/openai"),
+            nvidia: endpoint("https://integrate.api.nvidia.com/v1"),
+            bedrock: endpoint("https://bedrock-runtime.us-east-1.amazonaws.com/openai/v1"),
+        }
+    }
+}
+
+impl ProvidersConfig {
+    pub fn endpoint(&self, provider: Provider) -> &ProviderEndpoint {
+        match provider {
+            Provider::Openai => &self.openai,
+            Provider::Anthropic => &self.anthropic,
+            Provider::Google => &self.google,
+            Provider::Nvidia => &self.nvidia,
+            Provider::Bedrock => &self.bedrock,
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The proxy's Prometheus metrics, served on its own listener at `/metrics`.
+//!
+//! Labels stay bounded: providers are five, statuses are grouped by class, decisions are
+//! the refusal codes, and a model label is the price table's model name or `other`.
+
+use std::sync::Arc;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+/// Cheap to clone: every metric is reference-counted inside.
+#[derive(Clone)]
+pub struct ProxyMetrics {
+    registry: Arc<Registry>,
+    pub requests: IntCounterVec,
+    pub duration: HistogramVec,
+    pub overhead: Histogram,
+    pub tokens: IntCounterVec,
+    pub cost_micros: IntCounterVec,
+    pub snapshot_version: IntGauge,
+    pub snapshot_age_seconds: IntGauge,
+    pub keys_loaded: IntGauge,
+    pub usage_queued: IntGauge,
+    pub usage_in_flight: IntGauge,
+    pub usage_flushed: IntCounter,
+    pub usage_dropped: IntCounter,
+    pub usage_flush_failures: IntCounter,
+    pub stream_reconnects: IntCounter,
+}
+
+impl ProxyMetrics {
+    pub fn new() -> Result<ProxyMetrics, prometheus::Error> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "warden_proxy_requests_total",
+                "Requests by provider, model, status class and decision",
+            ),
+            &["provider", "model", "status", "decision"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "warden_proxy_request_duration_seconds",
+                "Total time of forwarded requests",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+            ]),
+            &["provider"],
+        )?;
+        let overhead = Histogram::with_opts(
+            HistogramOpts::new(
+                "warden_proxy_overhead_seconds",
+                "Time the proxy itself spends on a request (authentication, parsing, admission, usage), not waiting on the network",
+            )
+            .buckets(vec![0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.0025, 0.005, 0.01, 0.05]),
+        )?;
+        let tokens = IntCounterVec::new(
+            Opts::new(
+                "warden_proxy_tokens_total",
+                "Tokens by provider and direction (input, output)",
+            ),
+            &["provider", "direction"],
+        )?;
+        let cost_micros = IntCounterVec::new(
+            Opts::new(
+                "warden_proxy_cost_microdollars_total",
+                "List-price cost of forwarded requests, micro-dollars",
+            ),
+            &["provider"],
+        )?;
+        let gauge = |name: &str, help: &str| IntGauge::new(name, help);
+        let counter = |name: &str, help: &str| IntCounter::new(name, help);
+        let metrics = ProxyMetrics {
+            snapshot_version: gauge(
+                "warden_proxy_snapshot_version",
+                "Version of the enforcement state applied",
+            )?,
+            snapshot_age_seconds: gauge(
+                "warden_proxy_snapshot_age_seconds",
+                "Seconds since the control plane was last heard",
+            )?,
+            keys_loaded: gauge("warden_proxy_keys_loaded", "Proxy keys in memory")?,
+            usage_queued: gauge(
+                "warden_proxy_usage_buffer_depth",
+                "Usage records waiting to be sent",
+            )?,
+            usage_in_flight: gauge(
+                "warden_proxy_usage_batch_in_flight",
+                "Records of the batch being sent or retried",
+            )?,
+            usage_flushed: counter(
+                "warden_proxy_usage_flushed_total",
+                "Usage records acknowledged by the ledger",
+            )?,
+            usage_dropped: counter(
+                "warden_proxy_usage_dropped_total",
+                "Usage records dropped (queue full or batch refused)",
+            )?,
+            usage_flush_failures: counter(
+                "warden_proxy_usage_flush_failures_total",
+                "Failed attempts to send a usage batch",
+            )?,
+            stream_reconnects: counter(
+                "warden_proxy_state_stream_reconnects_total",
+                "Reconnections to the control plane's state stream",
+            )?,
+            registry: Arc::new(registry),
+            requests,
+            duration,
+            overhead,
+            tokens,
+            cost_micros,
+        };
+        metrics.register_all()?;
+        Ok(metrics)
+    }
+
+    fn register_all(&self) -> Result<(), prometheus::Error> {
+        let r = &self.registry;
+        r.register(Box::new(self.requests.clone()))?;
+        r.register(Box::new(self.duration.clone()))?;
+        r.register(Box::new(self.overhead.clone()))?;
+        r.register(Box::new(self.tokens.clone()))?;
+        r.register(Box::new(self.cost_micros.clone()))?;
+        for gauge in [
+            &self.snapshot_version,
+            &self.snapshot_age_seconds,
+            &self.keys_loaded,
+            &self.usage_queued,
+            &self.usage_in_flight,
+        ] {
+            r.register(Box::new(gauge.clone()))?;
+        }
+        for counter in [
+            &self.usage_flushed,
+            &self.usage_dropped,
+            &self.usage_flush_failures,
+            &self.stream_reconnects,
+        ] {
+            r.register(Box::new(counter.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!(%error, "cannot encode metrics");
+        }
+        out
+    }
+}
+
+/// `2xx`, `4xx`, `5xx`: status classes keep the label small.
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// The model label: the price table's name for the model's family, or `other`.
+pub fn model_label(provider: warden_shared::registry::Provider, model: &str) -> &'static str {
+    warden_shared::pricing::find_price(provider, model).map_or("other", |price| price.model)
+}

@@ -1,0 +1,165 @@
+//! Answers the proxy gives itself, in the OpenAI error shape so SDKs surface them:
+//! `{"error": {"message", "type", "code", "param"}}`.
+
+use serde_json::json;
+use warden_shared::registry::Provider;
+
+/// Why the proxy answered instead of a provider. `code()` is stable and also the metric
+/// label of the decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    MissingKey,
+    InvalidKey,
+    KeyExpired,
+    PlanWithoutProxy,
+    AgentNotFound,
+    AgentBlocked,
+    AgentQuarantined,
+    ProviderNotAllowed(Provider),
+    ModelNotAllowed(String),
+    ManagedKeyMissing(Provider),
+    ProviderNotConfigured(Provider),
+    ManagedKeyUnavailable(Provider),
+    NotFound,
+    MethodNotAllowed,
+    BodyTooLarge(usize),
+    UnsupportedMediaType,
+    BadRequest(String),
+    NotReady,
+    UpstreamUnreachable(Provider),
+    UpstreamTimeout(Provider),
+    UpstreamFailed(Provider),
+}
+
+impl Refusal {
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::MissingKey | Refusal::InvalidKey | Refusal::KeyExpired => 401,
+            Refusal::PlanWithoutProxy => 402,
+            Refusal::AgentNotFound
+            | Refusal::AgentBlocked
+            | Refusal::AgentQuarantined
+            | Refusal::ProviderNotAllowed(_)
+            | Refusal::ModelNotAllowed(_)
+            | Refusal::ManagedKeyMissing(_) => 403,
+            Refusal::NotFound => 404,
+            Refusal::MethodNotAllowed => 405,
+            Refusal::BodyTooLarge(_) => 413,
+            Refusal::UnsupportedMediaType => 415,
+            Refusal::BadRequest(_) => 400,
+            Refusal::UpstreamUnreachable(_)
+            | Refusal::UpstreamFailed(_)
+            | Refusal::ManagedKeyUnavailable(_) => 502,
+            Refusal::ProviderNotConfigured(_) | Refusal::NotReady => 503,
+            Refusal::UpstreamTimeout(_) => 504,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::MissingKey => "missing_api_key",
+            Refusal::InvalidKey => "invalid_api_key",
+            Refusal::KeyExpired => "api_key_expired",
+            Refusal::PlanWithoutProxy => "plan_upgrade_required",
+            Refusal::AgentNotFound => "agent_not_found",
+            Refusal::AgentBlocked => "agent_blocked",
+            Refusal::AgentQuarantined => "agent_quarantined",
+            Refusal::ProviderNotAllowed(_) => "provider_not_allowed",
+            Refusal::ModelNotAllowed(_) => "model_not_allowed",
+            Refusal::ManagedKeyMissing(_) => "managed_key_missing",
+            Refusal::ProviderNotConfigured(_) => "provider_not_configured",
+            Refusal::ManagedKeyUnavailable(_) => "managed_key_unavailable",
+            Refusal::NotFound => "not_found",
+            Refusal::MethodNotAllowed => "method_not_allowed",
+            Refusal::BodyTooLarge(_) => "payload_too_large",
+            Refusal::UnsupportedMediaType => "unsupported_media_type",
+            Refusal::BadRequest(_) => "invalid_request",
+            Refusal::NotReady => "proxy_not_ready",
+            Refusal::UpstreamUnreachable(_) => "upstream_unreachable",
+            Refusal::UpstreamTimeout(_) => "upstream_timeout",
+            Refusal::UpstreamFailed(_) => "upstream_failed",
+        }
+    }
+
+    fn error_type(&self) -> &'static str {
+        match self.status() {
+            401 => "authentication_error",
+            403 | 402 => "permission_error",
+            404 => "not_found_error",
+            400 | 405 | 413 | 415 => "invalid_request_error",
+            _ => "api_error",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::MissingKey => {
+                "send your Warden proxy key as `Authorization: Bearer <key>`".into()
+            }
+            Refusal::InvalidKey => "the proxy key is not valid (unknown or revoked)".into(),
+            Refusal::KeyExpired => "the proxy key has expired".into(),
+            Refusal::PlanWithoutProxy => "the tenant's plan does not include the proxy".into(),
+            Refusal::AgentNotFound => "the agent behind this key no longer exists".into(),
+            Refusal::AgentBlocked => "the agent is blocked by its operators (kill switch)".into(),
+            Refusal::AgentQuarantined => "the agent is quarantined by its operators".into(),
+            Refusal::ProviderNotAllowed(p) => {
+                format!("this key may not use the provider `{}`", p.as_str())
+            }
+            Refusal::ModelNotAllowed(m) => format!("this key may not use the model `{m}`"),
+            Refusal::ManagedKeyMissing(p) => format!(
+                "this key uses managed provider keys, and the tenant has none for `{}`",
+                p.as_str()
+            ),
+            Refusal::ProviderNotConfigured(p) => {
+                format!("the proxy has no credential for `{}`", p.as_str())
+            }
+            Refusal::ManagedKeyUnavailable(p) => {
+                format!("the managed key for `{}` cannot be read", p.as_str())
+            }
+            Refusal::NotFound => "no such endpoint on the Warden proxy".into(),
+            Refusal::MethodNotAllowed => "method not allowed on this endpoint".into(),
+            Refusal::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
+            Refusal::UnsupportedMediaType => "send the body as application/json".into(),
+            Refusal::BadRequest(why) => why.clone(),
+            Refusal::NotReady => {
+                "the proxy has not loaded its state from the control plane yet".into()
+            }
+            Refusal::UpstreamUnreachable(p) => format!("cannot reach `{}`", p.as_str()),
+            Refusal::UpstreamTimeout(p) => format!("`{}` did not answer in time", p.as_str()),
+            Refusal::UpstreamFailed(p) => format!("`{}` broke off the answer", p.as_str()),
+        }
+    }
+
+    /// The JSON body of the answer.
+    pub fn body(&self) -> Vec<u8> {
+        json!({
+            "error": {
+                "message": self.message(),
+                "type": self.error_type(),
+                "code": self.code(),
+                "param": null,
+            }
+        })
+        .to_string()
+        .into_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_use_the_openai_error_shape() {
+        let body: serde_json::Value =
+            serde_json::from_slice(&Refusal::AgentBlocked.body()).unwrap_or_default();
+        assert_eq!(body["error"]["code"], "agent_blocked");
+        assert_eq!(body["error"]["type"], "permission_error");
+        assert!(body["error"]["message"].is_string());
+        assert_eq!(Refusal::AgentQuarantined.status(), 403);
+        assert_ne!(
+            Refusal::AgentQuarantined.code(),
+            Refusal::AgentBlocked.code()
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! The one `ProxyHttp` implementation. Everything happens in `request_filter`, which
+//! answers every request itself (returning `Ok(true)`): the proxy's own endpoints, its
+//! refusals, and forwarded requests through [`crate::forward`]. `upstream_peer` is never
+//! reached.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType};
+use serde_json::json;
+use warden_shared::keys::hash_credential;
+
+use crate::admission;
+use crate::forward::{self, Endpoint};
+use crate::metrics::ProxyMetrics;
+use crate::refusal::Refusal;
+use crate::state::{EnforcementState, KeyView};
+use crate::upstream::Upstreams;
+use crate::usage::sink::{now_ms, UsageSink};
+
+/// What every request shares.
+pub struct ProxyService {
+    pub state: Arc<EnforcementState>,
+    pub upstreams: Upstreams,
+    pub usage: UsageSink,
+    pub metrics: ProxyMetrics,
+    pub providers: crate::config::ProvidersConfig,
+    pub max_body_bytes: usize,
+}
+
+#[async_trait]
+impl ProxyHttp for ProxyService {
+    type CTX = ();
+
+    fn new_ctx(&self) -> Self::CTX {}
+
+    /// Answers the request completely; `Ok(true)` tells pingora that the response is sent.
+    async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> pingora::Result<bool> {
+        if let Err(refusal) = self.route(session).await {
+            self.metrics
+                .requests
+                .with_label_values(&[
+                    "none",
+                    "none",
+                    crate::metrics::status_class(refusal.status()),
+                    refusal.code(),
+                ])
+                .inc();
+            respond(
+                session,
+                refusal.status(),
+                "application/json",
+                Bytes::from(refusal.body()),
+            )
+            .await;
+        }
+        Ok(true)
+    }
+
+    /// Never reached: `request_filter` answers every request.
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut (),
+    ) -> pingora::Result<Box<HttpPeer>> {
+        Err(Error::new(ErrorType::InternalError))
+    }
+}
+
+impl ProxyService {
+    async fn route(&self, session: &mut Session) -> Result<(), Refusal> {
+        let method = session.req_header().method.as_str().to_owned();
+        let path = session.req_header().uri.path().to_owned();
+        match (method.as_str(), path.as_str()) {
+            ("GET", "/healthz") => {
+                let body = json!({
+                    "status": if self.state.is_loaded() { "ok" } else { "starting" },
+                    "snapshot_version": self.state.version(),
+                });
+                respond(
+                    session,
+                    200,
+                    "application/json",
+                    Bytes::from(body.to_string()),
+                )
+                .await;
+                Ok(())
+            }
+            ("GET", "/metrics") => {
+                let age = (now_ms() - self.state.synced_at_ms()).max(0) / 1000;
+                self.metrics
+                    .snapshot_age_seconds
+                    .set(if self.state.is_loaded() { age } else { -1 });
+                let text = self.metrics.render();
+                respond(session, 200, "text/plain; version=0.0.4", Bytes::from(text)).await;
+                Ok(())
+            }
+            ("GET", "/v1/models") => {
+                let view = self.authenticate(session)?;
+                admission::check_key(&view, now_ms())?;
+                let body = forward::model_list(&view);
+                respond(session, 200, "application/json", Bytes::from(body)).await;
+                Ok(())
+            }
+            ("POST", "/v1/chat/completions") => {
+                let view = self.authenticate(session)?;
+                forward::forward(self, session, view, Endpoint::ChatCompletions).await
+            }
+            ("POST", "/v1/embeddings") => {
+                let view = self.authenticate(session)?;
+                forward::forward(self, session, view, Endpoint::Embeddings).await
+            }
+            (
+                _,
+                "/v1/chat/completions" | "/v1/embeddings" | "/v1/models" | "/healthz" | "/metrics",
+            ) => Err(Refusal::MethodNotAllowed),
+            _ => Err(Refusal::NotFound),
+        }
+    }
+
+    /// The key behind `Authorization: Bearer ...`, from memory.
+    fn authenticate(&self, session: &Session) -> Result<KeyView, Refusal> {
+        if !self.state.is_loaded() {
+            return Err(Refusal::NotReady);
+        }
+        let token = session
+            .req_header()
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|token| !token.is_empty())
+            .ok_or(Refusal::MissingKey)?;
+        // Looked up by its SHA-256, like the control plane stores it: the map holds no
+        // secrets, and equality of hashes reveals nothing about a near miss.
+        self.state
+            .lookup(&hash_credential(token))
+            .ok_or(Refusal::InvalidKey)
+    }
+}
+
+/// Writes a complete response with a length, keeping the connection reusable.
+pub async fn respond(session: &mut Session, status: u16, content_type: &str, body: Bytes) {
+    let Ok(mut header) = ResponseHeader::build(status, Some(3)) else {
+        return;
+    };
+    let _ = header.insert_header(http::header::CONTENT_TYPE, content_type);
+    let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
+    if session
+        .write_response_header(Box::new(header), body.is_empty())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    if !body.is_empty() {
+        let _ = session.write_response_body(Some(body), true).await;
+    }
+}

@@ -1,0 +1,84 @@
+//! Follows the control plane's state stream (`/internal/v1/proxy-state`) and applies every
+//! message to the in-memory state.
+//!
+//! On connect the proxy says which version it holds, so after a short outage it receives
+//! only the deltas it missed. Whenever the stream breaks, goes silent for longer than
+//! three heartbeats, or cannot be opened, the proxy keeps serving from what it has and
+//! reconnects with exponential backoff (250 ms doubling to 10 s).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use warden_shared::snapshot::StreamMessage;
+
+use crate::metrics::ProxyMetrics;
+use crate::state::EnforcementState;
+use crate::usage::sink::now_ms;
+
+/// Silence after which the stream is presumed dead (the control plane beats every 10 s).
+const SILENCE_LIMIT: Duration = Duration::from_secs(35);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+pub struct StreamSource {
+    pub url: String,
+    pub service_token: String,
+}
+
+/// Follows the stream until the task is dropped.
+pub async fn follow_forever(
+    source: StreamSource,
+    client: reqwest::Client,
+    state: Arc<EnforcementState>,
+    metrics: ProxyMetrics,
+) {
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match follow_once(&source, &client, &state, &metrics).await {
+            // The stream delivered something before it ended: reconnect promptly.
+            Ok(true) => backoff = Duration::from_millis(250),
+            Ok(false) => {}
+            Err(error) => tracing::warn!(%error, retry_in = ?backoff, "state stream interrupted"),
+        }
+        metrics.stream_reconnects.inc();
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One connection; true when at least one message was applied.
+async fn follow_once(
+    source: &StreamSource,
+    client: &reqwest::Client,
+    state: &EnforcementState,
+    metrics: &ProxyMetrics,
+) -> Result<bool, String> {
+    let mut request = client.get(&source.url).bearer_auth(&source.service_token);
+    if state.is_loaded() {
+        request = request.query(&[("since", state.version())]);
+    }
+    let mut response = request.send().await.map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("the control plane answered {}", response.status()));
+    }
+    let mut pending: Vec<u8> = Vec::new();
+    let mut applied = false;
+    loop {
+        let chunk = tokio::time::timeout(SILENCE_LIMIT, response.chunk())
+            .await
+            .map_err(|_| "no heartbeat from the control plane".to_owned())?
+            .map_err(|e| e.to_string())?;
+        let Some(chunk) = chunk else {
+            return Ok(applied);
+        };
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let message: StreamMessage = serde_json::from_slice(&line)
+                .map_err(|e| format!("unreadable state message: {e}"))?;
+            state.apply(message, now_ms());
+            applied = true;
+            metrics.snapshot_version.set(state.version());
+            metrics.keys_loaded.set(state.key_count() as i64);
+        }
+    }
+}

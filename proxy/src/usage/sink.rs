@@ -1,0 +1,146 @@
+//! The bounded queue of usage records and the task that sends them to the ledger.
+//!
+//! The request path only `try_send`s into a bounded channel and never waits. The flusher
+//! takes up to `usage_batch_size` records at least every `usage_flush_interval_ms`, gives
+//! the batch an id and posts it to `/internal/v1/usage-batches` until the control plane
+//! acknowledges it, retrying the very same batch (same record ids) with backoff: the
+//! ledger counts a record id once, so a retry after a lost acknowledgement never counts
+//! twice, and an outage of the control plane loses nothing while the queue has room.
+//! When the queue is full, new records are dropped and counted, never blocking a request.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use warden_shared::ids::{new_id, IdKind};
+
+use super::UsageRecord;
+use crate::metrics::ProxyMetrics;
+
+/// The request path's handle on the queue.
+#[derive(Clone)]
+pub struct UsageSink {
+    queue: mpsc::Sender<UsageRecord>,
+    metrics: ProxyMetrics,
+}
+
+impl UsageSink {
+    /// Queues `record`; drops it (counted and logged) when the queue is full.
+    pub fn record(&self, record: UsageRecord) {
+        match self.queue.try_send(record) {
+            Ok(()) => self.metrics.usage_queued.inc(),
+            Err(mpsc::error::TrySendError::Full(record)) => {
+                self.metrics.usage_dropped.inc();
+                tracing::error!(
+                    tenant_id = %record.tenant_id,
+                    "usage queue full (control plane unreachable for long?); record dropped"
+                );
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.metrics.usage_dropped.inc(),
+        }
+    }
+}
+
+/// Where and how the flusher sends batches.
+pub struct FlushTarget {
+    pub url: String,
+    pub service_token: String,
+    pub batch_size: usize,
+    pub interval: Duration,
+}
+
+/// Creates the queue and returns its handle and the flusher to spawn.
+pub fn channel(capacity: usize, metrics: ProxyMetrics) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
+    let (queue, receiver) = mpsc::channel(capacity.max(1));
+    (UsageSink { queue, metrics }, receiver)
+}
+
+/// Sends batches until every sender is gone and the queue is empty.
+pub async fn flush_forever(
+    mut receiver: mpsc::Receiver<UsageRecord>,
+    target: FlushTarget,
+    client: reqwest::Client,
+    metrics: ProxyMetrics,
+) {
+    let mut batch = Vec::with_capacity(target.batch_size);
+    loop {
+        batch.clear();
+        let Some(first) = receiver.recv().await else {
+            return;
+        };
+        batch.push(first);
+        // Gather what arrives within the interval, up to a full batch.
+        let deadline = tokio::time::Instant::now() + target.interval;
+        while batch.len() < target.batch_size {
+            match tokio::time::timeout_at(deadline, receiver.recv()).await {
+                Ok(Some(record)) => batch.push(record),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        metrics.usage_queued.sub(batch.len() as i64);
+        send_until_acknowledged(&client, &target, &batch, &metrics).await;
+    }
+}
+
+async fn send_until_acknowledged(
+    client: &reqwest::Client,
+    target: &FlushTarget,
+    batch: &[UsageRecord],
+    metrics: &ProxyMetrics,
+) {
+    let batch_id = new_id(IdKind::Usage, now_ms());
+    let body = json!({ "batch_id": batch_id, "records": batch });
+    let mut backoff = Duration::from_millis(250);
+    metrics.usage_in_flight.set(batch.len() as i64);
+    loop {
+        let sent = client
+            .post(&target.url)
+            .bearer_auth(&target.service_token)
+            .json(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => {
+                let ack: serde_json::Value = response.json().await.unwrap_or_default();
+                let rejected = ack["data"]["rejected"].as_i64().unwrap_or(0);
+                if rejected > 0 {
+                    // Refused records (an agent deleted meanwhile, say) would be refused
+                    // again: log them instead of retrying forever.
+                    tracing::warn!(%batch_id, rejected, errors = %ack["data"]["errors"], "ledger refused usage records");
+                }
+                metrics.usage_flushed.inc_by(batch.len() as u64);
+                metrics.usage_in_flight.set(0);
+                return;
+            }
+            Ok(response)
+                if response.status().is_client_error()
+                    && response.status() != 401
+                    && response.status() != 429 =>
+            {
+                // The batch itself is malformed: no retry can succeed.
+                metrics.usage_flush_failures.inc();
+                metrics.usage_dropped.inc_by(batch.len() as u64);
+                metrics.usage_in_flight.set(0);
+                tracing::error!(%batch_id, status = %response.status(), "ledger refused a usage batch; dropped");
+                return;
+            }
+            Ok(response) => {
+                metrics.usage_flush_failures.inc();
+                tracing::warn!(%batch_id, status = %response.status(), retry_in = ?backoff, "usage batch not accepted; retrying");
+            }
+            Err(error) => {
+                metrics.usage_flush_failures.inc();
+                tracing::warn!(%batch_id, %error, retry_in = ?backoff, "cannot reach the control plane for usage; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(15));
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0))
+}

@@ -1,0 +1,150 @@
+//! Passes a server-sent-events stream through event by event, noting usage on the way
+//! and, when the proxy asked for usage the client did not, removing the usage-only chunk
+//! so the client sees exactly the stream it asked for.
+
+use bytes::{Bytes, BytesMut};
+
+use super::extract::{chunk_facts, Tokens};
+
+/// Holds the unfinished tail of the stream between reads.
+#[derive(Debug, Default)]
+pub struct SseRelay {
+    pending: BytesMut,
+    strip_usage_chunk: bool,
+    /// The usage the stream reported, if it did.
+    pub usage: Option<Tokens>,
+    /// Generated characters seen, for an estimate if usage never comes.
+    pub content_chars: usize,
+}
+
+impl SseRelay {
+    /// `strip_usage_chunk`: the proxy injected `stream_options.include_usage`.
+    pub fn new(strip_usage_chunk: bool) -> Self {
+        SseRelay {
+            strip_usage_chunk,
+            ..SseRelay::default()
+        }
+    }
+
+    /// Takes bytes from the provider and returns what to send on: every complete event,
+    /// byte for byte, except a stripped usage chunk. An incomplete event waits.
+    pub fn push(&mut self, chunk: &[u8]) -> Bytes {
+        self.pending.extend_from_slice(chunk);
+        let mut out = BytesMut::new();
+        while let Some(end) = event_end(&self.pending) {
+            let event = self.pending.split_to(end);
+            if self.keep(&event) {
+                out.extend_from_slice(&event);
+            }
+        }
+        out.freeze()
+    }
+
+    /// The rest at the end of the stream (an event without its final blank line).
+    pub fn finish(&mut self) -> Bytes {
+        let rest = self.pending.split();
+        if !rest.is_empty() && self.keep(&rest) {
+            return rest.freeze();
+        }
+        Bytes::new()
+    }
+
+    fn keep(&mut self, event: &[u8]) -> bool {
+        let mut keep = true;
+        for line in event.split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(data) = line.strip_prefix(b"data:") else {
+                continue;
+            };
+            let Some(facts) = chunk_facts(data.trim_ascii()) else {
+                continue;
+            };
+            self.content_chars += facts.content_chars;
+            if let Some(usage) = facts.usage {
+                self.usage = Some(usage);
+                if self.strip_usage_chunk && facts.usage_only {
+                    keep = false;
+                }
+            }
+        }
+        keep
+    }
+}
+
+/// The length of the first complete event (up to and including its blank line).
+fn event_end(buffer: &[u8]) -> Option<usize> {
+    let lf = buffer
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map(|at| at + 2);
+    let crlf = buffer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| at + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &str = concat!(
+        "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}],\"usage\":null}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}],\"usage\":null}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    fn relay_in_pieces(relay: &mut SseRelay, size: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for piece in STREAM.as_bytes().chunks(size) {
+            out.extend_from_slice(&relay.push(piece));
+        }
+        out.extend_from_slice(&relay.finish());
+        out
+    }
+
+    #[test]
+    fn a_client_that_asked_for_usage_gets_the_stream_unchanged() {
+        for size in [1, 7, 64, 4096] {
+            let mut relay = SseRelay::new(false);
+            assert_eq!(relay_in_pieces(&mut relay, size), STREAM.as_bytes());
+            assert_eq!(
+                relay.usage,
+                Some(Tokens {
+                    input: 7,
+                    output: 2
+                })
+            );
+            assert_eq!(relay.content_chars, 5);
+        }
+    }
+
+    #[test]
+    fn the_injected_usage_chunk_is_removed() {
+        let mut relay = SseRelay::new(true);
+        let out = String::from_utf8(relay_in_pieces(&mut relay, 5)).unwrap_or_default();
+        assert!(!out.contains("prompt_tokens"), "{out}");
+        assert!(out.contains("\"Hel\"") && out.ends_with("data: [DONE]\n\n"));
+        assert_eq!(
+            relay.usage,
+            Some(Tokens {
+                input: 7,
+                output: 2
+            })
+        );
+    }
+
+    #[test]
+    fn crlf_events_are_understood() {
+        let mut relay = SseRelay::new(true);
+        let out = relay.push(
+            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\r\n\r\ndata: [DONE]\r\n\r\n",
+        );
+        assert_eq!(&out[..], b"data: [DONE]\r\n\r\n");
+        assert!(relay.usage.is_some());
+    }
+}
