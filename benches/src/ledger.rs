@@ -44,7 +44,7 @@ async fn main() {
             .map(|i| {
                 let at = now - span + (i as i64 * span / records as i64);
                 json!({
-                    "record_id": format!("r{i}"), "tenant_id": tenant_id,
+                    "record_id": format!("r{i:010}"), "tenant_id": tenant_id,
                     "agent_id": agent_ids[i % agent_ids.len()], "model_provider": "openai",
                     "model_name": MODELS[(i / agent_ids.len()) % MODELS.len()],
                     "input_tokens": 500 + (i % 700) as i64,

@@ -1,0 +1,123 @@
+//! A local OpenAI-compatible provider that records what it receives.
+
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use serde_json::{json, Value};
+
+/// One request as the provider received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Clone)]
+pub struct MockProvider {
+    /// The base URL the proxy is configured with (`.../v1`).
+    pub base: String,
+    pub received: Arc<Mutex<Vec<Received>>>,
+}
+
+/// Tokens the mock reports for every chat completion.
+pub const PROMPT_TOKENS: i64 = 11;
+pub const COMPLETION_TOKENS: i64 = 7;
+
+impl MockProvider {
+    pub async fn start() -> MockProvider {
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        #[allow(clippy::disallowed_methods)]
+        let router = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
+            .layer(axum::extract::DefaultBodyLimit::disable())
+            .with_state(received.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        MockProvider {
+            base: format!("http://{addr}/v1"),
+            received,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    pub fn last(&self) -> Received {
+        self.requests()
+            .pop()
+            .expect("the provider received a request")
+    }
+}
+
+fn note(state: &Mutex<Vec<Received>>, path: &str, headers: HeaderMap, body: &Bytes) {
+    state.lock().unwrap().push(Received {
+        path: path.to_owned(),
+        headers,
+        body: body.clone(),
+    });
+}
+
+async fn chat(
+    State(received): State<Arc<Mutex<Vec<Received>>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    note(&received, "/v1/chat/completions", headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let model = request["model"].as_str().unwrap_or("unknown").to_owned();
+    if model == "mock-error" {
+        let error = json!({ "error": { "message": "the mock failed", "type": "server_error", "code": null } });
+        return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response();
+    }
+    if request["stream"] == json!(true) {
+        let mut events = String::new();
+        for word in ["Hello", " from", " the mock"] {
+            let chunk = json!({ "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+                "model": model, "choices": [{ "index": 0, "delta": { "content": word }, "finish_reason": null }],
+                "usage": null });
+            events.push_str(&format!("data: {chunk}\n\n"));
+        }
+        if request["stream_options"]["include_usage"] == json!(true) {
+            let usage = json!({ "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+                "model": model, "choices": [],
+                "usage": { "prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                           "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS } });
+            events.push_str(&format!("data: {usage}\n\n"));
+        }
+        events.push_str("data: [DONE]\n\n");
+        return ([("content-type", "text/event-stream")], events).into_response();
+    }
+    let answer = json!({
+        "id": "chatcmpl-mock", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": "Hello from the mock" },
+                      "finish_reason": "stop" }],
+        "usage": { "prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                   "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS },
+    });
+    ([("x-request-id", "req-mock-1")], axum::Json(answer)).into_response()
+}
+
+async fn embeddings(
+    State(received): State<Arc<Mutex<Vec<Received>>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    note(&received, "/v1/embeddings", headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    axum::Json(json!({
+        "object": "list",
+        "data": [{ "object": "embedding", "index": 0, "embedding": [0.25, -0.5, 0.125] }],
+        "model": request["model"],
+        "usage": { "prompt_tokens": 5, "total_tokens": 5 },
+    }))
+    .into_response()
+}

@@ -1,0 +1,162 @@
+//! The whole system end to end: the control plane (`TestApp`), the proxy built by
+//! `warden_proxy::build` pointed at it, and a local mock provider, all on port 0.
+
+mod bodies;
+mod enforcement;
+mod mock;
+mod openai_client;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+use warden_proxy::config::{ProvidersConfig, ProxyConfig};
+use warden_proxy::ProxySettings;
+use warden_shared::secret::Secret;
+
+use crate::helpers::{expect_status, TestApp, TestTenant, SERVICE_TOKEN};
+pub use mock::MockProvider;
+
+/// The credential the proxy holds for the mock provider; agents never see it.
+pub const UPSTREAM_KEY: &str = "sk-upstream-test-credential";
+
+pub struct TestProxy {
+    pub base: String,
+    pub client: reqwest::Client,
+    _shutdown: oneshot::Sender<()>,
+}
+
+impl TestProxy {
+    /// A proxy following `app`'s state stream, sending every provider to `provider`.
+    pub async fn start(app: &TestApp, provider: &MockProvider) -> TestProxy {
+        TestProxy::start_with(app, provider, |_| {}).await
+    }
+
+    pub async fn start_with(
+        app: &TestApp,
+        provider: &MockProvider,
+        configure: impl FnOnce(&mut ProxyConfig),
+    ) -> TestProxy {
+        let mut proxy = ProxyConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            control_plane_url: app.base.clone(),
+            usage_flush_interval_ms: 50,
+            ..ProxyConfig::default()
+        };
+        configure(&mut proxy);
+        let mut providers = ProvidersConfig::default();
+        for endpoint in [
+            &mut providers.openai,
+            &mut providers.anthropic,
+            &mut providers.google,
+            &mut providers.nvidia,
+            &mut providers.bedrock,
+        ] {
+            endpoint.base_url = provider.base.clone();
+            endpoint.api_key = Some(Secret::new(UPSTREAM_KEY));
+        }
+        let built = warden_proxy::build(ProxySettings {
+            proxy,
+            providers,
+            service_token: Secret::new(SERVICE_TOKEN),
+        })
+        .await
+        .expect("the proxy starts");
+        let base = format!("http://{}", built.addr);
+        let (shutdown, signal) = oneshot::channel::<()>();
+        tokio::spawn(built.serve(async move {
+            let _ = signal.await;
+        }));
+        let proxy = TestProxy {
+            base,
+            client: reqwest::Client::new(),
+            _shutdown: shutdown,
+        };
+        proxy.wait_until_loaded().await;
+        proxy
+    }
+
+    async fn wait_until_loaded(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let health: Value = self
+                .client
+                .get(format!("{}/healthz", self.base))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if health["status"] == "ok" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the proxy never loaded its state"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// POSTs a chat completion with `key`.
+    pub async fn chat(&self, key: &str, body: Value) -> reqwest::Response {
+        self.client
+            .post(format!("{}/v1/chat/completions", self.base))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+impl TestProxy {
+    /// A starter tenant with a proxy key (and the agent behind it), once this proxy knows
+    /// the key: tenant, raw key, body of the created key.
+    pub async fn tenant_with_key(
+        &self,
+        app: &TestApp,
+        key_body: Value,
+    ) -> (TestTenant, String, Value) {
+        let tenant = app.new_tenant("starter").await;
+        let created = expect_status(
+            app.post("/proxy-keys", &tenant.admin_key, key_body).await,
+            201,
+        )
+        .await;
+        let raw = created["data"]["raw_key"].as_str().unwrap().to_owned();
+        eventually(Duration::from_secs(3), || {
+            let request = self
+                .client
+                .get(format!("{}/v1/models", self.base))
+                .bearer_auth(&raw);
+            async move { (request.send().await.unwrap().status() == 200).then_some(()) }
+        })
+        .await;
+        (tenant, raw, created["data"].clone())
+    }
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, for at most `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the condition did not hold within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn simple_chat(model: &str) -> Value {
+    json!({ "model": model, "messages": [{ "role": "user", "content": "Say hello" }] })
+}
