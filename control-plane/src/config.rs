@@ -10,9 +10,12 @@ use std::path::Path;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
+use warden_proxy::config::{ProvidersConfig, ProxyConfig};
 pub use warden_shared::secret::Secret;
 
-/// Everything `warden control-plane` needs to run.
+/// Everything the `warden` binary's commands need: the control plane's settings at the top
+/// level, the proxy's under `proxy` and `providers` (one configuration per binary, so
+/// `warden dev` runs both from one set of variables).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -31,6 +34,11 @@ pub struct Config {
     /// Largest accepted request body on the management API, in bytes (413 above).
     pub max_body_bytes: usize,
     pub auth: AuthConfig,
+    /// The proxy (`warden proxy`, and the proxy `warden dev` starts).
+    pub proxy: ProxyConfig,
+    /// Providers' endpoints and the proxy's own credentials
+    /// (`WARDEN_PROVIDERS__OPENAI__BASE_URL`, `WARDEN_PROVIDERS__OPENAI__API_KEY`).
+    pub providers: ProvidersConfig,
 }
 
 /// Brute-force throttling of the unauthenticated signup and login endpoints.
@@ -65,6 +73,8 @@ impl Default for Config {
             log_format: LogFormat::Json,
             max_body_bytes: 1024 * 1024,
             auth: AuthConfig::default(),
+            proxy: ProxyConfig::default(),
+            providers: ProvidersConfig::default(),
         }
     }
 }
@@ -115,6 +125,32 @@ mod tests {
         let file = dir.join("typo.toml");
         std::fs::write(&file, "listen = \"127.0.0.1:1\"\ndatabse_url = \"x\"\n").unwrap();
         assert!(Config::load(Some(&file)).is_err());
+    }
+
+    #[test]
+    fn provider_settings_come_from_nested_variables() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env(
+                "WARDEN_PROVIDERS__OPENAI__BASE_URL",
+                "http://127.0.0.1:9000/v1",
+            );
+            jail.set_env("WARDEN_PROVIDERS__ANTHROPIC__API_KEY", "sk-ant-test");
+            jail.set_env("WARDEN_PROXY__MAX_BODY_BYTES", "1024");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.providers.openai.base_url, "http://127.0.0.1:9000/v1");
+            assert_eq!(
+                config
+                    .providers
+                    .anthropic
+                    .api_key
+                    .as_ref()
+                    .map(Secret::expose),
+                Some("sk-ant-test")
+            );
+            assert_eq!(config.proxy.max_body_bytes, 1024);
+            assert!(!format!("{config:?}").contains("sk-ant-test"));
+            Ok(())
+        });
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The `warden` binary: `warden dev` for newcomers, `warden control-plane` in production.
+//! The `warden` binary: `warden dev` for newcomers (both planes, SQLite), and
+//! `warden control-plane` and `warden proxy` in production.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,7 @@ use warden_control_plane::clock::Clock;
 use warden_control_plane::config::{Config, LogFormat, Secret};
 use warden_control_plane::startup::{self, Application};
 use warden_control_plane::telemetry;
+use warden_proxy::{ProxyApp, ProxySettings};
 
 #[derive(Parser)]
 #[command(name = "warden", version, about = "Governance for fleets of AI agents")]
@@ -27,9 +29,19 @@ enum Command {
         /// Port of the management API.
         #[arg(long, default_value_t = 8080)]
         port: u16,
+        /// Port of the proxy (the OpenAI base URL agents use).
+        #[arg(long, default_value_t = 8081)]
+        proxy_port: u16,
     },
     /// The production control plane, configured by a TOML file and WARDEN_ variables.
     ControlPlane {
+        /// Optional TOML file; WARDEN_ variables override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// The production proxy alone: follows the control plane at `proxy.control_plane_url`
+    /// with `service_token` (WARDEN_SERVICE_TOKEN), serves agents on `proxy.listen`.
+    Proxy {
         /// Optional TOML file; WARDEN_ variables override it.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -40,8 +52,13 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Dev { data_dir, port } => run_dev(data_dir, port).await,
+        Command::Dev {
+            data_dir,
+            port,
+            proxy_port,
+        } => run_dev(data_dir, port, proxy_port).await,
         Command::ControlPlane { config } => run_control_plane(config).await,
+        Command::Proxy { config } => run_proxy(config).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -52,23 +69,72 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run_dev(data_dir: PathBuf, port: u16) -> Result<(), String> {
+async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), String> {
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let mut config = Config::load(None).map_err(|e| e.to_string())?;
     config.listen = ([127, 0, 0, 1], port).into();
     config.database_url = Secret::new(format!("sqlite://{}", data_dir.join("warden.db").display()));
     config.log_format = LogFormat::Pretty;
+    // Both planes run in this process, so they can share a token made up now.
+    let service_token = config
+        .service_token
+        .get_or_insert_with(|| Secret::new(warden_shared::keys::generate_api_key()))
+        .clone();
     telemetry::init(config.log_format);
+    let mut proxy = config.proxy.clone();
+    let providers = config.providers.clone();
     let app = startup::build(config, Clock::system())
         .await
         .map_err(|e| e.to_string())?;
-    print_welcome(&app, &data_dir);
-    app.serve(startup::shutdown_signal())
-        .await
+    proxy.listen = ([127, 0, 0, 1], proxy_port).into();
+    proxy.control_plane_url = format!("http://{}", app.addr);
+    let proxy = warden_proxy::build(ProxySettings {
+        proxy,
+        providers,
+        service_token,
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    print_welcome(&app, &proxy, &data_dir);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
+    let control_plane = tokio::spawn(app.serve(stopped(stopping.clone())));
+    let proxy = tokio::spawn(proxy.serve(stopped(stopping)));
+    startup::shutdown_signal().await;
+    let _ = stop.send(true);
+    let (served, proxied) = tokio::join!(control_plane, proxy);
+    served
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    proxied
+        .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     println!("warden: stopped cleanly");
     Ok(())
+}
+
+async fn run_proxy(file: Option<PathBuf>) -> Result<(), String> {
+    let config = Config::load(file.as_deref()).map_err(|e| e.to_string())?;
+    telemetry::init(config.log_format);
+    let service_token = config
+        .service_token
+        .clone()
+        .ok_or("the proxy needs the control plane's service token (WARDEN_SERVICE_TOKEN)")?;
+    let proxy = warden_proxy::build(ProxySettings {
+        proxy: config.proxy,
+        providers: config.providers,
+        service_token,
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    tracing::info!(addr = %proxy.addr, "proxy listening");
+    proxy
+        .serve(startup::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
@@ -87,8 +153,9 @@ async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn print_welcome(app: &Application, data_dir: &std::path::Path) {
+fn print_welcome(app: &Application, proxy: &ProxyApp, data_dir: &std::path::Path) {
     let base = format!("http://{}", app.addr);
+    let proxy_base = format!("http://{}", proxy.addr);
     println!();
     println!(
         "  Warden is running (development mode, SQLite in {})",
@@ -99,6 +166,7 @@ fn print_welcome(app: &Application, data_dir: &std::path::Path) {
     println!("  OpenAPI document {base}/api/v1/openapi.json");
     println!("  Health           {base}/healthz  {base}/readyz");
     println!("  Metrics          {base}/metrics");
+    println!("  Proxy (OpenAI)   {proxy_base}/v1   (metrics: {proxy_base}/metrics)");
     println!();
     match &app.bootstrap {
         BootstrapOutcome::GeneratedKey(key) => {

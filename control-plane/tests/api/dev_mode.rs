@@ -17,7 +17,7 @@ struct Started {
 fn start(data_dir: &std::path::Path, envs: &[(&str, &str)]) -> Started {
     let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
     command
-        .args(["dev", "--port", "0", "--data-dir"])
+        .args(["dev", "--port", "0", "--proxy-port", "0", "--data-dir"])
         .arg(data_dir)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -94,6 +94,41 @@ async fn warden_dev_prints_what_a_newcomer_needs_and_stops_cleanly() {
         .await
         .unwrap();
     expect_status(tenants, 200).await;
+
+    // The proxy runs beside it and has loaded its state from the control plane.
+    let proxy_line = first
+        .output
+        .iter()
+        .find(|l| l.contains("Proxy (OpenAI)"))
+        .expect("the proxy URL is printed");
+    let proxy_v1 = proxy_line.split_whitespace().nth(2).unwrap();
+    assert!(proxy_v1.ends_with("/v1"), "{proxy_line}");
+    let proxy_base = proxy_v1.trim_end_matches("/v1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let health: serde_json::Value = client
+            .get(format!("{proxy_base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if health["status"] == "ok" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy never loaded: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let unauthenticated = client
+        .get(format!("{proxy_base}/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status().as_u16(), 401);
     assert!(
         interrupt_and_wait(first).success(),
         "Ctrl-C stops it with success"
@@ -120,7 +155,7 @@ async fn warden_dev_prints_what_a_newcomer_needs_and_stops_cleanly() {
 async fn a_configured_bootstrap_key_is_used_and_a_bad_one_refused() {
     let dir = tempfile::tempdir().unwrap();
     let bad = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .args(["dev", "--port", "0", "--data-dir"])
+        .args(["dev", "--port", "0", "--proxy-port", "0", "--data-dir"])
         .arg(dir.path())
         .env(
             "WARDEN_BOOTSTRAP_PLATFORM_KEY",
