@@ -128,6 +128,8 @@ mod tests {
     }
 
     #[test]
+    // figment's Jail fixes the closure's error type.
+    #[allow(clippy::result_large_err)]
     fn provider_settings_come_from_nested_variables() {
         figment::Jail::expect_with(|jail| {
             jail.set_env(
