@@ -15,6 +15,8 @@ pub struct BenchServer {
     pub client: reqwest::Client,
     /// `sqlite` or `postgres`, for the printed header.
     pub backend: String,
+    /// The server's database, for maintenance between phases (`VACUUM ANALYZE`).
+    pub db: warden_control_plane::db::Db,
     platform_key: String,
     _dir: tempfile::TempDir,
 }
@@ -38,11 +40,13 @@ impl BenchServer {
         };
         let app = startup::build(config, Clock::system()).await.unwrap();
         let base = format!("http://{}", app.addr);
+        let db = app.state.db.clone();
         tokio::spawn(app.serve(std::future::pending()));
         BenchServer {
             base,
             client: reqwest::Client::new(),
             backend: database_url.split(':').next().unwrap_or("?").to_owned(),
+            db,
             platform_key,
             _dir: dir,
         }

@@ -25,11 +25,13 @@ pub const HOUR_MS: i64 = 3_600_000;
 /// Milliseconds in a UTC day, the daily rollups' bucket.
 pub const DAY_MS: i64 = 24 * HOUR_MS;
 
-/// Bound parameters per multi-row statement. SQLite resolves each `$N` parameter by a
-/// linear search of the statement's parameter names, so binding costs grow with the
-/// square of a statement's size; a few hundred keeps that negligible on SQLite while a
-/// 1,000-record batch is still only a few dozen round trips on PostgreSQL.
-const PARAMS_PER_STATEMENT: usize = 480;
+/// Bound parameters per multi-row statement on SQLite. SQLite resolves each `$N`
+/// parameter by a linear search of the statement's parameter names, so binding costs
+/// grow with the square of a statement's size; a few hundred keeps that negligible.
+const SQLITE_PARAMS_PER_STATEMENT: usize = 480;
+/// On PostgreSQL binding is linear and each statement is a round trip, so a 1,000-record
+/// batch goes in a handful of statements (the protocol allows 65,535 parameters).
+const POSTGRES_PARAMS_PER_STATEMENT: usize = 16_000;
 
 /// One usage event to record.
 #[derive(Debug, Clone)]
@@ -136,9 +138,14 @@ fn cost_of(entry: &UsageEntry<'_>) -> (i64, bool) {
 /// An entry about to be written: its id, team, cost and whether it was priced.
 type Record<'e, 'a> = (&'e UsageEntry<'a>, String, Option<String>, i64, bool);
 
-/// How many rows of `columns` bound values fit one statement.
-pub(crate) fn rows_per_statement(columns: usize) -> usize {
-    (PARAMS_PER_STATEMENT / columns).max(1)
+/// How many rows of `columns` bound values fit one statement of `tx`'s backend.
+pub(crate) fn rows_per_statement(tx: &mut WriteTx, columns: usize) -> usize {
+    let params = if tx.backend_name() == "PostgreSQL" {
+        POSTGRES_PARAMS_PER_STATEMENT
+    } else {
+        SQLITE_PARAMS_PER_STATEMENT
+    };
+    (params / columns).max(1)
 }
 
 /// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.
@@ -175,7 +182,7 @@ async fn claim_keys<'e>(
         .filter_map(|(_, entry, _)| entry.idempotency_key.map(|key| (entry.tenant_id, key)))
         .collect();
     let mut claimed = HashSet::with_capacity(keyed.len());
-    for chunk in keyed.chunks(rows_per_statement(4)) {
+    for chunk in keyed.chunks(rows_per_statement(tx, 4)) {
         let sql = format!(
             "INSERT INTO usage_ingest_keys (tenant_id, record_id, batch_id, received_at) \
              VALUES {} ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING tenant_id, record_id",
@@ -217,7 +224,7 @@ async fn agent_teams(
     let mut teams = HashMap::new();
     for (tenant_id, agents) in by_tenant {
         let agents: Vec<&str> = agents.into_iter().collect();
-        for chunk in agents.chunks(rows_per_statement(1) - 1) {
+        for chunk in agents.chunks(rows_per_statement(tx, 1) - 1) {
             let sql = format!(
                 "SELECT id, team_id, deleted_at FROM agents WHERE tenant_id = $1 AND id IN {}",
                 placeholders(1, chunk.len(), 2)
@@ -239,7 +246,7 @@ async fn agent_teams(
 }
 
 async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
-    for chunk in records.chunks(rows_per_statement(12)) {
+    for chunk in records.chunks(rows_per_statement(tx, 12)) {
         let sql = format!(
             "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
              model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \

@@ -80,7 +80,8 @@ type Key<'k> = (&'k str, i64, &'k str, &'k str, &'static str, &'k str);
 pub(super) async fn add(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
     for level in LEVELS {
         let sums = sum(level, records);
-        for chunk in sums.chunks(rows_per_statement(level.columns())) {
+        let rows = rows_per_statement(tx, level.columns());
+        for chunk in sums.chunks(rows) {
             let sql = level.upsert_sql(chunk.len());
             let mut query = sqlx::query(&sql);
             for ((tenant_id, bucket, agent_id, team_id, provider, model), sum) in chunk {

@@ -111,6 +111,15 @@ db_test!(cost_views_add_up_exactly, |app| {
     )
     .await;
     assert_eq!(page2["data"][0]["agent_id"], json!(b));
+    assert_eq!(page2["meta"]["total"], json!(3));
+    let beyond = expect_status(
+        app.get(&format!("/cost/by-agent?{range}&limit=2&page=5"), key)
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(beyond["data"], json!([]));
+    assert_eq!(beyond["meta"]["total"], json!(3));
 
     let by_team = expect_status(app.get(&format!("/cost/by-team?{range}"), key).await, 200).await;
     assert_eq!(by_team["data"][0]["team"], Value::Null);

@@ -133,8 +133,7 @@ async fn cost_by_agent(
     }
     .try_into()?;
     let range = month_range(&state, &query)?;
-    let rows = store::by_agent(state.db.pool(), &caller.tenant_id, range, page).await?;
-    let total = store::agent_count(state.db.pool(), &caller.tenant_id, range).await?;
+    let (rows, total) = store::by_agent(state.db.pool(), &caller.tenant_id, range, page).await?;
     let agents = rows
         .into_iter()
         .map(|(agent_id, agent_name, team, totals)| AgentCost {

@@ -72,17 +72,21 @@ pub async fn summary(pool: &AnyPool, tenant_id: &str, range: Range) -> Result<To
 }
 
 /// One row per agent: id, name, current team name and sums; most expensive first.
+/// One page of agents by cost, and the number of agents that spent in the range.
 pub async fn by_agent(
     pool: &AnyPool,
     tenant_id: &str,
     range: Range,
     page: Page,
-) -> Result<Vec<(String, Option<String>, Option<String>, Totals)>, sqlx::Error> {
+) -> Result<(Vec<AgentTotals>, i64), sqlx::Error> {
     // Aggregate first, then look up names for the (at most one page of) agents: the
     // join then touches one row per agent, whatever the planner thinks of the rollups.
+    // The window count numbers the groups before LIMIT, so the total needs no second
+    // pass over the rollups.
     let query = sqlx::query(concat!(
-        "SELECT g.agent_id, a.name AS agent_name, tm.name AS team_name, \
-         g.cost, g.input_tokens, g.output_tokens, g.requests FROM (SELECT u.agent_id, ",
+        "SELECT g.agent_id, a.name AS agent_name, tm.name AS team_name, g.agent_total, \
+         g.cost, g.input_tokens, g.output_tokens, g.requests FROM (SELECT u.agent_id, \
+         COUNT(*) OVER () AS agent_total, ",
         sums!(),
         " FROM ",
         agent_rows!(),
@@ -96,7 +100,14 @@ pub async fn by_agent(
         .bind(page.offset())
         .fetch_all(pool)
         .await?;
-    rows.iter()
+    let total = match rows.first() {
+        Some(row) => row.try_get("agent_total")?,
+        // A page past the end carries no count: count separately.
+        None if page.offset() > 0 => agent_count(pool, tenant_id, range).await?,
+        None => 0,
+    };
+    let agents = rows
+        .iter()
         .map(|row| {
             Ok((
                 row.try_get("agent_id")?,
@@ -105,14 +116,14 @@ pub async fn by_agent(
                 totals_from_row(row)?,
             ))
         })
-        .collect()
+        .collect::<Result<_, sqlx::Error>>()?;
+    Ok((agents, total))
 }
 
-pub async fn agent_count(
-    pool: &AnyPool,
-    tenant_id: &str,
-    range: Range,
-) -> Result<i64, sqlx::Error> {
+/// Agent id, agent name, team name, sums.
+pub type AgentTotals = (String, Option<String>, Option<String>, Totals);
+
+async fn agent_count(pool: &AnyPool, tenant_id: &str, range: Range) -> Result<i64, sqlx::Error> {
     let query = sqlx::query(concat!(
         "SELECT COUNT(DISTINCT u.agent_id) AS agents FROM ",
         agent_rows!()
