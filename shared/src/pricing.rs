@@ -106,9 +106,30 @@ pub fn micros_to_usd(micros: i64) -> f64 {
     micros as f64 / 1_000_000.0
 }
 
+/// Micro-dollars as an exact decimal string of dollars with six places (`"12.345678"`),
+/// for the fields the API renders as strings.
+pub fn micros_to_decimal(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let magnitude = micros.unsigned_abs();
+    format!(
+        "{sign}{}.{:06}",
+        magnitude / 1_000_000,
+        magnitude % 1_000_000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(micros_to_decimal(0), "0.000000");
+        assert_eq!(micros_to_decimal(12_345_678), "12.345678");
+        assert_eq!(micros_to_decimal(5), "0.000005");
+        assert_eq!(micros_to_decimal(-1_500_000), "-1.500000");
+        assert_eq!(micros_to_decimal(i64::MIN), "-9223372036854.775808");
+    }
 
     #[test]
     fn dated_variants_match_their_family_but_not_a_longer_sibling() {

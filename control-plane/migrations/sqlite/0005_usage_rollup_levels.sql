@@ -2,8 +2,9 @@
 -- instead of one per agent, model and hour (about 700,000 for 1,000 busy agents).
 -- usage_daily: per agent (and its team) by UTC day, for views grouped by agent or team;
 -- no model dimension, so a month is one row per agent and day.
--- usage_model_hourly: per provider and model by hour, without the agent, for the
--- summary, the by-model view and unfiltered time series.
+-- usage_model_hourly: per provider, model and source by hour, without the agent, for
+-- the summary, the by-model view, unfiltered time series and the proxy's statistics.
+-- source is `proxy` (usage the proxy measured) or `telemetry` (usage agents reported).
 -- Both change in the same transaction as usage_hourly; existing rollups are folded in.
 CREATE TABLE usage_daily (
     tenant_id      TEXT NOT NULL REFERENCES tenants (id),
@@ -22,12 +23,16 @@ CREATE TABLE usage_model_hourly (
     hour           BIGINT NOT NULL,
     model_provider TEXT NOT NULL,
     model_name     TEXT NOT NULL,
+    source         TEXT NOT NULL,
     requests       BIGINT NOT NULL,
     input_tokens   BIGINT NOT NULL,
     output_tokens  BIGINT NOT NULL,
     cost_micros    BIGINT NOT NULL,
-    PRIMARY KEY (tenant_id, hour, model_provider, model_name)
+    PRIMARY KEY (tenant_id, hour, model_provider, model_name, source)
 );
+
+-- Where each record came from; everything recorded before the proxy existed was reported.
+ALTER TABLE usage_records ADD COLUMN source TEXT NOT NULL DEFAULT 'telemetry';
 
 -- One agent's hours (its time series, its health score) without scanning the tenant's.
 CREATE INDEX usage_hourly_agent ON usage_hourly (tenant_id, agent_id, hour);
@@ -39,9 +44,9 @@ SELECT tenant_id, hour - (hour % 86400000), agent_id, team_id,
 FROM usage_hourly
 GROUP BY tenant_id, hour - (hour % 86400000), agent_id, team_id;
 
-INSERT INTO usage_model_hourly (tenant_id, hour, model_provider, model_name,
+INSERT INTO usage_model_hourly (tenant_id, hour, model_provider, model_name, source,
                                 requests, input_tokens, output_tokens, cost_micros)
-SELECT tenant_id, hour, model_provider, model_name,
+SELECT tenant_id, hour, model_provider, model_name, 'telemetry',
        SUM(requests), SUM(input_tokens), SUM(output_tokens), SUM(cost_micros)
 FROM usage_hourly
 GROUP BY tenant_id, hour, model_provider, model_name;

@@ -18,6 +18,7 @@ mod managed_keys;
 mod monitoring;
 mod ops;
 mod proxy_keys;
+mod proxy_stats;
 mod teams;
 pub mod telemetry;
 
@@ -47,6 +48,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(health::router())
         .merge(proxy_keys::router())
         .merge(managed_keys::router())
+        .merge(proxy_stats::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

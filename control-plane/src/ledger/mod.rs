@@ -46,11 +46,28 @@ pub struct UsageEntry<'a> {
     /// The cost as reported; computed from the price table when `None`.
     pub cost_micros: Option<i64>,
     pub recorded_at: Timestamp,
-    /// Usage the proxy served before an agent was deleted still counts; the public
-    /// telemetry endpoints accept only live agents.
-    pub include_deleted_agents: bool,
+    pub source: UsageSource,
     /// The proxy's id of this record: recorded at most once per tenant.
     pub idempotency_key: Option<&'a str>,
+}
+
+/// Who measured a usage record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageSource {
+    /// The proxy, from the provider's answer. Usage it served before an agent was
+    /// deleted still counts.
+    Proxy,
+    /// The agent itself, through the telemetry endpoints, which accept only live agents.
+    Telemetry,
+}
+
+impl UsageSource {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UsageSource::Proxy => "proxy",
+            UsageSource::Telemetry => "telemetry",
+        }
+    }
 }
 
 /// What became of one entry.
@@ -83,7 +100,7 @@ pub async fn record_batch(
     for (index, entry) in entries.iter().enumerate() {
         let team = teams.get(&(entry.tenant_id.to_owned(), entry.agent_id.to_owned()));
         let outcome = match team {
-            Some((_, deleted)) if *deleted && !entry.include_deleted_agents => {
+            Some((_, deleted)) if *deleted && entry.source != UsageSource::Proxy => {
                 Outcome::UnknownAgent
             }
             None => Outcome::UnknownAgent,
@@ -246,12 +263,12 @@ async fn agent_teams(
 }
 
 async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
-    for chunk in records.chunks(rows_per_statement(tx, 12)) {
+    for chunk in records.chunks(rows_per_statement(tx, 13)) {
         let sql = format!(
             "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
              model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
-             recorded_at) VALUES {}",
-            placeholders(chunk.len(), 12, 1)
+             recorded_at, source) VALUES {}",
+            placeholders(chunk.len(), 13, 1)
         );
         let mut query = sqlx::query(&sql);
         for (entry, id, team_id, cost_micros, priced) in chunk {
@@ -267,7 +284,8 @@ async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
                 .bind(entry.output_tokens)
                 .bind(*cost_micros)
                 .bind(i64::from(*priced))
-                .bind(entry.recorded_at.as_millis());
+                .bind(entry.recorded_at.as_millis())
+                .bind(entry.source.as_str());
         }
         query.execute(&mut **tx).await?;
     }

@@ -4,8 +4,8 @@
 //! - `usage_hourly`: tenant, hour, agent, team, provider, model. The finest level: one
 //!   agent's hours, and the edges of ranges that do not start or end at midnight.
 //! - `usage_daily`: tenant, day, agent, team, for views grouped by agent or team.
-//! - `usage_model_hourly`: tenant, hour, provider, model, without the agent, for the
-//!   summary, the by-model view and unfiltered time series.
+//! - `usage_model_hourly`: tenant, hour, provider, model and source, without the agent,
+//!   for the summary, the by-model view, unfiltered time series and proxy statistics.
 //!
 //! A month of a 1,000-agent tenant using four models is up to 2.9 million hourly rows, but
 //! 30,000 daily rows and a few thousand model-hour rows: that is what keeps the cost views
@@ -52,7 +52,7 @@ impl Level {
             Level::AgentDaily => ("usage_daily", "tenant_id, day, agent_id, team_id"),
             Level::ModelHourly => (
                 "usage_model_hourly",
-                "tenant_id, hour, model_provider, model_name",
+                "tenant_id, hour, model_provider, model_name, source",
             ),
         };
         format!(
@@ -66,15 +66,30 @@ impl Level {
         )
     }
 
+    fn per_source(self) -> bool {
+        matches!(self, Level::ModelHourly)
+    }
+
     /// Bound values per row: tenant, bucket, the level's dimensions, four sums.
     fn columns(self) -> usize {
-        2 + 2 * usize::from(self.per_agent()) + 2 * usize::from(self.per_model()) + 4
+        2 + 2 * usize::from(self.per_agent())
+            + 2 * usize::from(self.per_model())
+            + usize::from(self.per_source())
+            + 4
     }
 }
 
-/// Tenant, bucket start, agent, team (`""` for none), provider, model; dimensions a
-/// level does not have are left empty.
-type Key<'k> = (&'k str, i64, &'k str, &'k str, &'static str, &'k str);
+/// Tenant, bucket start, agent, team (`""` for none), provider, model, source;
+/// dimensions a level does not have are left empty.
+type Key<'k> = (
+    &'k str,
+    i64,
+    &'k str,
+    &'k str,
+    &'static str,
+    &'k str,
+    &'static str,
+);
 
 /// Adds `records` to every rollup level.
 pub(super) async fn add(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
@@ -84,13 +99,16 @@ pub(super) async fn add(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
         for chunk in sums.chunks(rows) {
             let sql = level.upsert_sql(chunk.len());
             let mut query = sqlx::query(&sql);
-            for ((tenant_id, bucket, agent_id, team_id, provider, model), sum) in chunk {
+            for ((tenant_id, bucket, agent_id, team_id, provider, model, source), sum) in chunk {
                 query = query.bind(*tenant_id).bind(*bucket);
                 if level.per_agent() {
                     query = query.bind(*agent_id).bind(*team_id);
                 }
                 if level.per_model() {
                     query = query.bind(*provider).bind(*model);
+                }
+                if level.per_source() {
+                    query = query.bind(*source);
                 }
                 query = query.bind(sum[0]).bind(sum[1]).bind(sum[2]).bind(sum[3]);
             }
@@ -115,6 +133,11 @@ fn sum<'r>(level: Level, records: &'r [Record<'_, '_>]) -> Vec<(Key<'r>, [i64; 4
         } else {
             ("", "")
         };
+        let source = if level.per_source() {
+            entry.source.as_str()
+        } else {
+            ""
+        };
         let key = (
             entry.tenant_id,
             at - at.rem_euclid(level.bucket_ms()),
@@ -122,6 +145,7 @@ fn sum<'r>(level: Level, records: &'r [Record<'_, '_>]) -> Vec<(Key<'r>, [i64; 4
             team_id,
             provider,
             model,
+            source,
         );
         let sum = sums.entry(key).or_insert([0; 4]);
         sum[0] += 1;

@@ -19,7 +19,7 @@ use crate::api::extract::{parse_value, ApiJson};
 use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
 use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
-use crate::ledger::{self, Outcome};
+use crate::ledger::{self, Outcome, UsageSource};
 use crate::state::AppState;
 
 /// The largest batch the proxy may send.
@@ -100,7 +100,7 @@ pub async fn ingest_usage_batch(
             &keys.tenant_id,
             input,
             keys.recorded_at,
-            true,
+            UsageSource::Proxy,
             Some(keys.record_id.as_str()),
         ) {
             Ok(entry) => {

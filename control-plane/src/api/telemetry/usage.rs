@@ -17,7 +17,7 @@ use crate::api::extract::{parse_value, ApiJson};
 use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
-use crate::ledger::{self, Outcome, UsageEntry};
+use crate::ledger::{self, Outcome, UsageEntry, UsageSource};
 use crate::state::AppState;
 
 /// The largest batch `/telemetry/usages` accepts (spec 8).
@@ -92,7 +92,7 @@ pub async fn record_usage(
     ApiJson(input): ApiJson<UsageInput>,
 ) -> ApiResult<Response> {
     let now = state.clock.now();
-    let entry = usage_entry(&caller.tenant_id, &input, now, false, None)?;
+    let entry = usage_entry(&caller.tenant_id, &input, now, UsageSource::Telemetry, None)?;
     let mut tx = state.db.begin_write().await?;
     let outcomes = ledger::record_batch(&mut tx, "", &[entry], now).await?;
     let Some(Outcome::Recorded {
@@ -144,7 +144,7 @@ pub async fn record_usages(
     let mut entries = Vec::with_capacity(valid.len());
     let mut indexes = Vec::with_capacity(valid.len());
     for (index, item) in &valid {
-        match usage_entry(&caller.tenant_id, item, now, false, None) {
+        match usage_entry(&caller.tenant_id, item, now, UsageSource::Telemetry, None) {
             Ok(entry) => {
                 entries.push(entry);
                 indexes.push(*index);
@@ -190,7 +190,7 @@ pub fn usage_entry<'a>(
     tenant_id: &'a str,
     input: &'a UsageInput,
     recorded_at: Timestamp,
-    include_deleted_agents: bool,
+    source: UsageSource,
     idempotency_key: Option<&'a str>,
 ) -> ApiResult<UsageEntry<'a>> {
     for (field, tokens) in [
@@ -227,7 +227,7 @@ pub fn usage_entry<'a>(
         output_tokens: input.output_tokens,
         cost_micros,
         recorded_at,
-        include_deleted_agents,
+        source,
         idempotency_key,
     })
 }
