@@ -34,6 +34,7 @@ pub struct Application {
     pub bootstrap: BootstrapOutcome,
     listener: TcpListener,
     router: Router,
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,8 +89,10 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
     let publisher = Publisher::start(db.pool().clone(), clock.clone())
         .await
         .map_err(StartupError::Publisher)?;
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let state = AppState {
         publisher,
+        stopping,
         service_token_hash: Arc::from(warden_shared::keys::hash_credential(&service_token)),
         db,
         clock,
@@ -105,6 +108,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         bootstrap,
         listener,
         router,
+        stop,
     })
 }
 
@@ -117,8 +121,13 @@ impl Application {
         let service = self
             .router
             .into_make_service_with_connect_info::<SocketAddr>();
+        let stop = self.stop;
         axum::serve(self.listener, service)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                // Streams to proxies would otherwise keep graceful shutdown waiting.
+                let _ = stop.send(true);
+            })
             .await
     }
 }

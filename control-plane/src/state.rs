@@ -23,4 +23,7 @@ pub struct AppState {
     pub service_token_hash: Arc<str>,
     /// Deltas of enforcement state for the proxies' streams.
     pub publisher: Publisher,
+    /// Turns true when the server starts shutting down, so long-lived responses (the
+    /// proxies' state streams) end and graceful shutdown can complete.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }

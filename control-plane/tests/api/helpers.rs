@@ -51,6 +51,14 @@ macro_rules! db_test {
     };
 }
 
+fn serve(app: startup::Application) -> Server {
+    let (shutdown, signal) = oneshot::channel::<()>();
+    let task = tokio::spawn(app.serve(async move {
+        let _ = signal.await;
+    }));
+    Server { shutdown, task }
+}
+
 /// The service token every test app is configured with.
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789abcdef";
 
@@ -67,8 +75,15 @@ pub struct TestApp {
     pub db: Db,
     pub clock: Clock,
     pub backend: Backend,
-    _shutdown: oneshot::Sender<()>,
+    server: Option<Server>,
+    config: Config,
     _dir: Option<tempfile::TempDir>,
+}
+
+/// A running control plane: its shutdown trigger and its task.
+struct Server {
+    shutdown: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 /// A tenant made for one test, with its `admin` key.
@@ -100,15 +115,12 @@ impl TestApp {
         configure(&mut config);
         // A manual clock frozen at the real time: tests move it instead of sleeping.
         let clock = Clock::manual(warden_shared::timestamp::Timestamp::from_millis(now_ms()));
-        let app = startup::build(config, clock.clone())
+        let app = startup::build(config.clone(), clock.clone())
             .await
             .expect("the control plane starts");
+        config.listen = app.addr;
         let base = format!("http://{}", app.addr);
         let db = app.state.db.clone();
-        let (shutdown, signal) = oneshot::channel::<()>();
-        tokio::spawn(app.serve(async move {
-            let _ = signal.await;
-        }));
         TestApp {
             api: format!("{base}/api/v1"),
             base,
@@ -116,9 +128,26 @@ impl TestApp {
             db,
             clock,
             backend,
-            _shutdown: shutdown,
+            server: Some(serve(app)),
+            config,
             _dir: dir,
         }
+    }
+
+    /// Stops the control plane (gracefully, as on SIGTERM) and waits until it is gone.
+    pub async fn stop(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = server.shutdown.send(());
+            server.task.await.unwrap().unwrap();
+        }
+    }
+
+    /// Starts the control plane again on the same address and database.
+    pub async fn start_again(&mut self) {
+        let app = startup::build(self.config.clone(), self.clock.clone())
+            .await
+            .expect("the control plane starts again");
+        self.server = Some(serve(app));
     }
 
     /// A request to `/api/v1{path}` carrying `key` as bearer when given.

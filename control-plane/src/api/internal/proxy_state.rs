@@ -4,7 +4,9 @@
 //! snapshot, or, when the proxy says which version it has (`since`) and the outbox still
 //! holds every change after it, only the deltas it missed; then a delta for every new
 //! change as the publisher sees it, and a heartbeat every `HEARTBEAT` while nothing
-//! changes. A stream that falls behind the publisher is sent a fresh snapshot.
+//! changes. A stream that falls behind the publisher is sent a fresh snapshot. Streams
+//! end when the server shuts down, and proxies reconnect (to another replica, or to this
+//! one when it is back).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -50,7 +52,7 @@ pub async fn stream_proxy_state(
     let pool = state.db.pool().clone();
     let first = catch_up(&pool, query.since).await?;
     let (lines, body) = mpsc::channel::<Result<Bytes, Infallible>>(16);
-    tokio::spawn(follow(pool, deltas, first, lines));
+    tokio::spawn(follow(pool, deltas, first, lines, state.stopping.clone()));
     let mut body = body;
     let stream = futures_util::stream::poll_fn(move |cx| body.poll_recv(cx));
     Response::builder()
@@ -90,6 +92,7 @@ async fn follow(
     mut deltas: broadcast::Receiver<Arc<Delta>>,
     first: Vec<StreamMessage>,
     lines: mpsc::Sender<Result<Bytes, Infallible>>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut version = 0;
     for message in first {
@@ -115,6 +118,8 @@ async fn follow(
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = heartbeat.tick() => StreamMessage::Heartbeat { version },
+            // The server is shutting down: end the stream; the proxy reconnects.
+            _ = async { stopping.wait_for(|stop| *stop).await.map(|_| ()) } => return,
         };
         version = version_of(&message);
         if !send(&lines, &message).await {

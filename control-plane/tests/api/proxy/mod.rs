@@ -5,6 +5,7 @@ mod bodies;
 mod enforcement;
 mod mock;
 mod openai_client;
+mod outage;
 
 use std::time::{Duration, Instant};
 
