@@ -119,6 +119,16 @@ mod tests {
     }
 
     #[test]
+    fn the_proxy_deployment_example_is_a_valid_configuration() {
+        let example = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/proxy.example.toml"
+        ));
+        let config = Config::load(Some(example));
+        assert!(config.is_ok(), "{config:?}");
+    }
+
+    #[test]
     fn unknown_keys_are_rejected() {
         let dir = std::env::temp_dir().join(format!("warden-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
