@@ -30,19 +30,28 @@ pub const PROMPT_TOKENS: i64 = 11;
 pub const COMPLETION_TOKENS: i64 = 7;
 
 impl MockProvider {
+    /// Plain HTTP on a free port.
     pub async fn start() -> MockProvider {
         let received: Arc<Mutex<Vec<Received>>> = Arc::default();
-        #[allow(clippy::disallowed_methods)]
-        let router = Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .route("/v1/embeddings", post(embeddings))
-            .layer(axum::extract::DefaultBodyLimit::disable())
-            .with_state(received.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let router = router(received.clone());
         tokio::spawn(async move { axum::serve(listener, router).await });
         MockProvider {
             base: format!("http://{addr}/v1"),
+            received,
+        }
+    }
+
+    /// HTTPS for `localhost` with a certificate of `ca`.
+    pub async fn start_tls(ca: &super::tls::TestCa) -> MockProvider {
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let listener = super::tls::TlsListener::bind(ca).await;
+        let port = listener.port();
+        let router = router(received.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        MockProvider {
+            base: format!("https://localhost:{port}/v1"),
             received,
         }
     }
@@ -56,6 +65,15 @@ impl MockProvider {
             .pop()
             .expect("the provider received a request")
     }
+}
+
+fn router(received: Arc<Mutex<Vec<Received>>>) -> Router {
+    #[allow(clippy::disallowed_methods)]
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/embeddings", post(embeddings))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(received)
 }
 
 fn note(state: &Mutex<Vec<Received>>, path: &str, headers: HeaderMap, body: &Bytes) {

@@ -6,6 +6,8 @@ mod enforcement;
 mod mock;
 mod openai_client;
 mod outage;
+mod tls;
+mod tls_upstream;
 
 use std::time::{Duration, Instant};
 
