@@ -136,6 +136,10 @@ impl Upstreams {
                 .get_http_session(&peer)
                 .await
                 .map_err(|e| refusal_of(provider, &e))?;
+            // The connector does not apply the peer's read and write timeouts to the
+            // session (pingora's proxy phases do); a pooled session keeps the last ones.
+            session.set_read_timeout(Some(self.first_byte_timeout));
+            session.set_write_timeout(Some(self.idle_timeout));
             match exchange(&mut session, header.clone(), body.clone()).await {
                 Ok(()) => {
                     session.set_read_timeout(Some(self.idle_timeout));
@@ -163,8 +167,6 @@ impl Upstreams {
         let mut peer = HttpPeer::new(addr, target.tls, target.host.clone());
         peer.options.connection_timeout = Some(self.connect_timeout);
         peer.options.total_connection_timeout = Some(self.connect_timeout);
-        peer.options.read_timeout = Some(self.first_byte_timeout);
-        peer.options.write_timeout = Some(self.idle_timeout);
         peer.options.idle_timeout = Some(self.idle_timeout);
         Ok(peer)
     }

@@ -1,5 +1,6 @@
 //! A local OpenAI-compatible provider that records what it receives.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -23,6 +24,15 @@ pub struct MockProvider {
     /// The base URL the proxy is configured with (`.../v1`).
     pub base: String,
     pub received: Arc<Mutex<Vec<Received>>>,
+    /// Slow streams (`mock-slow-stream`) abandoned before their end: the proxy hung up
+    /// on the provider.
+    pub abandoned: Arc<AtomicUsize>,
+}
+
+#[derive(Clone)]
+struct MockState {
+    received: Arc<Mutex<Vec<Received>>>,
+    abandoned: Arc<AtomicUsize>,
 }
 
 /// Tokens the mock reports for every chat completion.
@@ -32,27 +42,27 @@ pub const COMPLETION_TOKENS: i64 = 7;
 impl MockProvider {
     /// Plain HTTP on a free port.
     pub async fn start() -> MockProvider {
-        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = router(received.clone());
+        let (router, state) = router();
         tokio::spawn(async move { axum::serve(listener, router).await });
         MockProvider {
             base: format!("http://{addr}/v1"),
-            received,
+            received: state.received,
+            abandoned: state.abandoned,
         }
     }
 
     /// HTTPS for `localhost` with a certificate of `ca`.
     pub async fn start_tls(ca: &super::tls::TestCa) -> MockProvider {
-        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
         let listener = super::tls::TlsListener::bind(ca).await;
         let port = listener.port();
-        let router = router(received.clone());
+        let (router, state) = router();
         tokio::spawn(async move { axum::serve(listener, router).await });
         MockProvider {
             base: format!("https://localhost:{port}/v1"),
-            received,
+            received: state.received,
+            abandoned: state.abandoned,
         }
     }
 
@@ -67,13 +77,18 @@ impl MockProvider {
     }
 }
 
-fn router(received: Arc<Mutex<Vec<Received>>>) -> Router {
+fn router() -> (Router, MockState) {
+    let state = MockState {
+        received: Arc::default(),
+        abandoned: Arc::default(),
+    };
     #[allow(clippy::disallowed_methods)]
-    Router::new()
+    let router = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/embeddings", post(embeddings))
         .layer(axum::extract::DefaultBodyLimit::disable())
-        .with_state(received)
+        .with_state(state.clone());
+    (router, state)
 }
 
 fn note(state: &Mutex<Vec<Received>>, path: &str, headers: HeaderMap, body: &Bytes) {
@@ -84,17 +99,19 @@ fn note(state: &Mutex<Vec<Received>>, path: &str, headers: HeaderMap, body: &Byt
     });
 }
 
-async fn chat(
-    State(received): State<Arc<Mutex<Vec<Received>>>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    note(&received, "/v1/chat/completions", headers, &body);
+async fn chat(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -> Response {
+    note(&state.received, "/v1/chat/completions", headers, &body);
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     let model = request["model"].as_str().unwrap_or("unknown").to_owned();
     if model == "mock-error" {
         let error = json!({ "error": { "message": "the mock failed", "type": "server_error", "code": null } });
         return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response();
+    }
+    if model == "mock-hang" {
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    }
+    if model == "mock-slow-stream" {
+        return slow_stream(state.abandoned.clone());
     }
     if request["stream"] == json!(true) {
         let mut events = String::new();
@@ -124,12 +141,40 @@ async fn chat(
     ([("x-request-id", "req-mock-1")], axum::Json(answer)).into_response()
 }
 
-async fn embeddings(
-    State(received): State<Arc<Mutex<Vec<Received>>>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    note(&received, "/v1/embeddings", headers, &body);
+/// Fifty chunks, 50 ms apart; notes when the reader goes away before the end.
+fn slow_stream(abandoned: Arc<AtomicUsize>) -> Response {
+    struct Abandoned(bool, Arc<AtomicUsize>);
+    impl Drop for Abandoned {
+        fn drop(&mut self) {
+            if !self.0 {
+                self.1.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+    let guard = Abandoned(false, abandoned);
+    let chunks = futures_util::stream::unfold((0, guard), |(n, mut guard)| async move {
+        if n == 50 {
+            guard.0 = true;
+            drop(guard);
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let chunk = json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0,
+            "delta": { "content": "token " } }], "usage": null });
+        Some((
+            Ok::<_, std::convert::Infallible>(format!("data: {chunk}\n\n")),
+            (n + 1, guard),
+        ))
+    });
+    (
+        [("content-type", "text/event-stream")],
+        axum::body::Body::from_stream(chunks),
+    )
+        .into_response()
+}
+
+async fn embeddings(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -> Response {
+    note(&state.received, "/v1/embeddings", headers, &body);
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     axum::Json(json!({
         "object": "list",

@@ -3,6 +3,7 @@
 
 mod bodies;
 mod enforcement;
+mod failures;
 mod mock;
 mod openai_client;
 mod outage;
