@@ -180,7 +180,6 @@ pub async fn insert_api_key(
 pub const TENANT_TABLES: &[&str] = &[
     "proxy_keys",
     "managed_keys",
-    "usage_ingest_keys",
     "usage_hourly",
     "usage_daily",
     "usage_model_hourly",
@@ -220,7 +219,6 @@ fn delete_statement(table: &str) -> &'static str {
     match table {
         "proxy_keys" => "DELETE FROM proxy_keys WHERE tenant_id = $1",
         "managed_keys" => "DELETE FROM managed_keys WHERE tenant_id = $1",
-        "usage_ingest_keys" => "DELETE FROM usage_ingest_keys WHERE tenant_id = $1",
         "usage_hourly" => "DELETE FROM usage_hourly WHERE tenant_id = $1",
         "usage_daily" => "DELETE FROM usage_daily WHERE tenant_id = $1",
         "usage_model_hourly" => "DELETE FROM usage_model_hourly WHERE tenant_id = $1",

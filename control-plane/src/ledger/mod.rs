@@ -4,9 +4,9 @@
 //! Records are never updated or deleted (except with their tenant). Cost views read the
 //! rollups, never the records (see `rollups` for the three levels).
 //! A batch costs a handful of multi-row statements, not a few per record: agents are
-//! looked up once per batch, idempotency keys are claimed by one insert that reports which
-//! were new, rollup increments are summed in memory first (`rollups`), and records and
-//! rollups are written with multi-row `INSERT`s.
+//! looked up once per batch, records are appended by one insert that skips record ids
+//! seen before and reports which rows are new, rollup increments for those are summed in
+//! memory first (`rollups`), and written with multi-row upserts.
 
 use std::collections::{HashMap, HashSet};
 
@@ -86,12 +86,11 @@ pub enum Outcome {
 }
 
 /// Records `entries`, returning one outcome per entry in order. `batch_id` labels the
-/// idempotency keys written for entries that carry one.
+/// records that carry an idempotency key (the proxy's).
 pub async fn record_batch(
     tx: &mut WriteTx,
     batch_id: &str,
     entries: &[UsageEntry<'_>],
-    now: Timestamp,
 ) -> Result<Vec<Outcome>, sqlx::Error> {
     let teams = agent_teams(tx, entries).await?;
     let mut outcomes = Vec::with_capacity(entries.len());
@@ -109,33 +108,43 @@ pub async fn record_batch(
                 _ => {
                     let team_id = team.and_then(|(team_id, _)| team_id.clone());
                     candidates.push((index, entry, team_id));
-                    // Filled in below, once the key claim says whether it is new.
+                    // Filled in below, once the insert says whether it is new.
                     Outcome::Duplicate
                 }
             },
         };
         outcomes.push(outcome);
     }
-    let claimed = claim_keys(tx, batch_id, &candidates, now).await?;
     let mut records = Vec::with_capacity(candidates.len());
     for (index, entry, team_id) in candidates {
-        if let Some(key) = entry.idempotency_key {
-            if !claimed.contains(&(entry.tenant_id, key)) {
-                continue;
-            }
-        }
         let (cost_micros, priced) = cost_of(entry);
         let id = new_id(IdKind::Usage, entry.recorded_at.as_millis());
-        outcomes[index] = Outcome::Recorded {
-            id: id.clone(),
-            cost_micros,
-            priced,
-        };
-        records.push((entry, id, team_id, cost_micros, priced));
+        records.push(Candidate {
+            index,
+            record: (entry, id, team_id, cost_micros, priced),
+        });
     }
-    insert_records(tx, &records).await?;
-    rollups::add(tx, &records).await?;
+    let inserted = insert_records(tx, batch_id, &records).await?;
+    let mut recorded = Vec::with_capacity(inserted.len());
+    for candidate in records {
+        let (_, id, _, cost_micros, priced) = &candidate.record;
+        if inserted.contains(id) {
+            outcomes[candidate.index] = Outcome::Recorded {
+                id: id.clone(),
+                cost_micros: *cost_micros,
+                priced: *priced,
+            };
+            recorded.push(candidate.record);
+        }
+    }
+    rollups::add(tx, &recorded).await?;
     Ok(outcomes)
+}
+
+/// A record about to be inserted and the position of its entry.
+struct Candidate<'e, 'a> {
+    index: usize,
+    record: Record<'e, 'a>,
 }
 
 fn cost_of(entry: &UsageEntry<'_>) -> (i64, bool) {
@@ -185,47 +194,6 @@ pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String 
     sql
 }
 
-/// Inserts the idempotency keys of `candidates`, skipping those recorded before, and
-/// returns the keys that were new. The primary key decides, so a concurrent batch with
-/// the same record cannot slip in between a check and an insert.
-async fn claim_keys<'e>(
-    tx: &mut WriteTx,
-    batch_id: &str,
-    candidates: &[(usize, &'e UsageEntry<'e>, Option<String>)],
-    now: Timestamp,
-) -> Result<HashSet<(&'e str, &'e str)>, sqlx::Error> {
-    let keyed: Vec<(&str, &str)> = candidates
-        .iter()
-        .filter_map(|(_, entry, _)| entry.idempotency_key.map(|key| (entry.tenant_id, key)))
-        .collect();
-    let mut claimed = HashSet::with_capacity(keyed.len());
-    for chunk in keyed.chunks(rows_per_statement(tx, 4)) {
-        let sql = format!(
-            "INSERT INTO usage_ingest_keys (tenant_id, record_id, batch_id, received_at) \
-             VALUES {} ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING tenant_id, record_id",
-            placeholders(chunk.len(), 4, 1)
-        );
-        let mut query = sqlx::query(&sql);
-        for (tenant_id, key) in chunk {
-            query = query
-                .bind(*tenant_id)
-                .bind(*key)
-                .bind(batch_id)
-                .bind(now.as_millis());
-        }
-        let new: HashSet<(String, String)> = query
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("record_id")?)))
-            .collect::<Result<_, sqlx::Error>>()?;
-        claimed.extend(chunk.iter().copied().filter(|(tenant_id, key)| {
-            new.contains(&((*tenant_id).to_owned(), (*key).to_owned()))
-        }));
-    }
-    Ok(claimed)
-}
-
 /// Team id and deleted flag of every agent the entries name, per tenant.
 async fn agent_teams(
     tx: &mut WriteTx,
@@ -262,16 +230,29 @@ async fn agent_teams(
     Ok(teams)
 }
 
-async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
-    for chunk in records.chunks(rows_per_statement(tx, 13)) {
+/// Appends `records`, skipping those whose record id the tenant already has; returns
+/// the ids of the records inserted. The unique index decides, so a concurrent batch with
+/// the same record cannot slip in between a check and an insert.
+async fn insert_records(
+    tx: &mut WriteTx,
+    batch_id: &str,
+    records: &[Candidate<'_, '_>],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let mut inserted = HashSet::with_capacity(records.len());
+    for chunk in records.chunks(rows_per_statement(tx, 15)) {
         let sql = format!(
             "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
              model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
-             recorded_at, source) VALUES {}",
-            placeholders(chunk.len(), 13, 1)
+             recorded_at, source, record_id, batch_id) VALUES {} \
+             ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING id",
+            placeholders(chunk.len(), 15, 1)
         );
         let mut query = sqlx::query(&sql);
-        for (entry, id, team_id, cost_micros, priced) in chunk {
+        for Candidate {
+            record: (entry, id, team_id, cost_micros, priced),
+            ..
+        } in chunk
+        {
             query = query
                 .bind(id.as_str())
                 .bind(entry.tenant_id)
@@ -285,11 +266,15 @@ async fn insert_records(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
                 .bind(*cost_micros)
                 .bind(i64::from(*priced))
                 .bind(entry.recorded_at.as_millis())
-                .bind(entry.source.as_str());
+                .bind(entry.source.as_str())
+                .bind(entry.idempotency_key)
+                .bind(entry.idempotency_key.map(|_| batch_id));
         }
-        query.execute(&mut **tx).await?;
+        for row in query.fetch_all(&mut **tx).await? {
+            inserted.insert(row.try_get::<String, _>("id")?);
+        }
     }
-    Ok(())
+    Ok(inserted)
 }
 
 #[cfg(test)]

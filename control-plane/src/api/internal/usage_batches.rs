@@ -111,7 +111,7 @@ pub async fn ingest_usage_batch(
         }
     }
     let mut tx = state.db.begin_write().await?;
-    let outcomes = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
+    let outcomes = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries).await?;
     for (index, outcome) in indexes.into_iter().zip(outcomes) {
         match outcome {
             Outcome::Recorded { .. } => ack.accepted += 1,

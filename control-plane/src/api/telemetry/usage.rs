@@ -94,7 +94,7 @@ pub async fn record_usage(
     let now = state.clock.now();
     let entry = usage_entry(&caller.tenant_id, &input, now, UsageSource::Telemetry, None)?;
     let mut tx = state.db.begin_write().await?;
-    let outcomes = ledger::record_batch(&mut tx, "", &[entry], now).await?;
+    let outcomes = ledger::record_batch(&mut tx, "", &[entry]).await?;
     let Some(Outcome::Recorded {
         id,
         cost_micros,
@@ -153,7 +153,7 @@ pub async fn record_usages(
         }
     }
     let mut tx = state.db.begin_write().await?;
-    let outcomes = ledger::record_batch(&mut tx, "", &entries, now).await?;
+    let outcomes = ledger::record_batch(&mut tx, "", &entries).await?;
     let mut accepted = 0;
     for (index, outcome) in indexes.into_iter().zip(outcomes) {
         match outcome {
