@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The proxy load test, one command: a fast local mock provider, then the same wrk load at
+# fixed concurrency sent directly to the mock, through nginx (the floor for any
+# forwarding proxy) and through Warden's proxy with a realistic number of proxy keys,
+# non-streaming and streaming. Prints throughput, p50 and p99 of each, Warden's ratios
+# to both, and the proxy's CPU time per request and resident memory.
+#
+#   load-tests/run.sh                 # 10,000 keys, concurrency 32, 15 s per run
+#   KEYS_COUNT=100000 DURATION=20 CONCURRENCY=32 load-tests/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KEYS_COUNT=${KEYS_COUNT:-10000}
+CONCURRENCY=${CONCURRENCY:-32}
+DURATION=${DURATION:-15}
+THREADS=${THREADS:-2}
+MOCK=127.0.0.1:19100
+NGINX=127.0.0.1:19180
+API=127.0.0.1:19080
+PROXY=127.0.0.1:19081
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need wrk || ! need nginx; then
+  apt-get update -qq && apt-get install -y -qq wrk nginx >/dev/null
+fi
+cargo build --release -q -p warden-control-plane -p warden-load-tests
+BIN=target/release
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; exit 1; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+
+"$BIN/mock-provider" "$MOCK" >/dev/null & PIDS+=($!)
+wait_http "http://$MOCK/"
+
+cat >"$WORK/nginx.conf" <<NGINX
+worker_processes 2;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK;
+  proxy_temp_path $WORK;
+  upstream mock { server $MOCK; keepalive 128; }
+  server {
+    listen $NGINX;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+wait_http "http://$NGINX/"
+
+export WARDEN_SERVICE_TOKEN="load-test-service-token-0123456789"
+export WARDEN_BOOTSTRAP_PLATFORM_KEY="wdn_loadtest_platform_key_0123456789"
+export WARDEN_LOG_FORMAT=json RUST_LOG=error
+WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
+  "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & PIDS+=($!)
+wait_http "http://$API/healthz"
+echo "seeding $KEYS_COUNT proxy keys..."
+"$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt"
+WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
+  WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
+  "$BIN/warden" proxy >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
+for _ in $(seq 1 300); do
+  curl -s "http://$PROXY/healthz" | grep -q '"ok"' && break; sleep 0.1
+done
+LAST_KEY=$(tail -n 1 "$WORK/keys.txt")
+for _ in $(seq 1 300); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $LAST_KEY" "http://$PROXY/v1/models")" = 200 ] && break; sleep 0.1
+done
+echo "proxy loaded $KEYS_COUNT keys; resident memory $(rss_mib $PROXY_PID) MiB"
+
+# run NAME URL STREAM -> "rps p50_ms p99_ms requests non_200"
+run() {
+  local out
+  out=$(STREAM=$3 KEYS=${4:-} wrk -t"$THREADS" -c"$CONCURRENCY" -d"${DURATION}s" --latency \
+        -s load-tests/chat.lua "$2" 2>&1)
+  local rps p50 p99 total bad
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1 == "50%" {print $2}' <<<"$out")
+  p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+  total=$(awk '/requests in/ {print $1}' <<<"$out")
+  bad=$(awk '/^non_200/ {print $2}' <<<"$out")
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99") $total ${bad:-0}"
+}
+to_ms() { awk -v v="$1" 'BEGIN { u = v; gsub(/[0-9.]/, "", u); n = v + 0;
+  if (u == "us") n /= 1000; else if (u == "s") n *= 1000; printf "%.3f", n }'; }
+
+printf '\nconcurrency %s, %s s per run, %s wrk threads, %s proxy keys, %s cores\n' \
+  "$CONCURRENCY" "$DURATION" "$THREADS" "$KEYS_COUNT" "$(nproc)"
+printf '%-28s %12s %10s %10s %9s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200"
+for stream in 0 1; do
+  label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
+  read -r d_rps d_p50 d_p99 _ d_bad < <(run direct "http://$MOCK/v1/chat/completions" "$stream")
+  read -r n_rps n_p50 n_p99 _ n_bad < <(run nginx "http://$NGINX/v1/chat/completions" "$stream")
+  before=$(cpu_ticks "$PROXY_PID")
+  read -r w_rps w_p50 w_p99 w_total w_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
+  after=$(cpu_ticks "$PROXY_PID")
+  printf '%-28s %12s %10s %10s %9s\n' "direct ($label)" "$d_rps" "$d_p50" "$d_p99" "$d_bad"
+  printf '%-28s %12s %10s %10s %9s\n' "nginx ($label)" "$n_rps" "$n_p50" "$n_p99" "$n_bad"
+  printf '%-28s %12s %10s %10s %9s\n' "warden ($label)" "$w_rps" "$w_p50" "$w_p99" "$w_bad"
+  awk -v w="$w_rps" -v n="$n_rps" -v wp="$w_p99" -v dp="$d_p99" -v t="$w_total" \
+      -v c="$((after - before))" -v hz="$(getconf CLK_TCK)" -v label="$label" 'BEGIN {
+    printf "  warden/nginx throughput %.2f; added p99 over direct %.3f ms; proxy CPU %.1f us/request (%s)\n",
+      w / n, wp - dp, (c / hz) / t * 1e6, label }'
+done
+echo "proxy resident memory after the runs: $(rss_mib $PROXY_PID) MiB"
