@@ -4,6 +4,7 @@
 mod bodies;
 mod enforcement;
 mod failures;
+mod metrics;
 mod mock;
 mod openai_client;
 mod outage;
