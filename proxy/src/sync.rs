@@ -80,5 +80,10 @@ async fn follow_once(
             metrics.snapshot_version.set(state.version());
             metrics.keys_loaded.set(state.key_count() as i64);
         }
+        // A snapshot line is tens of megabytes with 100,000 keys; do not keep that much
+        // buffer for the small deltas that follow.
+        if pending.capacity() > 1 << 20 && pending.len() < 1 << 16 {
+            pending.shrink_to_fit();
+        }
     }
 }
