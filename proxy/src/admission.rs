@@ -39,9 +39,9 @@ pub fn check_key(view: &KeyView, now_ms: i64) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Admits a request for `model`, or says why not.
-pub fn admit(view: &KeyView, model: &str, now_ms: i64) -> Result<Admitted, Refusal> {
-    check_key(view, now_ms)?;
+/// Admits a request for `model` by a key that passed [`check_key`], or says why not.
+/// The key is checked first and apart, before the body (and so the model) is read.
+pub fn admit(view: &KeyView, model: &str) -> Result<Admitted, Refusal> {
     let key = &view.key;
     if !key.allowed_models.is_empty() && !key.allowed_models.iter().any(|m| m == model) {
         return Err(Refusal::ModelNotAllowed(model.to_owned()));
@@ -108,32 +108,29 @@ mod tests {
     #[test]
     fn each_block_reason_has_its_refusal() {
         assert_eq!(
-            admit(&view(true, false), "gpt-4o", 0).err(),
+            check_key(&view(true, false), 0).err(),
             Some(Refusal::AgentBlocked)
         );
         assert_eq!(
-            admit(&view(false, true), "gpt-4o", 0).err(),
+            check_key(&view(false, true), 0).err(),
             Some(Refusal::AgentQuarantined)
         );
         assert_eq!(
-            admit(&view(false, false), "gpt-4o", 1_000).err(),
+            check_key(&view(false, false), 1_000).err(),
             Some(Refusal::KeyExpired)
         );
         assert_eq!(
-            admit(&view(false, false), "claude-sonnet-4-5", 0).err(),
+            admit(&view(false, false), "claude-sonnet-4-5").err(),
             Some(Refusal::ModelNotAllowed("claude-sonnet-4-5".into()))
         );
         let mut no_agent = view(false, false);
         no_agent.agent = None;
-        assert_eq!(
-            admit(&no_agent, "gpt-4o", 0).err(),
-            Some(Refusal::AgentNotFound)
-        );
+        assert_eq!(check_key(&no_agent, 0).err(), Some(Refusal::AgentNotFound));
     }
 
     #[test]
     fn overrides_apply_after_the_allowlist() {
-        let admitted = admit(&view(false, false), "gpt-4o", 0).ok();
+        let admitted = admit(&view(false, false), "gpt-4o").ok();
         assert_eq!(
             admitted.as_ref().map(|a| a.route.upstream_model.as_str()),
             Some("gpt-4o-mini")

@@ -91,7 +91,7 @@ pub async fn forward(
         .filter(|m| !m.is_empty())
         .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?
         .to_owned();
-    let admitted = admission::admit(&view, &model, now_ms())?;
+    let admitted = admission::admit(&view, &model)?;
     let provider = admitted.route.provider;
     let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
     let client_wants_usage =

@@ -14,7 +14,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_shared::ids::{is_valid_id, IdKind};
 
-use super::{store, Agent};
+use super::store::{self, EnforcementFlag};
+use super::Agent;
 use crate::api::envelope::{self, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery, OptionalJson};
 use crate::api::validate::Text;
@@ -60,8 +61,8 @@ async fn block_agent(
     OptionalJson(input): OptionalJson<BlockInput>,
 ) -> ApiResult<Response> {
     let reason = input.and_then(|input| input.reason);
-    let flag = Flag::Blocked(true);
-    set_flag(&state, &caller, &agent_id, flag, reason.as_ref()).await?;
+    let flag = EnforcementFlag::Blocked;
+    set_flag(&state, &caller, &agent_id, flag, true, reason.as_ref()).await?;
     Ok(envelope::no_content())
 }
 
@@ -73,7 +74,15 @@ async fn unblock_agent(
     State(state): State<AppState>,
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    set_flag(&state, &caller, &agent_id, Flag::Blocked(false), None).await?;
+    set_flag(
+        &state,
+        &caller,
+        &agent_id,
+        EnforcementFlag::Blocked,
+        false,
+        None,
+    )
+    .await?;
     Ok(envelope::no_content())
 }
 
@@ -87,8 +96,8 @@ async fn quarantine_agent(
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(input): ApiJson<QuarantineInput>,
 ) -> ApiResult<Response> {
-    let flag = Flag::Quarantined(true);
-    set_flag(&state, &caller, &agent_id, flag, Some(&input.reason)).await?;
+    let flag = EnforcementFlag::Quarantined;
+    set_flag(&state, &caller, &agent_id, flag, true, Some(&input.reason)).await?;
     Ok(envelope::no_content())
 }
 
@@ -100,7 +109,8 @@ async fn release_quarantine(
     State(state): State<AppState>,
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    set_flag(&state, &caller, &agent_id, Flag::Quarantined(false), None).await?;
+    let flag = EnforcementFlag::Quarantined;
+    set_flag(&state, &caller, &agent_id, flag, false, None).await?;
     Ok(envelope::no_content())
 }
 
@@ -123,20 +133,12 @@ async fn list_quarantined_agents(
     Ok(envelope::paged(agents, page, total))
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Flag {
-    Blocked(bool),
-    Quarantined(bool),
-}
-
-impl Flag {
-    fn event_type(self) -> &'static str {
-        match self {
-            Flag::Blocked(true) => "agent.blocked",
-            Flag::Blocked(false) => "agent.unblocked",
-            Flag::Quarantined(true) => "agent.quarantined",
-            Flag::Quarantined(false) => "agent.quarantine_released",
-        }
+fn event_type(flag: EnforcementFlag, on: bool) -> &'static str {
+    match (flag, on) {
+        (EnforcementFlag::Blocked, true) => "agent.blocked",
+        (EnforcementFlag::Blocked, false) => "agent.unblocked",
+        (EnforcementFlag::Quarantined, true) => "agent.quarantined",
+        (EnforcementFlag::Quarantined, false) => "agent.quarantine_released",
     }
 }
 
@@ -145,7 +147,8 @@ async fn set_flag(
     state: &AppState,
     caller: &Caller,
     agent_id: &str,
-    flag: Flag,
+    flag: EnforcementFlag,
+    on: bool,
     reason: Option<&Reason>,
 ) -> ApiResult<()> {
     if !is_valid_id(IdKind::Agent, agent_id) {
@@ -155,15 +158,7 @@ async fn set_flag(
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
     let (tenant_id, at) = (caller.tenant_id.as_str(), now.as_millis());
-    let found = match flag {
-        Flag::Blocked(on) => {
-            store::set_blocked(&mut tx, tenant_id, agent_id, reason, on, at).await?
-        }
-        Flag::Quarantined(on) => {
-            store::set_quarantined(&mut tx, tenant_id, agent_id, reason, on, at).await?
-        }
-    };
-    if !found {
+    if !store::set_flag(&mut tx, tenant_id, agent_id, flag, on, reason, at).await? {
         return Err(ApiError::not_found("agent"));
     }
     audit::record(
@@ -172,7 +167,7 @@ async fn set_flag(
         &caller.actor,
         now,
         AuditEvent {
-            event_type: flag.event_type(),
+            event_type: event_type(flag, on),
             target_type: "agent",
             target_id: agent_id,
             details: json!({ "reason": reason }),

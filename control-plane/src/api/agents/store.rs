@@ -286,50 +286,43 @@ fn agent_from_row(row: &AnyRow) -> Result<Agent, sqlx::Error> {
     })
 }
 
-/// Sets or clears the kill switch; false when the tenant has no such live agent.
-pub async fn set_blocked(
-    tx: &mut sqlx::AnyConnection,
-    tenant_id: &str,
-    id: &str,
-    reason: Option<&str>,
-    blocked: bool,
-    now_ms: i64,
-) -> Result<bool, sqlx::Error> {
-    let result = sqlx::query(
-        "UPDATE agents SET blocked = $3, block_reason = $4, \
-         blocked_at = CASE WHEN $3 = 1 THEN $5 ELSE NULL END, updated_at = $5 \
-         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(tenant_id)
-    .bind(id)
-    .bind(i64::from(blocked))
-    .bind(reason)
-    .bind(now_ms)
-    .execute(tx)
-    .await?;
-    Ok(result.rows_affected() == 1)
+/// One of an agent's enforcement flags, each with its reason and time columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnforcementFlag {
+    Blocked,
+    Quarantined,
 }
 
-/// Sets or clears quarantine; false when the tenant has no such live agent.
-pub async fn set_quarantined(
+/// Sets (`on`) or clears `flag` with its reason; false when the tenant has no such live
+/// agent.
+pub async fn set_flag(
     tx: &mut sqlx::AnyConnection,
     tenant_id: &str,
     id: &str,
+    flag: EnforcementFlag,
+    on: bool,
     reason: Option<&str>,
-    quarantined: bool,
     now_ms: i64,
 ) -> Result<bool, sqlx::Error> {
-    let result = sqlx::query(
-        "UPDATE agents SET quarantined = $3, quarantine_reason = $4, \
-         quarantined_at = CASE WHEN $3 = 1 THEN $5 ELSE NULL END, updated_at = $5 \
-         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(tenant_id)
-    .bind(id)
-    .bind(i64::from(quarantined))
-    .bind(reason)
-    .bind(now_ms)
-    .execute(tx)
-    .await?;
+    let sql = match flag {
+        EnforcementFlag::Blocked => {
+            "UPDATE agents SET blocked = $3, block_reason = $4, \
+             blocked_at = CASE WHEN $3 = 1 THEN $5 ELSE NULL END, updated_at = $5 \
+             WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL"
+        }
+        EnforcementFlag::Quarantined => {
+            "UPDATE agents SET quarantined = $3, quarantine_reason = $4, \
+             quarantined_at = CASE WHEN $3 = 1 THEN $5 ELSE NULL END, updated_at = $5 \
+             WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL"
+        }
+    };
+    let result = sqlx::query(sql)
+        .bind(tenant_id)
+        .bind(id)
+        .bind(i64::from(on))
+        .bind(reason)
+        .bind(now_ms)
+        .execute(tx)
+        .await?;
     Ok(result.rows_affected() == 1)
 }
