@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use warden_benches::{BenchServer, SERVICE_TOKEN};
+use warden_control_plane::clock::Clock;
 use warden_shared::timestamp::Timestamp;
 
 const BATCH: usize = 1000;
@@ -24,16 +25,20 @@ async fn main() {
     let agents = args.next().flatten().unwrap_or(1000);
     let days = args.next().flatten().unwrap_or(90);
     let senders = args.next().flatten().unwrap_or(2).max(1);
-    let server = BenchServer::start(8 * 1024 * 1024).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let span = (days as i64) * 86_400_000;
+    // The server's clock replays the `days` days as the records arrive, so the ledger
+    // closes each finished day as it would in production, instead of every record
+    // being a late arrival for a day closed long ago.
+    let clock = Clock::manual(Timestamp::from_millis(now - span));
+    let server = BenchServer::start_with_clock(8 * 1024 * 1024, clock.clone()).await;
     let (base, client) = (&server.base, &server.client);
     let (tenant_id, key) = server.create_tenant("enterprise_plus", agents).await;
     let agent_ids = server.register_agents(&key, agents, 20).await;
 
     // Ingest: records spread evenly over `days` days up to now, in batches of 1,000.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let span = (days as i64) * 86_400_000;
     let started = Instant::now();
     let mut in_flight = tokio::task::JoinSet::new();
     let mut sent = 0usize;
@@ -57,6 +62,8 @@ async fn main() {
             .post(format!("{base}/internal/v1/usage-batches"))
             .bearer_auth(SERVICE_TOKEN)
             .json(&json!({ "batch_id": format!("b{batch_no}"), "records": batch }));
+        let last_at = now - span + ((sent + size - 1) as i64 * span / records as i64);
+        clock.advance((last_at - clock.now().as_millis()).max(0));
         if in_flight.len() >= senders {
             in_flight.join_next().await.unwrap().unwrap();
         }
@@ -85,6 +92,17 @@ async fn main() {
         "ingest through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH}, {senders} in flight)",
         records as f64 / ingest.as_secs_f64(),
         ingest.as_secs_f64()
+    );
+
+    // Catch up with the present: close what the server's own minutely round has not.
+    clock.advance(now - clock.now().as_millis());
+    let closing = Instant::now();
+    let closed = warden_control_plane::ledger::close_days(&server.db, clock.now())
+        .await
+        .unwrap();
+    println!(
+        "closing the last {closed} days into the daily rollup: {:.0} ms",
+        ms(closing.elapsed())
     );
 
     let from = Timestamp::from_millis(now - 30 * 86_400_000).to_string();

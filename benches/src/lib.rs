@@ -25,6 +25,11 @@ impl BenchServer {
     /// SQLite in a temporary folder, or `WARDEN_BENCH_DATABASE_URL` (a dedicated, empty
     /// database: migrations are applied to it).
     pub async fn start(max_body_bytes: usize) -> BenchServer {
+        Self::start_with_clock(max_body_bytes, Clock::system()).await
+    }
+
+    /// As [`BenchServer::start`], on `clock` (a benchmark replaying history moves it).
+    pub async fn start_with_clock(max_body_bytes: usize, clock: Clock) -> BenchServer {
         let dir = tempfile::tempdir().unwrap();
         let database_url = std::env::var("WARDEN_BENCH_DATABASE_URL")
             .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("bench.db").display()));
@@ -38,7 +43,7 @@ impl BenchServer {
             max_body_bytes,
             ..Config::default()
         };
-        let app = startup::build(config, Clock::system()).await.unwrap();
+        let app = startup::build(config, clock).await.unwrap();
         let base = format!("http://{}", app.addr);
         let db = app.state.db.clone();
         tokio::spawn(app.serve(std::future::pending()));

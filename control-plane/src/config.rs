@@ -33,6 +33,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Largest accepted request body on the management API, in bytes (413 above).
     pub max_body_bytes: usize,
+    /// Seconds between looks for days of usage to close into the daily cost rollup (see
+    /// `ledger`); `0` turns it off on this replica (at least one replica must keep it).
+    pub close_days_interval_secs: u64,
     pub auth: AuthConfig,
     /// The proxy (`warden proxy`, and the proxy `warden dev` starts).
     pub proxy: ProxyConfig,
@@ -72,6 +75,7 @@ impl Default for Config {
             bootstrap_platform_key: None,
             log_format: LogFormat::Json,
             max_body_bytes: 1024 * 1024,
+            close_days_interval_secs: 60,
             auth: AuthConfig::default(),
             proxy: ProxyConfig::default(),
             providers: ProvidersConfig::default(),

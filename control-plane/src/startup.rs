@@ -90,6 +90,14 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         .await
         .map_err(StartupError::Publisher)?;
     let (stop, stopping) = tokio::sync::watch::channel(false);
+    if config.close_days_interval_secs > 0 {
+        tokio::spawn(crate::ledger::close_days_every(
+            std::time::Duration::from_secs(config.close_days_interval_secs),
+            db.clone(),
+            clock.clone(),
+            stopping.clone(),
+        ));
+    }
     let state = AppState {
         publisher,
         stopping,

@@ -100,6 +100,7 @@ pub async fn insert_tenant(
     .bind(now.as_millis())
     .execute(&mut **tx)
     .await?;
+    crate::ledger::open_for_new_tenant(tx, &id, now).await?;
     audit::record(
         tx,
         &id,
@@ -183,6 +184,7 @@ pub const TENANT_TABLES: &[&str] = &[
     "usage_hourly",
     "usage_daily",
     "usage_model_hourly",
+    "usage_days_closed",
     "usage_records",
     "heartbeats",
     "audit_events",
@@ -222,6 +224,7 @@ fn delete_statement(table: &str) -> &'static str {
         "usage_hourly" => "DELETE FROM usage_hourly WHERE tenant_id = $1",
         "usage_daily" => "DELETE FROM usage_daily WHERE tenant_id = $1",
         "usage_model_hourly" => "DELETE FROM usage_model_hourly WHERE tenant_id = $1",
+        "usage_days_closed" => "DELETE FROM usage_days_closed WHERE tenant_id = $1",
         "usage_records" => "DELETE FROM usage_records WHERE tenant_id = $1",
         "heartbeats" => "DELETE FROM heartbeats WHERE tenant_id = $1",
         "audit_events" => "DELETE FROM audit_events WHERE tenant_id = $1",

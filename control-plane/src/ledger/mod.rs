@@ -18,7 +18,10 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
 
+mod days;
 mod rollups;
+
+pub use days::{close_days, close_days_every, open_for_new_tenant, CLOSE_GRACE_MS};
 
 /// Milliseconds in an hour, the rollups' bucket.
 pub const HOUR_MS: i64 = 3_600_000;
@@ -92,6 +95,11 @@ pub async fn record_batch(
     batch_id: &str,
     entries: &[UsageEntry<'_>],
 ) -> Result<Vec<Outcome>, sqlx::Error> {
+    // First, before the batch holds any other row: see `days`.
+    let mut tenants: Vec<&str> = entries.iter().map(|entry| entry.tenant_id).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    let open_days = days::lock_open_days(tx, &tenants).await?;
     let teams = agent_teams(tx, entries).await?;
     let mut outcomes = Vec::with_capacity(entries.len());
     let mut in_batch: HashSet<(&str, &str)> = HashSet::new();
@@ -137,7 +145,7 @@ pub async fn record_batch(
             recorded.push(candidate.record);
         }
     }
-    rollups::add(tx, &recorded).await?;
+    rollups::add(tx, &recorded, &open_days).await?;
     Ok(outcomes)
 }
 

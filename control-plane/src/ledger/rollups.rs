@@ -3,7 +3,8 @@
 //!
 //! - `usage_hourly`: tenant, hour, agent, team, provider, model. The finest level: one
 //!   agent's hours, and the edges of ranges that do not start or end at midnight.
-//! - `usage_daily`: tenant, day, agent, team, for views grouped by agent or team.
+//! - `usage_daily`: tenant, day, agent, team, for views grouped by agent or team. Only
+//!   for closed days (see `days`): a batch adds to it only its records of those.
 //! - `usage_model_hourly`: tenant, hour, provider, model and source, without the agent,
 //!   for the summary, the by-model view, unfiltered time series and proxy statistics.
 //!
@@ -66,6 +67,11 @@ impl Level {
         )
     }
 
+    /// Whether the level holds only days already closed (see `days`).
+    fn closed_days_only(self) -> bool {
+        matches!(self, Level::AgentDaily)
+    }
+
     fn per_source(self) -> bool {
         matches!(self, Level::ModelHourly)
     }
@@ -92,9 +98,14 @@ type Key<'k> = (
 );
 
 /// Adds `records` to every rollup level.
-pub(super) async fn add(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<(), sqlx::Error> {
+/// `open_days` holds each tenant's first open day.
+pub(super) async fn add(
+    tx: &mut WriteTx,
+    records: &[Record<'_, '_>],
+    open_days: &HashMap<String, i64>,
+) -> Result<(), sqlx::Error> {
     for level in LEVELS {
-        let sums = sum(level, records);
+        let sums = sum(level, records, open_days);
         let rows = rows_per_statement(tx, level.columns());
         for chunk in sums.chunks(rows) {
             let sql = level.upsert_sql(chunk.len());
@@ -119,10 +130,18 @@ pub(super) async fn add(tx: &mut WriteTx, records: &[Record<'_, '_>]) -> Result<
 }
 
 /// Requests, input tokens, output tokens and cost per key of `level`.
-fn sum<'r>(level: Level, records: &'r [Record<'_, '_>]) -> Vec<(Key<'r>, [i64; 4])> {
+fn sum<'r>(
+    level: Level,
+    records: &'r [Record<'_, '_>],
+    open_days: &HashMap<String, i64>,
+) -> Vec<(Key<'r>, [i64; 4])> {
     let mut sums: HashMap<Key<'r>, [i64; 4]> = HashMap::new();
     for (entry, _, team_id, cost_micros, _) in records {
         let at = entry.recorded_at.as_millis();
+        let open_from = open_days.get(entry.tenant_id).copied().unwrap_or(i64::MAX);
+        if level.closed_days_only() && at >= open_from {
+            continue;
+        }
         let (agent_id, team_id) = if level.per_agent() {
             (entry.agent_id, team_id.as_deref().unwrap_or(""))
         } else {

@@ -174,7 +174,12 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
     let batch = json!({ "batch_id": "seed", "records": [{
         "record_id": format!("seed-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,
         "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1,
-        "recorded_at": app.clock.now().to_string() }] });
+        "recorded_at": app.clock.now().to_string() }, {
+        // A day before the tenant existed is closed: this one reaches usage_daily.
+        "record_id": format!("seed-late-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,
+        "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1,
+        "recorded_at": warden_shared::timestamp::Timestamp::from_millis(
+            app.clock.now().as_millis() - 86_400_000).to_string() }] });
     let ingested = app
         .client
         .post(format!("{}/internal/v1/usage-batches", app.base))
@@ -185,7 +190,7 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         .unwrap();
     assert_eq!(
         expect_status(ingested, 200).await["data"]["accepted"],
-        json!(1)
+        json!(2)
     );
     expect_status(
         app.post(

@@ -110,6 +110,9 @@ impl TestApp {
             bootstrap_platform_key: Some(Secret::new(platform_key())),
             service_token: Some(Secret::new(SERVICE_TOKEN)),
             log_format: LogFormat::Pretty,
+            // Tests close days by hand: a background close on the shared PostgreSQL
+            // database would run on another test's clock.
+            close_days_interval_secs: 0,
             ..Config::default()
         };
         configure(&mut config);

@@ -28,9 +28,11 @@ macro_rules! sums {
     };
 }
 
-/// The per-agent rollup rows of a range: daily rows for its whole days, hourly rows for
-/// the hours before the first midnight and after the last. Binds `$1` tenant, `$2`..`$7`
-/// (see [`bind_agent_range`]).
+/// The per-agent rollup rows of a range: daily rows for its whole days that are closed,
+/// hourly rows for its open days (see `crate::ledger`) and for the hours before the
+/// first midnight and after the last. One statement, so a day closing meanwhile is
+/// read from exactly one of the two. Binds `$1` tenant, `$2`..`$7` (see
+/// [`bind_agent_range`]).
 macro_rules! agent_rows {
     () => {
         "(SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
@@ -38,7 +40,9 @@ macro_rules! agent_rows {
          UNION ALL \
          SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
          FROM usage_hourly WHERE tenant_id = $1 \
-         AND ((hour >= $4 AND hour < $5) OR (hour >= $6 AND hour < $7))) u"
+         AND ((hour >= $4 AND hour < $5) OR (hour >= $6 AND hour < $7) \
+         OR (hour >= $2 AND hour < $3 AND hour >= \
+         (SELECT open_from FROM usage_days_closed WHERE tenant_id = $1)))) u"
     };
 }
 

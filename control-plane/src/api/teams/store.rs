@@ -9,7 +9,9 @@ use super::Team;
 use crate::api::envelope::Page;
 
 /// `SELECT` of a team's columns followed by the given clauses, as one static string.
-/// `$month` names the parameter holding the start of the month for the team's spend.
+/// `$month` names the parameter holding the start of the month for the team's spend:
+/// its closed days from `usage_daily`, its open days from `usage_hourly` (see
+/// `crate::ledger`).
 macro_rules! select_teams {
     ($month:literal, $clauses:expr) => {
         concat!(
@@ -20,7 +22,12 @@ macro_rules! select_teams {
              (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_daily u \
               WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.day >= ",
             $month,
-            ") \
+            ") + \
+             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
+              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.hour >= ",
+            $month,
+            " AND u.hour >= (SELECT c.open_from FROM usage_days_closed c \
+              WHERE c.tenant_id = t.tenant_id)) \
               AS monthly_cost_micros \
              FROM teams t ",
             $clauses
