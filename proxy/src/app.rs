@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use warden_shared::secret::Secret;
 
 use crate::config::{ProvidersConfig, ProxyConfig};
+use crate::managed_keys::ManagedKeys;
 use crate::metrics::ProxyMetrics;
 use crate::service::ProxyService;
 use crate::state::EnforcementState;
@@ -100,6 +101,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         usage: usage_sink,
         metrics: metrics.clone(),
         providers,
+        managed_keys: ManagedKeys::new(&config.secrets_manager, metrics.managed_key_reads.clone())
+            .await,
         max_body_bytes: config.max_body_bytes,
     };
     let server_conf = Arc::new(ServerConf::default());

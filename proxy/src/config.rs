@@ -43,8 +43,13 @@ pub struct SecretsManagerConfig {
     /// Overrides the AWS endpoint (for an emulator); the region's endpoint otherwise.
     pub endpoint_url: Option<String>,
     pub region: String,
-    /// How long a resolved key is reused before it is read again.
+    /// How long a resolved key is reused before it is read again (a rotated secret
+    /// reaches the proxy within this).
     pub cache_ttl_secs: u64,
+    /// Static AWS credentials; leave both empty to use the AWS default chain
+    /// (environment, profile, web identity, ECS task or EC2 instance role).
+    pub access_key_id: Option<Secret>,
+    pub secret_access_key: Option<Secret>,
 }
 
 /// The five providers' endpoints and the proxy's own credentials for them.
@@ -94,6 +99,8 @@ impl Default for SecretsManagerConfig {
             endpoint_url: None,
             region: "us-east-1".to_owned(),
             cache_ttl_secs: 300,
+            access_key_id: None,
+            secret_access_key: None,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! to the provider, relay the answer (streamed or whole), and queue its usage.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -12,6 +13,7 @@ use serde_json::{json, Value};
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::pricing;
 use warden_shared::registry::Provider;
+use warden_shared::secret::Secret;
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::{self, Admitted};
@@ -103,14 +105,17 @@ pub async fn forward(
         body.clone()
     };
     drop(peek);
+    let credential = credential(service, &view, provider).await?;
     let header = upstream_header(
         service,
         session,
-        &view,
         &admitted,
         endpoint,
-        upstream_body.len(),
-        streaming,
+        UpstreamBody {
+            length: upstream_body.len(),
+            streaming,
+        },
+        credential.expose(),
     )?;
     let mut overhead = work.elapsed();
 
@@ -383,21 +388,25 @@ fn rewrite(body: &[u8], upstream_model: &str, inject_usage: bool) -> Result<Byte
         .map_err(|_| Refusal::BadRequest("the body cannot be re-encoded".into()))
 }
 
+/// What the upstream header says of the body.
+struct UpstreamBody {
+    length: usize,
+    streaming: bool,
+}
+
 fn upstream_header(
     service: &ProxyService,
     session: &Session,
-    view: &KeyView,
     admitted: &Admitted,
     endpoint: Endpoint,
-    length: usize,
-    streaming: bool,
+    UpstreamBody { length, streaming }: UpstreamBody,
+    credential: &str,
 ) -> Result<RequestHeader, Refusal> {
     let provider = admitted.route.provider;
     let target = service
         .upstreams
         .target(provider)
         .ok_or(Refusal::ProviderNotConfigured(provider))?;
-    let credential = credential(service, view, provider)?;
     let path = format!("{}{}", target.path_prefix, endpoint.path());
     let build = |header: &mut RequestHeader| -> pingora::Result<()> {
         header.insert_header(http::header::HOST, target.authority())?;
@@ -416,7 +425,7 @@ fn upstream_header(
         }
         match provider {
             Provider::Anthropic => {
-                header.insert_header("x-api-key", credential.as_str())?;
+                header.insert_header("x-api-key", credential)?;
                 header.insert_header("anthropic-version", "2023-06-01")?;
             }
             _ => {
@@ -432,30 +441,47 @@ fn upstream_header(
     Ok(header)
 }
 
-/// The provider credential: the tenant's managed key, or the proxy's own.
-fn credential(
-    service: &ProxyService,
+/// The provider credential: the tenant's managed key (from Secrets Manager, cached), or
+/// the proxy's own from its configuration.
+async fn credential<'s>(
+    service: &'s ProxyService,
     view: &KeyView,
     provider: Provider,
-) -> Result<String, Refusal> {
+) -> Result<Credential<'s>, Refusal> {
     if view.key.use_managed_key {
-        if service
+        let managed = service
             .state
             .managed_key(&view.key.tenant_id, provider)
-            .is_none()
-        {
-            return Err(Refusal::ManagedKeyMissing(provider));
-        }
-        // Resolving managed keys from AWS Secrets Manager is not built yet.
-        return Err(Refusal::ManagedKeyUnavailable(provider));
+            .ok_or(Refusal::ManagedKeyMissing(provider))?;
+        return service
+            .managed_keys
+            .resolve(&managed.secret_ref)
+            .await
+            .map(Credential::Managed)
+            .map_err(|_| Refusal::ManagedKeyUnavailable(provider));
     }
     service
         .providers
         .endpoint(provider)
         .api_key
         .as_ref()
-        .map(|key| key.expose().to_owned())
+        .map(Credential::Configured)
         .ok_or(Refusal::ProviderNotConfigured(provider))
+}
+
+/// A provider credential, borrowed from the configuration or shared with the cache.
+enum Credential<'s> {
+    Configured(&'s Secret),
+    Managed(Arc<Secret>),
+}
+
+impl Credential<'_> {
+    fn expose(&self) -> &str {
+        match self {
+            Credential::Configured(secret) => secret.expose(),
+            Credential::Managed(secret) => secret.expose(),
+        }
+    }
 }
 
 fn record_usage(

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod app;
 pub mod config;
 pub mod forward;
+pub mod managed_keys;
 pub mod metrics;
 pub mod refusal;
 pub mod routing;

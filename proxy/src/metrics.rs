@@ -28,6 +28,7 @@ pub struct ProxyMetrics {
     pub usage_dropped: IntCounter,
     pub usage_flush_failures: IntCounter,
     pub stream_reconnects: IntCounter,
+    pub managed_key_reads: IntCounterVec,
 }
 
 impl ProxyMetrics {
@@ -107,6 +108,14 @@ impl ProxyMetrics {
                 "warden_proxy_state_stream_reconnects_total",
                 "Reconnections to the control plane's state stream",
             )?,
+            managed_key_reads: IntCounterVec::new(
+                Opts::new(
+                    "warden_proxy_managed_key_reads_total",
+                    "Reads of managed provider keys from Secrets Manager, by outcome \
+                     (ok, error, unusable); cached keys are not read",
+                ),
+                &["outcome"],
+            )?,
             registry: Arc::new(registry),
             requests,
             duration,
@@ -125,6 +134,7 @@ impl ProxyMetrics {
         r.register(Box::new(self.overhead.clone()))?;
         r.register(Box::new(self.tokens.clone()))?;
         r.register(Box::new(self.cost_micros.clone()))?;
+        r.register(Box::new(self.managed_key_reads.clone()))?;
         for gauge in [
             &self.snapshot_version,
             &self.snapshot_age_seconds,

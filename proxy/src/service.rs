@@ -29,6 +29,7 @@ pub struct ProxyService {
     pub usage: UsageSink,
     pub metrics: ProxyMetrics,
     pub providers: crate::config::ProvidersConfig,
+    pub managed_keys: crate::managed_keys::ManagedKeys,
     pub max_body_bytes: usize,
 }
 

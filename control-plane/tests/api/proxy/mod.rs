@@ -4,8 +4,10 @@
 mod bodies;
 mod enforcement;
 mod failures;
+mod managed_keys;
 mod metrics;
 mod mock;
+mod moto;
 mod openai_client;
 mod outage;
 mod tls;

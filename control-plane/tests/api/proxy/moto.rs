@@ -1,0 +1,145 @@
+//! A real local AWS Secrets Manager for the managed-key tests: moto's server, from PyPI.
+//!
+//! On first use it is installed into a Python virtual environment under the workspace's
+//! `target/moto` (`python3 -m venv`, then `pip install moto[server]`); set
+//! `WARDEN_TEST_MOTO_PYTHON` to a Python that has moto installed to skip that. Each test
+//! starts its own server (`python -m moto.server`) on a free port and stops it when
+//! dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The moto release the tests are written against.
+const MOTO: &str = "moto[server]==5.2.5";
+
+pub struct Moto {
+    pub endpoint: String,
+    client: reqwest::Client,
+    child: Child,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Moto {
+    pub async fn start() -> Moto {
+        let python = tokio::task::spawn_blocking(moto_python)
+            .await
+            .expect("installing moto");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&python)
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {}: {error}", python.display()));
+        let moto = Moto {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while moto.call("ListSecrets", json!({})).await.is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not come up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        moto
+    }
+
+    pub async fn create_secret(&self, name: &str, value: &str) {
+        self.call(
+            "CreateSecret",
+            json!({ "Name": name, "SecretString": value }),
+        )
+        .await
+        .expect("CreateSecret");
+    }
+
+    /// Stores a new current version of the secret, as a rotation does.
+    pub async fn put_secret_value(&self, name: &str, value: &str) {
+        self.call(
+            "PutSecretValue",
+            json!({ "SecretId": name, "SecretString": value }),
+        )
+        .await
+        .expect("PutSecretValue");
+    }
+
+    /// One Secrets Manager API call in its JSON protocol (moto does not check signatures).
+    async fn call(&self, action: &str, body: Value) -> Result<Value, String> {
+        let response = self
+            .client
+            .post(&self.endpoint)
+            .header("x-amz-target", format!("secretsmanager.{action}"))
+            .header("content-type", "application/x-amz-json-1.1")
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/secretsmanager/aws4_request",
+            )
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|error| error.to_string())?;
+        let status = response.status();
+        let text = response.text().await.map_err(|error| error.to_string())?;
+        if !status.is_success() {
+            return Err(format!("{action}: {status}: {text}"));
+        }
+        serde_json::from_str(&text).map_err(|error| error.to_string())
+    }
+}
+
+/// A Python with moto installed, installed on first use.
+fn moto_python() -> PathBuf {
+    #[allow(clippy::disallowed_methods)] // Test settings are not the service's configuration.
+    if let Ok(path) = std::env::var("WARDEN_TEST_MOTO_PYTHON") {
+        return PathBuf::from(path);
+    }
+    let home = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/moto");
+    let python = home.join("bin/python");
+    if python.exists() {
+        return python;
+    }
+    // Installed beside, then renamed into place: concurrent test processes never see a
+    // half-made environment, and the loser of the race throws its copy away. (Run as
+    // `python -m`, a virtual environment works from wherever it is moved.)
+    let staging = home.with_file_name(format!("moto-installing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    run(Command::new("python3").arg("-m").arg("venv").arg(&staging));
+    run(Command::new(staging.join("bin/python")).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        MOTO,
+    ]));
+    if std::fs::rename(&staging, &home).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    python
+}
+
+fn run(command: &mut Command) {
+    let status = command
+        .status()
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    assert!(status.success(), "{command:?} failed: {status}");
+}
