@@ -72,6 +72,11 @@ impl Db {
                         conn.execute("PRAGMA busy_timeout = 10000").await?;
                         conn.execute("PRAGMA foreign_keys = ON").await?;
                         conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    } else {
+                        // JIT compilation costs 15-25 ms a query and pays off only for
+                        // long analytical scans: the cost views' month of rollups crossed
+                        // its threshold and doubled in latency (benches/README.md).
+                        conn.execute("SET jit = off").await?;
                     }
                     Ok(())
                 })
