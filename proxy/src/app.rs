@@ -80,7 +80,11 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let metrics = ProxyMetrics::new()?;
     let state = Arc::new(EnforcementState::default());
     let upstreams = Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
-    let (usage_sink, usage) = sink::channel(config.usage_buffer_capacity, metrics.clone());
+    let (usage_sink, usage) = sink::channel(
+        config.usage_buffer_capacity,
+        metrics.clone(),
+        state.budgets.clone(),
+    );
     let listener =
         TcpListener::bind(config.listen)
             .await
@@ -148,13 +152,14 @@ impl ProxyApp {
             client,
             ..
         } = self;
+        let budgets = state.budgets.clone();
         let follower = tokio::spawn(sync::follow_forever(
             stream,
             client.clone(),
             state,
             metrics.clone(),
         ));
-        let flusher = tokio::spawn(sink::flush_forever(usage, flush, client, metrics));
+        let flusher = tokio::spawn(sink::flush_forever(usage, flush, client, metrics, budgets));
         let (stop, stopping) = watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
         tokio::pin!(shutdown);

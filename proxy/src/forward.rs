@@ -17,6 +17,7 @@ use warden_shared::secret::Secret;
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::{self, Admitted};
+use crate::budget::{self, Reservation};
 use crate::metrics::{model_label, status_class};
 use crate::refusal::Refusal;
 use crate::service::{respond, ProxyService};
@@ -25,7 +26,7 @@ use crate::upstream::Exchange;
 use crate::usage::extract::{self, estimate_tokens, Tokens};
 use crate::usage::sink::now_ms;
 use crate::usage::sse::SseRelay;
-use crate::usage::UsageRecord;
+use crate::usage::{BudgetHold, UsageRecord};
 
 /// The largest non-streamed answer relayed (provider answers are far smaller).
 const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
@@ -65,6 +66,10 @@ struct Peek<'a> {
     stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    max_tokens: Option<i64>,
+    #[serde(default)]
+    max_completion_tokens: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +100,13 @@ pub async fn forward(
         .to_owned();
     let admitted = admission::admit(&view, &model)?;
     let provider = admitted.route.provider;
+    let reservation = reserve_budget(
+        service,
+        &view,
+        &admitted,
+        body.len(),
+        peek.max_completion_tokens.or(peek.max_tokens),
+    )?;
     let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
     let client_wants_usage =
         peek.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
@@ -152,7 +164,7 @@ pub async fn forward(
     } else {
         Tokens::default()
     });
-    record_usage(service, &view, &admitted, endpoint, tokens);
+    record_usage(service, &view, &admitted, endpoint, tokens, reservation);
     if relayed.complete {
         service.upstreams.release(exchange).await;
     }
@@ -484,14 +496,50 @@ impl Credential<'_> {
     }
 }
 
+/// Holds the request's estimated cost against its key's budget, if the key has one.
+fn reserve_budget(
+    service: &ProxyService,
+    view: &KeyView,
+    admitted: &Admitted,
+    body_bytes: usize,
+    max_output_tokens: Option<i64>,
+) -> Result<Option<Reservation>, Refusal> {
+    let Some(limit_micros) = view.key.budget_limit_micros else {
+        return Ok(None);
+    };
+    let price = pricing::find_price(admitted.route.provider, &admitted.route.upstream_model);
+    let estimate = budget::estimate_micros(price, body_bytes, max_output_tokens);
+    let month = Timestamp::from_millis(now_ms()).month_start();
+    service
+        .state
+        .budgets
+        .reserve(&view.key.id, limit_micros, estimate, month)
+        .map(Some)
+        .map_err(|over| Refusal::BudgetExceeded {
+            spent_micros: over.spent_micros,
+            limit_micros: over.limit_micros,
+        })
+}
+
 fn record_usage(
     service: &ProxyService,
     view: &KeyView,
     admitted: &Admitted,
     endpoint: Endpoint,
     tokens: Tokens,
+    reservation: Option<Reservation>,
 ) {
     let now = now_ms();
+    let budget = reservation.map(|reservation| {
+        let month = reservation.month();
+        let cost_micros =
+            pricing::find_price(admitted.route.provider, &admitted.route.upstream_model)
+                .map_or(0, |price| {
+                    pricing::cost_micros(price, tokens.input, tokens.output)
+                });
+        reservation.settle(cost_micros);
+        BudgetHold { month, cost_micros }
+    });
     service.usage.record(UsageRecord {
         record_id: new_id(IdKind::Usage, now),
         tenant_id: view.key.tenant_id.clone(),
@@ -502,6 +550,8 @@ fn record_usage(
         input_tokens: tokens.input,
         output_tokens: tokens.output,
         recorded_at: Timestamp::from_millis(now).to_string(),
+        api_key_id: view.key.id.clone(),
+        budget,
     });
 }
 

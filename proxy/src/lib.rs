@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod app;
+pub mod budget;
 pub mod config;
 pub mod forward;
 pub mod managed_keys;

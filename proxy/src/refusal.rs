@@ -20,6 +20,11 @@ pub enum Refusal {
     ManagedKeyMissing(Provider),
     ProviderNotConfigured(Provider),
     ManagedKeyUnavailable(Provider),
+    /// The key's monthly `budget_limit_usd` has no room for the request's estimate.
+    BudgetExceeded {
+        spent_micros: i64,
+        limit_micros: i64,
+    },
     NotFound,
     MethodNotAllowed,
     BodyTooLarge(usize),
@@ -35,7 +40,7 @@ impl Refusal {
     pub fn status(&self) -> u16 {
         match self {
             Refusal::MissingKey | Refusal::InvalidKey | Refusal::KeyExpired => 401,
-            Refusal::PlanWithoutProxy => 402,
+            Refusal::PlanWithoutProxy | Refusal::BudgetExceeded { .. } => 402,
             Refusal::AgentNotFound
             | Refusal::AgentBlocked
             | Refusal::AgentQuarantined
@@ -69,6 +74,7 @@ impl Refusal {
             Refusal::ManagedKeyMissing(_) => "managed_key_missing",
             Refusal::ProviderNotConfigured(_) => "provider_not_configured",
             Refusal::ManagedKeyUnavailable(_) => "managed_key_unavailable",
+            Refusal::BudgetExceeded { .. } => "budget_exceeded",
             Refusal::NotFound => "not_found",
             Refusal::MethodNotAllowed => "method_not_allowed",
             Refusal::BodyTooLarge(_) => "payload_too_large",
@@ -82,6 +88,10 @@ impl Refusal {
     }
 
     fn error_type(&self) -> &'static str {
+        if let Refusal::BudgetExceeded { .. } = self {
+            // OpenAI's type for an exhausted quota, which SDKs and agents recognise.
+            return "insufficient_quota";
+        }
         match self.status() {
             401 => "authentication_error",
             403 | 402 => "permission_error",
@@ -116,6 +126,15 @@ impl Refusal {
             Refusal::ManagedKeyUnavailable(p) => {
                 format!("the managed key for `{}` cannot be read", p.as_str())
             }
+            Refusal::BudgetExceeded {
+                spent_micros,
+                limit_micros,
+            } => format!(
+                "this key's monthly budget of ${} is used up (${} spent or in flight this \
+                 month, and the request's estimated cost does not fit)",
+                warden_shared::pricing::micros_to_decimal(*limit_micros),
+                warden_shared::pricing::micros_to_decimal(*spent_micros)
+            ),
             Refusal::NotFound => "no such endpoint on the Warden proxy".into(),
             Refusal::MethodNotAllowed => "method not allowed on this endpoint".into(),
             Refusal::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),

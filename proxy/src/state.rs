@@ -15,10 +15,14 @@ use warden_shared::snapshot::{
     TenantState,
 };
 
+use crate::budget::Budgets;
+
 /// The enforcement state and when it last heard from the control plane.
 #[derive(Default)]
 pub struct EnforcementState {
     maps: RwLock<Arc<Maps>>,
+    /// Keys' budgets, fed by the stream's spend figures (see `crate::budget`).
+    pub budgets: Arc<Budgets>,
     version: AtomicI64,
     /// Unix ms of the last message from the control plane (0: never).
     synced_at_ms: AtomicI64,
@@ -51,6 +55,7 @@ impl EnforcementState {
             StreamMessage::Snapshot(snapshot) => self.replace(snapshot),
             StreamMessage::Delta(delta) => self.merge(delta),
             StreamMessage::Heartbeat { .. } => {}
+            StreamMessage::Spend { scopes } => self.budgets.apply_ledger(&scopes),
         }
         self.synced_at_ms.store(now_ms, Ordering::Relaxed);
     }
@@ -102,6 +107,7 @@ impl EnforcementState {
     }
 
     fn replace(&self, snapshot: Snapshot) {
+        self.budgets.apply_ledger(&snapshot.spend);
         let maps = Maps::default();
         for tenant in snapshot.tenants {
             maps.upsert(Entity::Tenant(tenant));
@@ -251,6 +257,7 @@ mod tests {
                 agents: vec![agent("a1", "t1", false), agent("a2", "t2", false)],
                 keys: vec![key("k1", "t1", "a1"), key("k2", "t2", "a2")],
                 managed_keys: vec![],
+                spend: vec![],
             }),
             10,
         );
@@ -299,6 +306,7 @@ mod tests {
                 agents: vec![agent("a1", "t1", false)],
                 keys,
                 managed_keys: vec![],
+                spend: vec![],
             })
         };
         state.apply(snapshot(vec![key("k1", "t1", "a1")]), 1);

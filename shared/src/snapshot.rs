@@ -24,6 +24,20 @@ pub enum StreamMessage {
     /// Nothing changed; sent periodically so a proxy can tell a quiet stream from a dead
     /// connection, and carrying the version the proxy is at.
     Heartbeat { version: i64 },
+    /// Month-to-date spend of budgeted scopes that changed lately (absolute figures, so
+    /// receiving one twice is harmless). Not versioned: spend is not enforcement state
+    /// the outbox orders, and the next update supersedes it.
+    Spend { scopes: Vec<ScopeSpend> },
+}
+
+/// What the ledger has recorded this month for one budget scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeSpend {
+    /// `key:<api_key_id>` (the scopes budget limits add come later).
+    pub scope: String,
+    /// The month the figure belongs to (see `Timestamp::month_start`).
+    pub month: i64,
+    pub cost_micros: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -33,6 +47,9 @@ pub struct Snapshot {
     pub agents: Vec<AgentState>,
     pub keys: Vec<ProxyKeyState>,
     pub managed_keys: Vec<ManagedKeyState>,
+    /// This month's spend of every budgeted scope that has any.
+    #[serde(default)]
+    pub spend: Vec<ScopeSpend>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -21,6 +21,17 @@ impl Timestamp {
         self.0
     }
 
+    /// The first midnight (UTC) of this instant's calendar month, in Unix milliseconds:
+    /// the start of a monthly budget's period.
+    pub fn month_start(self) -> i64 {
+        const DAY_MS: i64 = 86_400_000;
+        let day_start = self.0 - self.0.rem_euclid(DAY_MS);
+        match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000) {
+            Ok(at) => day_start - (i64::from(at.day()) - 1) * DAY_MS,
+            Err(_) => day_start,
+        }
+    }
+
     /// Parses an RFC 3339 / ISO 8601 date-time with an offset (`Z` or `+01:00`).
     pub fn parse_rfc3339(text: &str) -> Option<Self> {
         let parsed =
@@ -70,6 +81,22 @@ impl<'de> Deserialize<'de> for Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_month_starts_at_its_first_midnight_utc() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+        let first = at("2026-11-01T00:00:00Z").as_millis();
+        assert_eq!(at("2026-11-23T17:05:00Z").month_start(), first);
+        assert_eq!(at("2026-11-01T00:00:00Z").month_start(), first);
+        assert_eq!(
+            at("2026-10-31T23:59:59.999Z").month_start(),
+            at("2026-10-01T00:00:00Z").as_millis()
+        );
+        assert_eq!(
+            at("2024-02-29T12:00:00Z").month_start(),
+            at("2024-02-01T00:00:00Z").as_millis()
+        );
+    }
 
     #[test]
     fn renders_iso_8601_utc_and_parses_back() {

@@ -14,12 +14,14 @@ use sqlx::Row;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::pricing;
 use warden_shared::registry::Provider;
+use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
 
 mod days;
 mod rollups;
+pub mod spend;
 
 pub use days::{close_days, close_days_every, open_for_new_tenant, CLOSE_GRACE_MS};
 
@@ -52,6 +54,8 @@ pub struct UsageEntry<'a> {
     pub source: UsageSource,
     /// The proxy's id of this record: recorded at most once per tenant.
     pub idempotency_key: Option<&'a str>,
+    /// The proxy key the request came with (usage the proxy measured).
+    pub api_key_id: Option<&'a str>,
 }
 
 /// Who measured a usage record.
@@ -88,13 +92,23 @@ pub enum Outcome {
     UnknownAgent,
 }
 
-/// Records `entries`, returning one outcome per entry in order. `batch_id` labels the
-/// records that carry an idempotency key (the proxy's).
+/// What recording a batch did.
+#[derive(Debug)]
+pub struct Recorded {
+    /// One per entry, in order.
+    pub outcomes: Vec<Outcome>,
+    /// The new month-to-date totals of the budget scopes the batch added to.
+    pub spend: Vec<ScopeSpend>,
+}
+
+/// Records `entries`. `batch_id` labels the records that carry an idempotency key (the
+/// proxy's); `now` dates the spend rows the batch changes.
 pub async fn record_batch(
     tx: &mut WriteTx,
     batch_id: &str,
     entries: &[UsageEntry<'_>],
-) -> Result<Vec<Outcome>, sqlx::Error> {
+    now: Timestamp,
+) -> Result<Recorded, sqlx::Error> {
     // First, before the batch holds any other row: see `days`.
     let mut tenants: Vec<&str> = entries.iter().map(|entry| entry.tenant_id).collect();
     tenants.sort_unstable();
@@ -146,7 +160,8 @@ pub async fn record_batch(
         }
     }
     rollups::add(tx, &recorded, &open_days).await?;
-    Ok(outcomes)
+    let spend = spend::add(tx, &recorded, now).await?;
+    Ok(Recorded { outcomes, spend })
 }
 
 /// A record about to be inserted and the position of its entry.
@@ -247,13 +262,13 @@ async fn insert_records(
     records: &[Candidate<'_, '_>],
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut inserted = HashSet::with_capacity(records.len());
-    for chunk in records.chunks(rows_per_statement(tx, 15)) {
+    for chunk in records.chunks(rows_per_statement(tx, 16)) {
         let sql = format!(
             "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
              model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
-             recorded_at, source, record_id, batch_id) VALUES {} \
+             recorded_at, source, record_id, batch_id, api_key_id) VALUES {} \
              ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING id",
-            placeholders(chunk.len(), 15, 1)
+            placeholders(chunk.len(), 16, 1)
         );
         let mut query = sqlx::query(&sql);
         for Candidate {
@@ -276,7 +291,8 @@ async fn insert_records(
                 .bind(entry.recorded_at.as_millis())
                 .bind(entry.source.as_str())
                 .bind(entry.idempotency_key)
-                .bind(entry.idempotency_key.map(|_| batch_id));
+                .bind(entry.idempotency_key.map(|_| batch_id))
+                .bind(entry.api_key_id);
         }
         for row in query.fetch_all(&mut **tx).await? {
             inserted.insert(row.try_get::<String, _>("id")?);

@@ -7,7 +7,8 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
-    AgentState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState, Snapshot, TenantState,
+    AgentState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState, ScopeSpend, Snapshot,
+    TenantState,
 };
 
 use super::outbox::ChangeKind;
@@ -43,10 +44,10 @@ pub async fn current_version(pool: &AnyPool) -> Result<i64, sqlx::Error> {
         .await
 }
 
-/// Everything the proxies enforce. The version is read first: entities read after it
-/// may already be newer, which the deltas that follow converge over (they carry state,
-/// not differences).
-pub async fn snapshot(pool: &AnyPool) -> Result<Snapshot, sqlx::Error> {
+/// Everything the proxies enforce, with the spend of `month`. The version is read first:
+/// entities read after it may already be newer, which the deltas that follow converge
+/// over (they carry state, not differences).
+pub async fn snapshot(pool: &AnyPool, month: i64) -> Result<Snapshot, sqlx::Error> {
     let version = current_version(pool).await?;
     let tenants = sqlx::query("SELECT id, plan FROM tenants")
         .fetch_all(pool)
@@ -82,7 +83,37 @@ pub async fn snapshot(pool: &AnyPool) -> Result<Snapshot, sqlx::Error> {
         agents,
         keys,
         managed_keys,
+        spend: spend_since(pool, month, i64::MIN).await?,
     })
+}
+
+/// The spend in `month` of every budgeted scope whose row changed at or after
+/// `since_ms` (the writer's clock): today, proxy keys with a `budget_limit_usd`.
+pub async fn spend_since(
+    pool: &AnyPool,
+    month: i64,
+    since_ms: i64,
+) -> Result<Vec<ScopeSpend>, sqlx::Error> {
+    // The key's id is the scope after `key:`, so the join probes proxy_keys' primary key.
+    sqlx::query(
+        "SELECT s.scope, s.month, s.cost_micros FROM usage_spend_monthly s \
+         JOIN proxy_keys p ON p.api_key_id = substr(s.scope, 5) AND p.tenant_id = s.tenant_id \
+         WHERE s.updated_at >= $2 AND s.month = $1 AND s.scope LIKE 'key:%' \
+         AND p.budget_limit_micros IS NOT NULL",
+    )
+    .bind(month)
+    .bind(since_ms)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|row| {
+        Ok(ScopeSpend {
+            scope: row.try_get("scope")?,
+            month: row.try_get("month")?,
+            cost_micros: row.try_get("cost_micros")?,
+        })
+    })
+    .collect()
 }
 
 /// The oldest version still in the outbox, if any.

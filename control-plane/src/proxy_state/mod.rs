@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use sqlx::AnyPool;
 use tokio::sync::broadcast;
-use warden_shared::snapshot::Delta;
+use warden_shared::snapshot::{Delta, ScopeSpend};
 
 use crate::clock::Clock;
 
@@ -28,12 +28,21 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const RETENTION_MS: i64 = 24 * 3_600_000;
 /// Deltas a slow stream may fall behind before it is sent a full snapshot instead.
 const CHANNEL_CAPACITY: usize = 256;
+/// How often changed spend is sent to the proxies: with the usage flush interval, how
+/// stale a proxy's view of other proxies' spend can be.
+pub const SPEND_INTERVAL: Duration = Duration::from_secs(1);
+/// Spend rows are found by their writer's `updated_at`; a batch committed late or on a
+/// replica whose clock lags is still found when the look-back covers it. Rows are sent
+/// whole, so sending one again is harmless.
+const SPEND_LOOK_BACK_MS: i64 = 5_000;
 
 /// Hands each new delta to every connected proxy stream. Polling stops when the last
 /// clone is dropped.
 #[derive(Clone)]
 pub struct Publisher {
     deltas: broadcast::Sender<Arc<Delta>>,
+    spend: broadcast::Sender<Arc<Vec<ScopeSpend>>>,
+    clock: Clock,
     _poller: Arc<AbortOnDrop>,
 }
 
@@ -49,10 +58,21 @@ impl Publisher {
     /// Starts polling `pool` from the current version, on the current runtime.
     pub async fn start(pool: AnyPool, clock: Clock) -> Result<Publisher, sqlx::Error> {
         let (deltas, _) = broadcast::channel(CHANNEL_CAPACITY);
+        let (spend, _) = broadcast::channel(CHANNEL_CAPACITY);
         let from = load::current_version(&pool).await?;
-        let poller = tokio::spawn(poll(pool, clock, deltas.clone(), from));
+        let poller = tokio::spawn(poll(
+            pool,
+            clock.clone(),
+            Channels {
+                deltas: deltas.clone(),
+                spend: spend.clone(),
+            },
+            from,
+        ));
         Ok(Publisher {
             deltas,
+            spend,
+            clock,
             _poller: Arc::new(AbortOnDrop(poller.abort_handle())),
         })
     }
@@ -60,17 +80,48 @@ impl Publisher {
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Delta>> {
         self.deltas.subscribe()
     }
+
+    pub fn subscribe_spend(&self) -> broadcast::Receiver<Arc<Vec<ScopeSpend>>> {
+        self.spend.subscribe()
+    }
+
+    /// The month budgets are counting now.
+    pub fn current_month(&self) -> i64 {
+        self.clock.now().month_start()
+    }
 }
 
-async fn poll(pool: AnyPool, clock: Clock, deltas: broadcast::Sender<Arc<Delta>>, mut at: i64) {
+struct Channels {
+    deltas: broadcast::Sender<Arc<Delta>>,
+    spend: broadcast::Sender<Arc<Vec<ScopeSpend>>>,
+}
+
+async fn poll(pool: AnyPool, clock: Clock, channels: Channels, mut at: i64) {
     let mut ticker = tokio::time::interval(POLL_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_prune: Option<i64> = None;
+    let mut last_spend = tokio::time::Instant::now();
+    let mut spend_since = clock.now().as_millis();
     loop {
         ticker.tick().await;
-        match publish_new(&pool, &deltas, at).await {
+        match publish_new(&pool, &channels.deltas, at).await {
             Ok(version) => at = version,
             Err(error) => tracing::warn!(%error, "cannot read the proxy change outbox"),
+        }
+        if last_spend.elapsed() >= SPEND_INTERVAL {
+            last_spend = tokio::time::Instant::now();
+            let now = clock.now();
+            match load::spend_since(&pool, now.month_start(), spend_since - SPEND_LOOK_BACK_MS)
+                .await
+            {
+                Ok(changed) => {
+                    spend_since = now.as_millis();
+                    if !changed.is_empty() {
+                        let _ = channels.spend.send(Arc::new(changed));
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot read spend for the proxies"),
+            }
         }
         let now = clock.now().as_millis();
         if last_prune.is_none_or(|last| now.saturating_sub(last) > 600_000) {

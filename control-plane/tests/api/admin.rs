@@ -174,7 +174,7 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
     let batch = json!({ "batch_id": "seed", "records": [{
         "record_id": format!("seed-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,
         "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1,
-        "recorded_at": app.clock.now().to_string() }, {
+        "recorded_at": app.clock.now().to_string(), "api_key_id": "ak_seed" }, {
         // A day before the tenant existed is closed: this one reaches usage_daily.
         "record_id": format!("seed-late-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,
         "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1,

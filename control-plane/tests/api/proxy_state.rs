@@ -70,6 +70,7 @@ fn version_of(message: &StreamMessage) -> i64 {
         StreamMessage::Snapshot(s) => s.version,
         StreamMessage::Delta(d) => d.version,
         StreamMessage::Heartbeat { version } => *version,
+        StreamMessage::Spend { .. } => panic!("spend carries no version"),
     }
 }
 

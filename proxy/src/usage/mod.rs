@@ -25,4 +25,16 @@ pub struct UsageRecord {
     pub output_tokens: i64,
     /// RFC 3339.
     pub recorded_at: String,
+    /// The proxy key the request came with.
+    pub api_key_id: String,
+    /// The key budget this record's cost counts against until the ledger has it; not sent.
+    #[serde(skip)]
+    pub budget: Option<BudgetHold>,
+}
+
+/// A finished request's cost, held against its key's budget (see `crate::budget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetHold {
+    pub month: i64,
+    pub cost_micros: i64,
 }

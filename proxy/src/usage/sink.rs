@@ -8,13 +8,16 @@
 //! twice, and an outage of the control plane loses nothing while the queue has room.
 //! When the queue is full, new records are dropped and counted, never blocking a request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::mpsc;
 use warden_shared::ids::{new_id, IdKind};
+use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
+use crate::budget::Budgets;
 use crate::metrics::ProxyMetrics;
 
 /// The request path's handle on the queue.
@@ -22,6 +25,7 @@ use crate::metrics::ProxyMetrics;
 pub struct UsageSink {
     queue: mpsc::Sender<UsageRecord>,
     metrics: ProxyMetrics,
+    budgets: Arc<Budgets>,
 }
 
 impl UsageSink {
@@ -31,13 +35,24 @@ impl UsageSink {
             Ok(()) => self.metrics.usage_queued.inc(),
             Err(mpsc::error::TrySendError::Full(record)) => {
                 self.metrics.usage_dropped.inc();
+                finished(&self.budgets, &record);
                 tracing::error!(
                     tenant_id = %record.tenant_id,
                     "usage queue full (control plane unreachable for long?); record dropped"
                 );
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.metrics.usage_dropped.inc(),
+            Err(mpsc::error::TrySendError::Closed(record)) => {
+                self.metrics.usage_dropped.inc();
+                finished(&self.budgets, &record);
+            }
         }
+    }
+}
+
+/// Tells the key's budget that the ledger has the record, or will never have it.
+fn finished(budgets: &Budgets, record: &UsageRecord) {
+    if let Some(hold) = record.budget {
+        budgets.finished(&record.api_key_id, hold.cost_micros, hold.month);
     }
 }
 
@@ -50,9 +65,20 @@ pub struct FlushTarget {
 }
 
 /// Creates the queue and returns its handle and the flusher to spawn.
-pub fn channel(capacity: usize, metrics: ProxyMetrics) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
+pub fn channel(
+    capacity: usize,
+    metrics: ProxyMetrics,
+    budgets: Arc<Budgets>,
+) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
     let (queue, receiver) = mpsc::channel(capacity.max(1));
-    (UsageSink { queue, metrics }, receiver)
+    (
+        UsageSink {
+            queue,
+            metrics,
+            budgets,
+        },
+        receiver,
+    )
 }
 
 /// Sends batches until every sender is gone and the queue is empty.
@@ -61,6 +87,7 @@ pub async fn flush_forever(
     target: FlushTarget,
     client: reqwest::Client,
     metrics: ProxyMetrics,
+    budgets: Arc<Budgets>,
 ) {
     let mut batch = Vec::with_capacity(target.batch_size);
     loop {
@@ -78,16 +105,25 @@ pub async fn flush_forever(
             }
         }
         metrics.usage_queued.sub(batch.len() as i64);
-        send_until_acknowledged(&client, &target, &batch, &metrics).await;
+        if let Some(spend) = send_until_acknowledged(&client, &target, &batch, &metrics).await {
+            // The ledger's new totals include this batch: take them before the batch's
+            // costs leave `pending`, so they are never missing from a key's spend.
+            budgets.apply_ledger(&spend);
+        }
+        for record in &batch {
+            finished(&budgets, record);
+        }
     }
 }
 
+/// Sends `batch` until the ledger answers for it; returns the budget scopes' new totals
+/// it acknowledged with (`None`: the batch was refused whole).
 async fn send_until_acknowledged(
     client: &reqwest::Client,
     target: &FlushTarget,
     batch: &[UsageRecord],
     metrics: &ProxyMetrics,
-) {
+) -> Option<Vec<ScopeSpend>> {
     let batch_id = new_id(IdKind::Usage, now_ms());
     let body = json!({ "batch_id": batch_id, "records": batch });
     let mut backoff = Duration::from_millis(250);
@@ -111,7 +147,9 @@ async fn send_until_acknowledged(
                 }
                 metrics.usage_flushed.inc_by(batch.len() as u64);
                 metrics.usage_in_flight.set(0);
-                return;
+                return Some(
+                    serde_json::from_value(ack["data"]["spend"].clone()).unwrap_or_default(),
+                );
             }
             Ok(response)
                 if response.status().is_client_error()
@@ -123,7 +161,7 @@ async fn send_until_acknowledged(
                 metrics.usage_dropped.inc_by(batch.len() as u64);
                 metrics.usage_in_flight.set(0);
                 tracing::error!(%batch_id, status = %response.status(), "ledger refused a usage batch; dropped");
-                return;
+                return None;
             }
             Ok(response) => {
                 metrics.usage_flush_failures.inc();

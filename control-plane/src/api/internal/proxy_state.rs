@@ -19,7 +19,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
 use utoipa::IntoParams;
-use warden_shared::snapshot::{Delta, StreamMessage};
+use warden_shared::snapshot::{Delta, ScopeSpend, StreamMessage};
 
 use super::ServiceCaller;
 use crate::api::extract::ApiQuery;
@@ -49,10 +49,21 @@ pub async fn stream_proxy_state(
     // Subscribe before reading, so no delta published meanwhile is missed; those already
     // covered by what is read first are skipped by version.
     let deltas = state.publisher.subscribe();
+    let spend = state.publisher.subscribe_spend();
     let pool = state.db.pool().clone();
-    let first = catch_up(&pool, query.since).await?;
+    let first = catch_up(&pool, query.since, state.publisher.current_month()).await?;
     let (lines, body) = mpsc::channel::<Result<Bytes, Infallible>>(16);
-    tokio::spawn(follow(pool, deltas, first, lines, state.stopping.clone()));
+    tokio::spawn(follow(
+        Source {
+            pool,
+            deltas,
+            spend,
+            publisher: state.publisher.clone(),
+        },
+        first,
+        lines,
+        state.stopping.clone(),
+    ));
     let mut body = body;
     let stream = futures_util::stream::poll_fn(move |cx| body.poll_recv(cx));
     Response::builder()
@@ -62,8 +73,13 @@ pub async fn stream_proxy_state(
         .map_err(ApiError::internal)
 }
 
-/// What a proxy at `since` needs first: the deltas after it, or a full snapshot.
-async fn catch_up(pool: &sqlx::AnyPool, since: Option<i64>) -> ApiResult<Vec<StreamMessage>> {
+/// What a proxy at `since` needs first: the deltas after it and all of this month's
+/// spend, or a full snapshot (which holds the spend).
+async fn catch_up(
+    pool: &sqlx::AnyPool,
+    since: Option<i64>,
+    month: i64,
+) -> ApiResult<Vec<StreamMessage>> {
     let current = load::current_version(pool).await?;
     if let Some(since) = since.filter(|since| (0..=current).contains(since)) {
         let complete = since == current
@@ -80,23 +96,36 @@ async fn catch_up(pool: &sqlx::AnyPool, since: Option<i64>) -> ApiResult<Vec<Str
             if messages.is_empty() {
                 messages.push(StreamMessage::Heartbeat { version: since });
             }
+            messages.push(StreamMessage::Spend {
+                scopes: load::spend_since(pool, month, i64::MIN).await?,
+            });
             return Ok(messages);
         }
     }
-    Ok(vec![StreamMessage::Snapshot(load::snapshot(pool).await?)])
+    Ok(vec![StreamMessage::Snapshot(
+        load::snapshot(pool, month).await?,
+    )])
+}
+
+/// Where a stream's messages come from.
+struct Source {
+    pool: sqlx::AnyPool,
+    deltas: broadcast::Receiver<Arc<Delta>>,
+    spend: broadcast::Receiver<Arc<Vec<ScopeSpend>>>,
+    publisher: crate::proxy_state::Publisher,
 }
 
 /// Writes `first`, then every newer delta and the heartbeats, until the proxy hangs up.
 async fn follow(
-    pool: sqlx::AnyPool,
-    mut deltas: broadcast::Receiver<Arc<Delta>>,
+    mut source: Source,
     first: Vec<StreamMessage>,
     lines: mpsc::Sender<Result<Bytes, Infallible>>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
+    let pool = source.pool.clone();
     let mut version = 0;
     for message in first {
-        version = version_of(&message);
+        version = version_of(&message).unwrap_or(version);
         if !send(&lines, &message).await {
             return;
         }
@@ -104,35 +133,54 @@ async fn follow(
     let mut heartbeat =
         tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
     loop {
+        let month = source.publisher.current_month();
         let message = tokio::select! {
-            received = deltas.recv() => match received {
+            received = source.deltas.recv() => match received {
                 Ok(delta) if delta.version <= version => continue,
                 Ok(delta) => StreamMessage::Delta(Delta::clone(&delta)),
-                Err(broadcast::error::RecvError::Lagged(_)) => match load::snapshot(&pool).await {
-                    Ok(snapshot) => StreamMessage::Snapshot(snapshot),
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot reload a snapshot for a lagging proxy");
-                        return;
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    match load::snapshot(&pool, month).await {
+                        Ok(snapshot) => StreamMessage::Snapshot(snapshot),
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot reload a snapshot for a lagging proxy");
+                            return;
+                        }
                     }
-                },
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            received = source.spend.recv() => match received {
+                Ok(scopes) => StreamMessage::Spend { scopes: Vec::clone(&scopes) },
+                // Updates were missed: send all of the month's spend instead.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    match load::spend_since(&pool, month, i64::MIN).await {
+                        Ok(scopes) => StreamMessage::Spend { scopes },
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot reload spend for a lagging proxy");
+                            return;
+                        }
+                    }
+                }
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = heartbeat.tick() => StreamMessage::Heartbeat { version },
             // The server is shutting down: end the stream; the proxy reconnects.
             _ = async { stopping.wait_for(|stop| *stop).await.map(|_| ()) } => return,
         };
-        version = version_of(&message);
+        version = version_of(&message).unwrap_or(version);
         if !send(&lines, &message).await {
             return;
         }
     }
 }
 
-fn version_of(message: &StreamMessage) -> i64 {
+/// The state version a message brings the proxy to; spend carries none.
+fn version_of(message: &StreamMessage) -> Option<i64> {
     match message {
-        StreamMessage::Snapshot(snapshot) => snapshot.version,
-        StreamMessage::Delta(delta) => delta.version,
-        StreamMessage::Heartbeat { version } => *version,
+        StreamMessage::Snapshot(snapshot) => Some(snapshot.version),
+        StreamMessage::Delta(delta) => Some(delta.version),
+        StreamMessage::Heartbeat { version } => Some(*version),
+        StreamMessage::Spend { .. } => None,
     }
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use warden_shared::registry::Provider;
+use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
 
 use super::ServiceCaller;
@@ -53,6 +54,10 @@ pub struct ProxyUsageRecord {
     pub cost_usd: Option<f64>,
     #[schema(value_type = String, format = DateTime)]
     pub recorded_at: Timestamp,
+    /// The proxy key the request came with; its budget counts the record.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub api_key_id: Option<Text<1, 100>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -62,6 +67,9 @@ pub struct BatchAck {
     pub duplicates: i64,
     pub rejected: i64,
     pub errors: Vec<ItemError>,
+    /// Month-to-date spend of the budget scopes this batch added to, after it.
+    #[schema(value_type = Vec<Object>)]
+    pub spend: Vec<ScopeSpend>,
 }
 
 #[utoipa::path(post, path = "/internal/v1/usage-batches", tag = "internal", request_body = UsageBatch,
@@ -85,6 +93,7 @@ pub async fn ingest_usage_batch(
         duplicates: 0,
         rejected: 0,
         errors: Vec::new(),
+        spend: Vec::new(),
     };
     let mut parsed = Vec::new();
     for (index, raw) in batch.records.into_iter().enumerate() {
@@ -103,7 +112,8 @@ pub async fn ingest_usage_batch(
             UsageSource::Proxy,
             Some(keys.record_id.as_str()),
         ) {
-            Ok(entry) => {
+            Ok(mut entry) => {
+                entry.api_key_id = keys.api_key_id.as_ref().map(|id| id.as_str());
                 entries.push(entry);
                 indexes.push(*index);
             }
@@ -111,8 +121,9 @@ pub async fn ingest_usage_batch(
         }
     }
     let mut tx = state.db.begin_write().await?;
-    let outcomes = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries).await?;
-    for (index, outcome) in indexes.into_iter().zip(outcomes) {
+    let recorded = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
+    ack.spend = recorded.spend;
+    for (index, outcome) in indexes.into_iter().zip(recorded.outcomes) {
         match outcome {
             Outcome::Recorded { .. } => ack.accepted += 1,
             Outcome::Duplicate => ack.duplicates += 1,
@@ -134,6 +145,7 @@ struct RecordKeys {
     record_id: Text<1, 100>,
     tenant_id: String,
     recorded_at: Timestamp,
+    api_key_id: Option<Text<1, 100>>,
 }
 
 impl ProxyUsageRecord {
@@ -143,6 +155,7 @@ impl ProxyUsageRecord {
                 record_id: self.record_id,
                 tenant_id: self.tenant_id,
                 recorded_at: self.recorded_at,
+                api_key_id: self.api_key_id,
             },
             UsageInput {
                 agent_id: self.agent_id,

@@ -94,7 +94,9 @@ pub async fn record_usage(
     let now = state.clock.now();
     let entry = usage_entry(&caller.tenant_id, &input, now, UsageSource::Telemetry, None)?;
     let mut tx = state.db.begin_write().await?;
-    let outcomes = ledger::record_batch(&mut tx, "", &[entry]).await?;
+    let outcomes = ledger::record_batch(&mut tx, "", &[entry], state.clock.now())
+        .await?
+        .outcomes;
     let Some(Outcome::Recorded {
         id,
         cost_micros,
@@ -153,7 +155,9 @@ pub async fn record_usages(
         }
     }
     let mut tx = state.db.begin_write().await?;
-    let outcomes = ledger::record_batch(&mut tx, "", &entries).await?;
+    let outcomes = ledger::record_batch(&mut tx, "", &entries, state.clock.now())
+        .await?
+        .outcomes;
     let mut accepted = 0;
     for (index, outcome) in indexes.into_iter().zip(outcomes) {
         match outcome {
@@ -229,5 +233,6 @@ pub fn usage_entry<'a>(
         recorded_at,
         source,
         idempotency_key,
+        api_key_id: None,
     })
 }

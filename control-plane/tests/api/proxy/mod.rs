@@ -2,6 +2,7 @@
 //! `warden_proxy::build` pointed at it, and a local mock provider, all on port 0.
 
 mod bodies;
+mod budgets;
 mod enforcement;
 mod failures;
 mod managed_keys;
