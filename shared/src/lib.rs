@@ -7,6 +7,7 @@
 pub mod ids;
 pub mod keys;
 pub mod managed;
+pub mod policy;
 pub mod pricing;
 pub mod registry;
 pub mod scopes;
