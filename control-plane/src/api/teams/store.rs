@@ -11,7 +11,7 @@ use crate::api::envelope::Page;
 /// `SELECT` of a team's columns followed by the given clauses, as one static string.
 /// `$month` names the parameter holding the start of the month for the team's spend:
 /// its closed days from `usage_daily`, its open days from `usage_hourly` (see
-/// `crate::ledger`).
+/// `crate::ledger`), whose range starts at one value so it is an index range.
 macro_rules! select_teams {
     ($month:literal, $clauses:expr) => {
         concat!(
@@ -24,10 +24,12 @@ macro_rules! select_teams {
             $month,
             ") + \
              (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
-              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.hour >= ",
+              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.hour >= \
+              (SELECT CASE WHEN c.open_from > ",
             $month,
-            " AND u.hour >= (SELECT c.open_from FROM usage_days_closed c \
-              WHERE c.tenant_id = t.tenant_id)) \
+            " THEN c.open_from ELSE ",
+            $month,
+            " END FROM usage_days_closed c WHERE c.tenant_id = t.tenant_id)) \
               AS monthly_cost_micros \
              FROM teams t ",
             $clauses
