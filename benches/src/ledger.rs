@@ -3,9 +3,12 @@
 //! `/healthz` measured against the same server in the same process.
 //!
 //! Run: `cargo run --release -p warden-benches --bin ledger -- [RECORDS] [AGENTS] [DAYS]
-//! [SENDERS]` (defaults 200000 1000 90 2; SQLite in a temporary folder, or set
-//! `WARDEN_BENCH_DATABASE_URL` to a dedicated, empty PostgreSQL database). `SENDERS`
-//! batches are in flight at once, as when several proxies flush together.
+//! [SENDERS] [END_MINUTE]` (defaults 200000 1000 90 2, now; SQLite in a temporary
+//! folder, or set `WARDEN_BENCH_DATABASE_URL` to a dedicated, empty PostgreSQL
+//! database). `SENDERS` batches are in flight at once, as when several proxies flush
+//! together. `END_MINUTE` (0-1439) ends the seeded days at that minute of today (UTC)
+//! instead of now: the views read the current day's usage from hourly rollups, so late
+//! in the day (1410, say) is their worst case.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 use std::time::{Duration, Instant};
@@ -25,9 +28,14 @@ async fn main() {
     let agents = args.next().flatten().unwrap_or(1000);
     let days = args.next().flatten().unwrap_or(90);
     let senders = args.next().flatten().unwrap_or(2).max(1);
-    let now = std::time::SystemTime::now()
+    let end_minute = args.next().flatten().map(|m| m.min(1439) as i64);
+    let real_now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
+    let now = match end_minute {
+        Some(minute) => real_now - real_now.rem_euclid(86_400_000) + minute * 60_000,
+        None => real_now,
+    };
     let span = (days as i64) * 86_400_000;
     // The server's clock replays the `days` days as the records arrive, so the ledger
     // closes each finished day as it would in production, instead of every record
@@ -85,8 +93,9 @@ async fn main() {
     }
     let ingest = started.elapsed();
     println!(
-        "ledger: {records} usage records, {agents} agents, {days} days, database {}",
-        server.backend
+        "ledger: {records} usage records, {agents} agents, {days} days, database {}, ending {}",
+        server.backend,
+        Timestamp::from_millis(now)
     );
     println!(
         "ingest through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH}, {senders} in flight)",
