@@ -144,11 +144,6 @@ impl Budgets {
             counters.pending -= cost_micros;
         }
     }
-
-    /// Forgets keys that no longer exist.
-    pub fn retain(&self, exists: impl Fn(&str) -> bool) {
-        self.keys.retain(|key_id, _| exists(key_id));
-    }
 }
 
 /// A request's hold on a key's budget.
