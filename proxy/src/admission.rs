@@ -1,6 +1,7 @@
 //! Whether a key may make a request, from memory only: the key, its agent and tenant,
 //! the route, and the key's model list.
 
+use warden_shared::pricing::{self, ModelPrice};
 use warden_shared::registry::Provider;
 
 use crate::refusal::Refusal;
@@ -13,6 +14,17 @@ pub struct Admitted {
     pub route: Route,
     /// The model the client asked for (before overrides), as recorded in usage.
     pub requested_model: String,
+    /// The price of the routed model, looked up once for the budget, usage and metrics.
+    pub price: Option<&'static ModelPrice>,
+}
+
+impl Admitted {
+    /// What `tokens` of the routed model cost; 0 when it is not in the price table.
+    pub fn cost_micros(&self, input_tokens: i64, output_tokens: i64) -> i64 {
+        self.price.map_or(0, |price| {
+            pricing::cost_micros(price, input_tokens, output_tokens)
+        })
+    }
 }
 
 /// Checks the key and agent flags only (for requests without a model, e.g. `/v1/models`).
@@ -51,6 +63,7 @@ pub fn admit(view: &KeyView, model: &str) -> Result<Admitted, Refusal> {
         |RouteError::ProviderNotAllowed(provider)| Refusal::ProviderNotAllowed(provider),
     )?;
     Ok(Admitted {
+        price: pricing::find_price(route.provider, &route.upstream_model),
         route,
         requested_model: model.to_owned(),
     })

@@ -32,6 +32,8 @@ use std::sync::{Arc, Mutex};
 use dashmap::DashMap;
 use warden_shared::snapshot::ScopeSpend;
 
+use crate::usage::BudgetHold;
+
 /// Body bytes per estimated input token.
 pub const BYTES_PER_TOKEN: usize = 4;
 /// Output tokens assumed for a request that sets no `max_tokens`.
@@ -155,8 +157,9 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// The request ended costing `cost_micros`: it now waits for the ledger as pending.
-    pub fn settle(mut self, cost_micros: i64) {
+    /// The request ended costing `cost_micros`: it now waits for the ledger as pending,
+    /// held by the returned record until the ledger has it.
+    pub fn settle(mut self, cost_micros: i64) -> BudgetHold {
         let mut counters = lock(&self.counters);
         counters.reserved -= self.estimate_micros;
         if counters.month == self.month {
@@ -164,10 +167,10 @@ impl Reservation {
         }
         drop(counters);
         self.settled = true;
-    }
-
-    pub fn month(&self) -> i64 {
-        self.month
+        BudgetHold {
+            month: self.month,
+            cost_micros,
+        }
     }
 }
 

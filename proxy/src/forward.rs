@@ -18,6 +18,7 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::admission::{self, Admitted};
 use crate::budget::{self, Reservation};
+
 use crate::metrics::{model_label, status_class};
 use crate::refusal::Refusal;
 use crate::service::{respond, ProxyService};
@@ -164,7 +165,15 @@ pub async fn forward(
     } else {
         Tokens::default()
     });
-    record_usage(service, &view, &admitted, endpoint, tokens, reservation);
+    let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
+    record_usage(
+        service,
+        &view,
+        &admitted,
+        endpoint,
+        tokens,
+        reservation.map(|reservation| reservation.settle(cost_micros)),
+    );
     if relayed.complete {
         service.upstreams.release(exchange).await;
     }
@@ -172,8 +181,11 @@ pub async fn forward(
     observe(
         service,
         &admitted,
-        status,
-        tokens,
+        Outcome {
+            status,
+            tokens,
+            cost_micros,
+        },
         started.elapsed(),
         overhead,
     );
@@ -507,8 +519,7 @@ fn reserve_budget(
     let Some(limit_micros) = view.key.budget_limit_micros else {
         return Ok(None);
     };
-    let price = pricing::find_price(admitted.route.provider, &admitted.route.upstream_model);
-    let estimate = budget::estimate_micros(price, body_bytes, max_output_tokens);
+    let estimate = budget::estimate_micros(admitted.price, body_bytes, max_output_tokens);
     let month = Timestamp::from_millis(now_ms()).month_start();
     service
         .state
@@ -521,25 +532,16 @@ fn reserve_budget(
         })
 }
 
+/// Queues the request's usage; `budget` is its settled hold on the key's budget.
 fn record_usage(
     service: &ProxyService,
     view: &KeyView,
     admitted: &Admitted,
     endpoint: Endpoint,
     tokens: Tokens,
-    reservation: Option<Reservation>,
+    budget: Option<BudgetHold>,
 ) {
     let now = now_ms();
-    let budget = reservation.map(|reservation| {
-        let month = reservation.month();
-        let cost_micros =
-            pricing::find_price(admitted.route.provider, &admitted.route.upstream_model)
-                .map_or(0, |price| {
-                    pricing::cost_micros(price, tokens.input, tokens.output)
-                });
-        reservation.settle(cost_micros);
-        BudgetHold { month, cost_micros }
-    });
     service.usage.record(UsageRecord {
         record_id: new_id(IdKind::Usage, now),
         tenant_id: view.key.tenant_id.clone(),
@@ -555,22 +557,31 @@ fn record_usage(
     });
 }
 
+/// What a forwarded request came to, for the metrics.
+struct Outcome {
+    status: u16,
+    tokens: Tokens,
+    cost_micros: i64,
+}
+
 fn observe(
     service: &ProxyService,
     admitted: &Admitted,
-    status: u16,
-    tokens: Tokens,
+    Outcome {
+        status,
+        tokens,
+        cost_micros,
+    }: Outcome,
     total: Duration,
     overhead: Duration,
 ) {
     let provider = admitted.route.provider;
-    let model = &admitted.route.upstream_model;
     let metrics = &service.metrics;
     metrics
         .requests
         .with_label_values(&[
             provider.as_str(),
-            model_label(provider, model),
+            model_label(admitted.price),
             status_class(status),
             "forwarded",
         ])
@@ -589,12 +600,11 @@ fn observe(
         .tokens
         .with_label_values(&[provider.as_str(), "output"])
         .inc_by(count(tokens.output));
-    if let Some(price) = pricing::find_price(provider, model) {
-        let cost = pricing::cost_micros(price, tokens.input, tokens.output);
+    if admitted.price.is_some() {
         metrics
             .cost_micros
             .with_label_values(&[provider.as_str()])
-            .inc_by(count(cost));
+            .inc_by(count(cost_micros));
     }
 }
 

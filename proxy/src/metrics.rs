@@ -176,6 +176,6 @@ pub fn status_class(status: u16) -> &'static str {
 }
 
 /// The model label: the price table's name for the model's family, or `other`.
-pub fn model_label(provider: warden_shared::registry::Provider, model: &str) -> &'static str {
-    warden_shared::pricing::find_price(provider, model).map_or("other", |price| price.model)
+pub fn model_label(price: Option<&warden_shared::pricing::ModelPrice>) -> &'static str {
+    price.map_or("other", |price| price.model)
 }
