@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use sqlx::Row;
 use warden_shared::timestamp::Timestamp;
 
-use super::{placeholders, rows_per_statement, DAY_MS};
+use super::{is_postgres, placeholders, rows_per_statement, start_of_day, DAY_MS};
 use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 
@@ -186,12 +186,4 @@ async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sq
         .await?;
     tx.commit().await?;
     Ok(step)
-}
-
-fn start_of_day(ms: i64) -> i64 {
-    ms - ms.rem_euclid(DAY_MS)
-}
-
-fn is_postgres(tx: &mut WriteTx) -> bool {
-    tx.backend_name() == "PostgreSQL"
 }

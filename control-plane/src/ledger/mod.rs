@@ -30,6 +30,11 @@ pub const HOUR_MS: i64 = 3_600_000;
 /// Milliseconds in a UTC day, the daily rollups' bucket.
 pub const DAY_MS: i64 = 24 * HOUR_MS;
 
+/// The UTC midnight that starts the day of `ms`.
+pub fn start_of_day(ms: i64) -> i64 {
+    ms - ms.rem_euclid(DAY_MS)
+}
+
 /// Bound parameters per multi-row statement on SQLite. SQLite resolves each `$N`
 /// parameter by a linear search of the statement's parameter names, so binding costs
 /// grow with the square of a statement's size; a few hundred keeps that negligible.
@@ -189,12 +194,17 @@ type Record<'e, 'a> = (&'e UsageEntry<'a>, String, Option<String>, i64, bool);
 
 /// How many rows of `columns` bound values fit one statement of `tx`'s backend.
 pub(crate) fn rows_per_statement(tx: &mut WriteTx, columns: usize) -> usize {
-    let params = if tx.backend_name() == "PostgreSQL" {
+    let params = if is_postgres(tx) {
         POSTGRES_PARAMS_PER_STATEMENT
     } else {
         SQLITE_PARAMS_PER_STATEMENT
     };
     (params / columns).max(1)
+}
+
+/// Whether `tx` runs on PostgreSQL (row locks, parameter limits), not SQLite.
+pub(crate) fn is_postgres(tx: &mut WriteTx) -> bool {
+    tx.backend_name() == "PostgreSQL"
 }
 
 /// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.

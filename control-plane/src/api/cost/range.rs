@@ -5,12 +5,12 @@
 //! `to=2026-11-30` includes the 30th.
 
 use serde::Deserialize;
-use time::{Date, Duration, OffsetDateTime, Time};
+use time::{Date, Duration, Time};
 use warden_shared::timestamp::Timestamp;
 
 use crate::error::ApiError;
 pub use crate::ledger::DAY_MS;
-use crate::ledger::HOUR_MS;
+use crate::ledger::{start_of_day, HOUR_MS};
 
 const WEEK_MS: i64 = 7 * DAY_MS;
 /// 1970-01-05 was a Monday: weeks start on Mondays (ISO 8601).
@@ -128,24 +128,12 @@ impl Granularity {
     }
 }
 
-fn start_of_day(ms: i64) -> i64 {
-    ms - ms.rem_euclid(DAY_MS)
-}
-
 fn week_start(ms: i64) -> i64 {
     ms - (ms - FIRST_MONDAY_MS).rem_euclid(WEEK_MS)
 }
 
 fn month_start(ms: i64) -> i64 {
-    let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) else {
-        return start_of_day(ms);
-    };
-    let first = at.date().replace_day(1).unwrap_or(at.date());
-    first
-        .with_time(Time::MIDNIGHT)
-        .assume_utc()
-        .unix_timestamp()
-        * 1000
+    Timestamp::from_millis(ms).month_start()
 }
 
 /// Parses a `from`-style value: an RFC 3339 date-time, or a date meaning its midnight.
