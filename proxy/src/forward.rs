@@ -1,40 +1,29 @@
 //! Forwarding one OpenAI-compatible request: read and check the body, admit it, send it
-//! to the provider, relay the answer (streamed or whole), and queue its usage.
+//! to the provider (`upstream_request` builds what is sent), relay the answer (`relay`),
+//! and queue its usage.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::Session;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::pricing;
-use warden_shared::registry::Provider;
-use warden_shared::secret::Secret;
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::{self, Admitted};
 use crate::budget::{self, Reservation};
-
 use crate::metrics::{model_label, status_class};
 use crate::refusal::Refusal;
-use crate::service::{respond, ProxyService};
+use crate::relay::{relay_stream, relay_whole};
+use crate::service::ProxyService;
 use crate::state::KeyView;
-use crate::upstream::Exchange;
-use crate::usage::extract::{self, estimate_tokens, Tokens};
+use crate::upstream_request::{credential, upstream_header, UpstreamBody};
+use crate::usage::extract::{estimate_tokens, Tokens};
 use crate::usage::sink::now_ms;
-use crate::usage::sse::SseRelay;
 use crate::usage::{BudgetHold, UsageRecord};
-
-/// The largest non-streamed answer relayed (provider answers are far smaller).
-const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
-
-/// Provider response headers passed on to the client; the rest stay behind.
-const RELAYED_HEADERS: [&str; 4] = ["content-type", "retry-after", "x-request-id", "request-id"];
-const RELAYED_PREFIXES: [&str; 3] = ["openai-", "x-ratelimit-", "anthropic-ratelimit-"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -43,7 +32,7 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    fn path(self) -> &'static str {
+    pub fn path(self) -> &'static str {
         match self {
             Endpoint::ChatCompletions => "/chat/completions",
             Endpoint::Embeddings => "/embeddings",
@@ -192,152 +181,6 @@ pub async fn forward(
     Ok(())
 }
 
-/// How the answer went to the client, and the usage it carried.
-struct Relayed {
-    /// False when the client went away or the provider broke off: the connection to the
-    /// provider is then not reusable.
-    complete: bool,
-    /// Usage as the provider reported it.
-    usage: Option<Tokens>,
-    /// Characters of generated text relayed (streams), for an estimate.
-    generated_chars: usize,
-}
-
-async fn relay_stream(
-    session: &mut Session,
-    exchange: &mut Exchange,
-    strip_usage: bool,
-) -> Relayed {
-    let mut relay = SseRelay::new(strip_usage);
-    let outcome = |relay: &SseRelay, complete: bool| Relayed {
-        complete,
-        usage: relay.usage,
-        generated_chars: relay.content_chars,
-    };
-    let Some(header) = downstream_header(exchange, None) else {
-        return outcome(&relay, false);
-    };
-    if session
-        .write_response_header(Box::new(header), false)
-        .await
-        .is_err()
-    {
-        return outcome(&relay, false);
-    }
-    loop {
-        match exchange.session.read_response_body().await {
-            Ok(Some(chunk)) => {
-                let out = relay.push(&chunk);
-                if !out.is_empty() && session.write_response_body(Some(out), false).await.is_err() {
-                    // The client hung up: dropping the upstream connection (not returning
-                    // it to the pool) cancels the provider's generation.
-                    return outcome(&relay, false);
-                }
-            }
-            Ok(None) => {
-                let rest = relay.finish();
-                let written = session.write_response_body(Some(rest), true).await.is_ok();
-                return outcome(&relay, written);
-            }
-            Err(error) => {
-                tracing::warn!(%error, "provider stream broke off");
-                let _ = session
-                    .write_response_body(Some(relay.finish()), true)
-                    .await;
-                return outcome(&relay, false);
-            }
-        }
-    }
-}
-
-async fn relay_whole(
-    session: &mut Session,
-    exchange: &mut Exchange,
-    status: u16,
-    provider: Provider,
-) -> Relayed {
-    let mut body = BytesMut::new();
-    let mut complete = true;
-    loop {
-        match exchange.session.read_response_body().await {
-            Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RESPONSE_BYTES => {
-                body.extend_from_slice(&chunk);
-            }
-            Ok(Some(_)) | Err(_) => {
-                complete = false;
-                break;
-            }
-            Ok(None) => break,
-        }
-    }
-    if !complete {
-        let refusal = Refusal::UpstreamFailed(provider);
-        respond(
-            session,
-            502,
-            "application/json",
-            Bytes::from(refusal.body()),
-        )
-        .await;
-        return Relayed {
-            complete: false,
-            usage: None,
-            generated_chars: 0,
-        };
-    }
-    let usage = if (200..300).contains(&status) {
-        extract::from_json(&body)
-    } else {
-        None
-    };
-    let body = body.freeze();
-    let Some(header) = downstream_header(exchange, Some(body.len())) else {
-        return Relayed {
-            complete: false,
-            usage,
-            generated_chars: 0,
-        };
-    };
-    let written = session
-        .write_response_header(Box::new(header), body.is_empty())
-        .await
-        .is_ok()
-        && (body.is_empty() || session.write_response_body(Some(body), true).await.is_ok());
-    Relayed {
-        complete: written,
-        usage,
-        generated_chars: 0,
-    }
-}
-
-/// The client's response header: the provider's status and relayed headers, framed by
-/// length (whole answers) or chunked (streams).
-fn downstream_header(exchange: &Exchange, length: Option<usize>) -> Option<ResponseHeader> {
-    let upstream = exchange.session.response_header();
-    let status = upstream.map_or(502, |h| h.status.as_u16());
-    let mut header = ResponseHeader::build(status, Some(8)).ok()?;
-    if let Some(upstream) = upstream {
-        for (name, value) in &upstream.headers {
-            let name = name.as_str();
-            if RELAYED_HEADERS.contains(&name)
-                || RELAYED_PREFIXES.iter().any(|p| name.starts_with(p))
-            {
-                let _ = header.append_header(name.to_owned(), value.clone());
-            }
-        }
-    }
-    match length {
-        Some(length) => {
-            let _ = header.insert_header(http::header::CONTENT_LENGTH, length.to_string());
-        }
-        None => {
-            let _ = header.insert_header(http::header::TRANSFER_ENCODING, "chunked");
-            let _ = header.insert_header(http::header::CACHE_CONTROL, "no-cache");
-        }
-    }
-    Some(header)
-}
-
 fn ensure_json(session: &Session) -> Result<(), Refusal> {
     let is_json = session
         .req_header()
@@ -410,102 +253,6 @@ fn rewrite(body: &[u8], upstream_model: &str, inject_usage: bool) -> Result<Byte
     serde_json::to_vec(&value)
         .map(Bytes::from)
         .map_err(|_| Refusal::BadRequest("the body cannot be re-encoded".into()))
-}
-
-/// What the upstream header says of the body.
-struct UpstreamBody {
-    length: usize,
-    streaming: bool,
-}
-
-fn upstream_header(
-    service: &ProxyService,
-    session: &Session,
-    admitted: &Admitted,
-    endpoint: Endpoint,
-    UpstreamBody { length, streaming }: UpstreamBody,
-    credential: &str,
-) -> Result<RequestHeader, Refusal> {
-    let provider = admitted.route.provider;
-    let target = service
-        .upstreams
-        .target(provider)
-        .ok_or(Refusal::ProviderNotConfigured(provider))?;
-    let path = format!("{}{}", target.path_prefix, endpoint.path());
-    let build = |header: &mut RequestHeader| -> pingora::Result<()> {
-        header.insert_header(http::header::HOST, target.authority())?;
-        header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
-        header.insert_header(http::header::CONTENT_LENGTH, length.to_string())?;
-        header.insert_header(
-            http::header::ACCEPT,
-            if streaming {
-                "text/event-stream"
-            } else {
-                "application/json"
-            },
-        )?;
-        if let Some(agent) = session.req_header().headers.get(http::header::USER_AGENT) {
-            header.insert_header(http::header::USER_AGENT, agent.clone())?;
-        }
-        match provider {
-            Provider::Anthropic => {
-                header.insert_header("x-api-key", credential)?;
-                header.insert_header("anthropic-version", "2023-06-01")?;
-            }
-            _ => {
-                header.insert_header(http::header::AUTHORIZATION, format!("Bearer {credential}"))?
-            }
-        }
-        Ok(())
-    };
-    let mut header = RequestHeader::build("POST", path.as_bytes(), Some(8))
-        .map_err(|_| Refusal::BadRequest("cannot build the upstream request".into()))?;
-    build(&mut header)
-        .map_err(|_| Refusal::BadRequest("cannot build the upstream request".into()))?;
-    Ok(header)
-}
-
-/// The provider credential: the tenant's managed key (from Secrets Manager, cached), or
-/// the proxy's own from its configuration.
-async fn credential<'s>(
-    service: &'s ProxyService,
-    view: &KeyView,
-    provider: Provider,
-) -> Result<Credential<'s>, Refusal> {
-    if view.key.use_managed_key {
-        let managed = service
-            .state
-            .managed_key(&view.key.tenant_id, provider)
-            .ok_or(Refusal::ManagedKeyMissing(provider))?;
-        return service
-            .managed_keys
-            .resolve(&managed.secret_ref)
-            .await
-            .map(Credential::Managed)
-            .map_err(|_| Refusal::ManagedKeyUnavailable(provider));
-    }
-    service
-        .providers
-        .endpoint(provider)
-        .api_key
-        .as_ref()
-        .map(Credential::Configured)
-        .ok_or(Refusal::ProviderNotConfigured(provider))
-}
-
-/// A provider credential, borrowed from the configuration or shared with the cache.
-enum Credential<'s> {
-    Configured(&'s Secret),
-    Managed(Arc<Secret>),
-}
-
-impl Credential<'_> {
-    fn expose(&self) -> &str {
-        match self {
-            Credential::Configured(secret) => secret.expose(),
-            Credential::Managed(secret) => secret.expose(),
-        }
-    }
 }
 
 /// Holds the request's estimated cost against its key's budget, if the key has one.

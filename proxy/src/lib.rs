@@ -14,11 +14,13 @@ pub mod forward;
 pub mod managed_keys;
 pub mod metrics;
 pub mod refusal;
+pub mod relay;
 pub mod routing;
 pub mod service;
 pub mod state;
 pub mod sync;
 pub mod upstream;
+pub mod upstream_request;
 pub mod usage;
 
 pub use app::{build, ProxyApp, ProxySettings};

@@ -96,7 +96,7 @@ impl Period {
         match self {
             Period::Day => start_of_day(ms),
             Period::Week => week_start(ms),
-            Period::Month => month_start(ms),
+            Period::Month => Timestamp::from_millis(ms).month_start(),
         }
     }
 }
@@ -130,10 +130,6 @@ impl Granularity {
 
 fn week_start(ms: i64) -> i64 {
     ms - (ms - FIRST_MONDAY_MS).rem_euclid(WEEK_MS)
-}
-
-fn month_start(ms: i64) -> i64 {
-    Timestamp::from_millis(ms).month_start()
 }
 
 /// Parses a `from`-style value: an RFC 3339 date-time, or a date meaning its midnight.

@@ -1,0 +1,167 @@
+//! Relaying a provider's answer to the client: streamed (SSE, usage read on the way
+//! and the injected usage chunk stripped) or whole (bounded), with the headers worth
+//! passing on.
+
+use bytes::{Bytes, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use warden_shared::registry::Provider;
+
+use crate::refusal::Refusal;
+use crate::service::respond;
+use crate::upstream::Exchange;
+use crate::usage::extract::{self, Tokens};
+use crate::usage::sse::SseRelay;
+
+/// The largest non-streamed answer relayed (provider answers are far smaller).
+const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Provider response headers passed on to the client; the rest stay behind.
+const RELAYED_HEADERS: [&str; 4] = ["content-type", "retry-after", "x-request-id", "request-id"];
+const RELAYED_PREFIXES: [&str; 3] = ["openai-", "x-ratelimit-", "anthropic-ratelimit-"];
+
+/// How the answer went to the client, and the usage it carried.
+pub struct Relayed {
+    /// False when the client went away or the provider broke off: the connection to the
+    /// provider is then not reusable.
+    pub complete: bool,
+    /// Usage as the provider reported it.
+    pub usage: Option<Tokens>,
+    /// Characters of generated text relayed (streams), for an estimate.
+    pub generated_chars: usize,
+}
+
+pub async fn relay_stream(
+    session: &mut Session,
+    exchange: &mut Exchange,
+    strip_usage: bool,
+) -> Relayed {
+    let mut relay = SseRelay::new(strip_usage);
+    let outcome = |relay: &SseRelay, complete: bool| Relayed {
+        complete,
+        usage: relay.usage,
+        generated_chars: relay.content_chars,
+    };
+    let Some(header) = downstream_header(exchange, None) else {
+        return outcome(&relay, false);
+    };
+    if session
+        .write_response_header(Box::new(header), false)
+        .await
+        .is_err()
+    {
+        return outcome(&relay, false);
+    }
+    loop {
+        match exchange.session.read_response_body().await {
+            Ok(Some(chunk)) => {
+                let out = relay.push(&chunk);
+                if !out.is_empty() && session.write_response_body(Some(out), false).await.is_err() {
+                    // The client hung up: dropping the upstream connection (not returning
+                    // it to the pool) cancels the provider's generation.
+                    return outcome(&relay, false);
+                }
+            }
+            Ok(None) => {
+                let rest = relay.finish();
+                let written = session.write_response_body(Some(rest), true).await.is_ok();
+                return outcome(&relay, written);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "provider stream broke off");
+                let _ = session
+                    .write_response_body(Some(relay.finish()), true)
+                    .await;
+                return outcome(&relay, false);
+            }
+        }
+    }
+}
+
+pub async fn relay_whole(
+    session: &mut Session,
+    exchange: &mut Exchange,
+    status: u16,
+    provider: Provider,
+) -> Relayed {
+    let mut body = BytesMut::new();
+    let mut complete = true;
+    loop {
+        match exchange.session.read_response_body().await {
+            Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RESPONSE_BYTES => {
+                body.extend_from_slice(&chunk);
+            }
+            Ok(Some(_)) | Err(_) => {
+                complete = false;
+                break;
+            }
+            Ok(None) => break,
+        }
+    }
+    if !complete {
+        let refusal = Refusal::UpstreamFailed(provider);
+        respond(
+            session,
+            502,
+            "application/json",
+            Bytes::from(refusal.body()),
+        )
+        .await;
+        return Relayed {
+            complete: false,
+            usage: None,
+            generated_chars: 0,
+        };
+    }
+    let usage = if (200..300).contains(&status) {
+        extract::from_json(&body)
+    } else {
+        None
+    };
+    let body = body.freeze();
+    let Some(header) = downstream_header(exchange, Some(body.len())) else {
+        return Relayed {
+            complete: false,
+            usage,
+            generated_chars: 0,
+        };
+    };
+    let written = session
+        .write_response_header(Box::new(header), body.is_empty())
+        .await
+        .is_ok()
+        && (body.is_empty() || session.write_response_body(Some(body), true).await.is_ok());
+    Relayed {
+        complete: written,
+        usage,
+        generated_chars: 0,
+    }
+}
+
+/// The client's response header: the provider's status and relayed headers, framed by
+/// length (whole answers) or chunked (streams).
+fn downstream_header(exchange: &Exchange, length: Option<usize>) -> Option<ResponseHeader> {
+    let upstream = exchange.session.response_header();
+    let status = upstream.map_or(502, |h| h.status.as_u16());
+    let mut header = ResponseHeader::build(status, Some(8)).ok()?;
+    if let Some(upstream) = upstream {
+        for (name, value) in &upstream.headers {
+            let name = name.as_str();
+            if RELAYED_HEADERS.contains(&name)
+                || RELAYED_PREFIXES.iter().any(|p| name.starts_with(p))
+            {
+                let _ = header.append_header(name.to_owned(), value.clone());
+            }
+        }
+    }
+    match length {
+        Some(length) => {
+            let _ = header.insert_header(http::header::CONTENT_LENGTH, length.to_string());
+        }
+        None => {
+            let _ = header.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+            let _ = header.insert_header(http::header::CACHE_CONTROL, "no-cache");
+        }
+    }
+    Some(header)
+}
