@@ -1,0 +1,263 @@
+//! Policies and the one evaluator both planes use: the proxy on every request, the
+//! control plane's `POST /policies/evaluate` as a dry run. It is a pure function of the
+//! policies, the request and the counters the caller read ([`Counters`]), so the two
+//! reach the same decision for the same inputs by construction.
+//!
+//! **Scopes**: `global`, `team:<team_id>`, `agent:<agent_id>`, `environment:<name>`. A
+//! policy whose scope does not cover the request is `skip`.
+//!
+//! **Order and conflicts**: enabled policies are evaluated in descending `priority`
+//! (ties: lower id first), and every one is recorded. Policies never cancel each other:
+//! a request must pass every policy that covers it. Refusals (allowlist, blocked
+//! provider, budget, rate limit) win over an approval requirement, since approving a
+//! request that would be refused anyway helps nobody; among refusals, and among approval
+//! requirements, the highest-priority one is the decision that is reported.
+//!
+//! **Config shapes** (`config` of each `policy_type`; unknown fields are refused):
+//! - `model_allowlist`: `{allowed_models: [string, ...]}` (1 to 500 names; a trailing
+//!   `*` matches a prefix, `gpt-4o*`). Fails when the model is not listed.
+//! - `block_provider`: `{providers: [provider, ...]}` (1 to 5). Fails when the request's
+//!   provider is listed.
+//! - `require_approval`: `{models?, providers?, environments?}`, each a list; a request
+//!   matches when it matches every list given (an empty or absent list matches
+//!   anything). A match needs a human approval (403 `approval_required`) unless one was
+//!   granted for the agent, policy, provider and model.
+//! - `budget_limit`: `{monthly_limit_usd: number > 0, warn_threshold_pct?: 1-100 (80),
+//!   block_threshold_pct?: 1-200 (100)}`, counting the month's spend of the policy's
+//!   scope (tenant for `global`; not allowed on `environment:` scopes). Fails once spend
+//!   plus the request's estimate reaches the block threshold; warns from the warn
+//!   threshold.
+//! - `rate_limit`: `{requests_per_minute?: 1-1,000,000, tokens_per_minute?:
+//!   1-1,000,000,000, per?: "agent" | "team" | "tenant" | "key" ("agent")}`, at least
+//!   one limit. Fails when the current minute's count for the request's `per` bucket
+//!   has reached a limit.
+//! - `require_human_review`: `{models?, providers?, environments?}` as for approvals. A
+//!   match is forwarded, but flagged for review (`pass` with a reason, `review: true`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::registry::Provider;
+
+mod evaluate;
+
+pub use evaluate::{evaluate, model_matches, rate_bucket, sort_for_evaluation};
+
+/// The six kinds of policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyType {
+    ModelAllowlist,
+    BlockProvider,
+    RequireApproval,
+    BudgetLimit,
+    RateLimit,
+    RequireHumanReview,
+}
+
+impl PolicyType {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PolicyType::ModelAllowlist => "model_allowlist",
+            PolicyType::BlockProvider => "block_provider",
+            PolicyType::RequireApproval => "require_approval",
+            PolicyType::BudgetLimit => "budget_limit",
+            PolicyType::RateLimit => "rate_limit",
+            PolicyType::RequireHumanReview => "require_human_review",
+        }
+    }
+}
+
+/// What a policy covers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Global,
+    Team(String),
+    Agent(String),
+    Environment(String),
+}
+
+impl Scope {
+    /// Parses `global`, `team:<id>`, `agent:<id>` or `environment:<name>`.
+    pub fn parse(text: &str) -> Option<Scope> {
+        if text == "global" {
+            return Some(Scope::Global);
+        }
+        let (kind, value) = text.split_once(':')?;
+        if value.is_empty() || value.len() > 100 {
+            return None;
+        }
+        let value = value.to_owned();
+        match kind {
+            "team" => Some(Scope::Team(value)),
+            "agent" => Some(Scope::Agent(value)),
+            "environment" => Some(Scope::Environment(value)),
+            _ => None,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        match self {
+            Scope::Global => "global".to_owned(),
+            Scope::Team(id) => format!("team:{id}"),
+            Scope::Agent(id) => format!("agent:{id}"),
+            Scope::Environment(name) => format!("environment:{name}"),
+        }
+    }
+
+    fn covers(&self, request: &RequestFacts<'_>) -> bool {
+        match self {
+            Scope::Global => true,
+            Scope::Team(id) => request.team_id == Some(id.as_str()),
+            Scope::Agent(id) => request.agent_id == id,
+            Scope::Environment(name) => request.environment == name,
+        }
+    }
+}
+
+/// Which requests an approval or review policy matches: every list given must contain
+/// the request's value (an empty list matches anything).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Matcher {
+    #[serde(default)]
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub providers: Vec<Provider>,
+    #[serde(default)]
+    pub environments: Vec<String>,
+}
+
+impl Matcher {
+    fn matches(&self, request: &RequestFacts<'_>) -> bool {
+        (self.models.is_empty() || self.models.iter().any(|m| model_matches(m, request.model)))
+            && (self.providers.is_empty() || self.providers.contains(&request.provider))
+            && (self.environments.is_empty()
+                || self.environments.iter().any(|e| e == request.environment))
+    }
+}
+
+/// Who a rate limit counts per.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RatePer {
+    #[default]
+    Agent,
+    Team,
+    Tenant,
+    Key,
+}
+
+/// A policy's `config`, by type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyConfig {
+    ModelAllowlist {
+        allowed_models: Vec<String>,
+    },
+    BlockProvider {
+        providers: Vec<Provider>,
+    },
+    RequireApproval(Matcher),
+    BudgetLimit {
+        monthly_limit_micros: i64,
+        warn_threshold_pct: i64,
+        block_threshold_pct: i64,
+    },
+    RateLimit {
+        requests_per_minute: Option<i64>,
+        tokens_per_minute: Option<i64>,
+        per: RatePer,
+    },
+    RequireHumanReview(Matcher),
+}
+
+/// An enabled policy as the evaluator sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub id: i64,
+    pub name: String,
+    pub scope: Scope,
+    pub priority: i64,
+    pub config: PolicyConfig,
+}
+
+impl Policy {
+    pub fn policy_type(&self) -> PolicyType {
+        match self.config {
+            PolicyConfig::ModelAllowlist { .. } => PolicyType::ModelAllowlist,
+            PolicyConfig::BlockProvider { .. } => PolicyType::BlockProvider,
+            PolicyConfig::RequireApproval(_) => PolicyType::RequireApproval,
+            PolicyConfig::BudgetLimit { .. } => PolicyType::BudgetLimit,
+            PolicyConfig::RateLimit { .. } => PolicyType::RateLimit,
+            PolicyConfig::RequireHumanReview(_) => PolicyType::RequireHumanReview,
+        }
+    }
+}
+
+/// The request being decided.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFacts<'a> {
+    pub tenant_id: &'a str,
+    pub agent_id: &'a str,
+    pub team_id: Option<&'a str>,
+    pub environment: &'a str,
+    pub api_key_id: Option<&'a str>,
+    pub provider: Provider,
+    pub model: &'a str,
+    /// The request's estimated cost (0 for a dry run without a body).
+    pub estimated_cost_micros: i64,
+}
+
+/// What the stateful policies need to know, read by the caller (the proxy from memory,
+/// the dry run from the ledger) before evaluating.
+pub trait Counters {
+    /// This month's spend of a budget scope (`tenant`, `team:<id>`, `agent:<id>`).
+    fn month_spend_micros(&self, budget_scope: &str) -> i64;
+    /// Requests and tokens counted in the current minute for a policy's bucket.
+    fn minute_counts(&self, policy_id: i64, bucket: &str) -> (i64, i64);
+    /// Whether a human approved this agent's requests for the policy, provider and model.
+    fn approval_granted(&self, policy_id: i64) -> bool;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Pass,
+    Fail,
+    Skip,
+}
+
+/// One policy's result, as evaluation records and the dry run show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyResult {
+    pub policy_id: i64,
+    pub policy_name: String,
+    pub policy_type: PolicyType,
+    pub result: Outcome,
+    pub reason: Option<String>,
+}
+
+/// What the proxy does with the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// Refused by this policy (the highest-priority refusal).
+    Refuse {
+        policy_id: i64,
+        policy_type: PolicyType,
+    },
+    /// Needs a human approval under this policy.
+    RequireApproval {
+        policy_id: i64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    pub decision: Decision,
+    /// Budget policies whose warn threshold the request reached.
+    pub warnings: Vec<i64>,
+    /// Whether a `require_human_review` policy flagged the request.
+    pub review: bool,
+    /// Every enabled policy's result, in evaluation order.
+    pub results: Vec<PolicyResult>,
+}
