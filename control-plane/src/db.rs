@@ -132,3 +132,9 @@ impl Db {
 pub fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }
+
+/// A JSON column written by this service (lists and maps of proxy keys), decoded; a value
+/// that does not decode reads as empty rather than failing the whole read.
+pub fn json_column<T: serde::de::DeserializeOwned + Default>(text: &str) -> T {
+    serde_json::from_str(text).unwrap_or_default()
+}

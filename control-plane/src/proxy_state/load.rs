@@ -12,6 +12,7 @@ use warden_shared::snapshot::{
 };
 
 use super::outbox::ChangeKind;
+use crate::db::json_column;
 
 /// The most changes one delta carries; a proxy further behind gets several deltas.
 pub const MAX_CHANGES_PER_DELTA: i64 = 1000;
@@ -255,14 +256,11 @@ struct StoredLimits {
 }
 
 fn key_from_row(row: &AnyRow) -> Result<ProxyKeyState, sqlx::Error> {
-    fn parsed<T: serde::de::DeserializeOwned + Default>(text: &str) -> T {
-        serde_json::from_str(text).unwrap_or_default()
-    }
     let limits: StoredLimits = row
         .try_get::<Option<String>, _>("rate_limit_override")?
-        .map(|text| parsed(&text))
+        .map(|text| json_column(&text))
         .unwrap_or_default();
-    let providers: Vec<String> = parsed(&row.try_get::<String, _>("allowed_providers")?);
+    let providers: Vec<String> = json_column(&row.try_get::<String, _>("allowed_providers")?);
     Ok(ProxyKeyState {
         id: row.try_get("api_key_id")?,
         key_hash: row.try_get("key_hash")?,
@@ -273,8 +271,8 @@ fn key_from_row(row: &AnyRow) -> Result<ProxyKeyState, sqlx::Error> {
             .iter()
             .filter_map(|p| Provider::parse(p))
             .collect(),
-        allowed_models: parsed(&row.try_get::<String, _>("allowed_models")?),
-        model_overrides: parsed::<BTreeMap<String, String>>(
+        allowed_models: json_column(&row.try_get::<String, _>("allowed_models")?),
+        model_overrides: json_column::<BTreeMap<String, String>>(
             &row.try_get::<String, _>("model_overrides")?,
         ),
         requests_per_minute: limits.requests_per_minute,

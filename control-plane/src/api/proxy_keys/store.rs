@@ -9,7 +9,7 @@ use warden_shared::timestamp::Timestamp;
 
 use super::{ProxyKey, RateLimitOverride};
 use crate::api::envelope::Page;
-use crate::db::WriteTx;
+use crate::db::{json_column, WriteTx};
 
 pub async fn insert(
     tx: &mut WriteTx,
@@ -138,9 +138,6 @@ pub async fn live_agent_team(
 }
 
 fn key_from_row(row: &AnyRow) -> Result<ProxyKey, sqlx::Error> {
-    fn parsed<T: serde::de::DeserializeOwned + Default>(text: &str) -> T {
-        serde_json::from_str(text).unwrap_or_default()
-    }
     let overrides: String = row.try_get("model_overrides")?;
     let limits: Option<String> = row.try_get("rate_limit_override")?;
     Ok(ProxyKey {
@@ -150,9 +147,9 @@ fn key_from_row(row: &AnyRow) -> Result<ProxyKey, sqlx::Error> {
         developer_label: row.try_get("developer_label")?,
         agent_id: row.try_get("agent_id")?,
         team_id: row.try_get("team_id")?,
-        allowed_providers: parsed(&row.try_get::<String, _>("allowed_providers")?),
-        allowed_models: parsed(&row.try_get::<String, _>("allowed_models")?),
-        model_overrides: parsed::<BTreeMap<String, String>>(&overrides),
+        allowed_providers: json_column(&row.try_get::<String, _>("allowed_providers")?),
+        allowed_models: json_column(&row.try_get::<String, _>("allowed_models")?),
+        model_overrides: json_column::<BTreeMap<String, String>>(&overrides),
         rate_limit_override: limits
             .and_then(|text| serde_json::from_str::<RateLimitOverride>(&text).ok()),
         budget_limit_usd: row
