@@ -2,11 +2,12 @@
 //!
 //! Each tenant has a first open day (`usage_days_closed.open_from`). Days before it are
 //! closed: `usage_daily` holds their complete sums, and a late record for one of them is
-//! added to its row there. Days from it on are open: their usage lives only in
-//! `usage_hourly`, and views read those hours instead. [`close_days`] closes a day by
-//! summing its hours into `usage_daily` with one insert, so a day's rows are written
-//! once and lie together, instead of being rewritten by every batch of the day (which
-//! left PostgreSQL a month of them scattered over tens of thousands of sparse pages).
+//! added to its row there. Days from it on are open: batches add to their rows in
+//! `usage_daily_open`, a table of a day or two that stays in a few hot pages.
+//! [`close_days`] closes a day by moving its rows into `usage_daily` with one insert, so
+//! a day's rows there are written once and lie together, instead of being rewritten by
+//! every batch of the day (which left PostgreSQL a month of them scattered over tens of
+//! thousands of sparse pages). The move and the new `open_from` commit together.
 //!
 //! Closing must not miss a batch that is still writing the day's hours. On PostgreSQL a
 //! batch holds a share lock on its tenants' rows here from its start to its commit, and
@@ -74,7 +75,7 @@ pub async fn open_for_new_tenant(
 }
 
 /// Closes every tenant's days that ended at least [`CLOSE_GRACE_MS`] before `now`;
-/// returns how many tenant-days it summed into `usage_daily`. Safe to run from several
+/// returns how many tenant-days it moved into `usage_daily`. Safe to run from several
 /// control planes at once: each day is closed in its own transaction, under the lock.
 pub async fn close_days(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error> {
     let until = start_of_day(now.as_millis() - CLOSE_GRACE_MS);
@@ -132,8 +133,9 @@ enum Step {
     UpToDate,
 }
 
-/// Closes the tenant's first open day before `until`, or all the empty days before its
-/// next day with usage.
+/// Closes the tenant's first open day before `until` (moves its rows from
+/// `usage_daily_open` to `usage_daily`), or all the empty days before its next day with
+/// usage.
 async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sqlx::Error> {
     let mut tx = db.begin_write().await?;
     let sql = if is_postgres(&mut tx) {
@@ -148,10 +150,10 @@ async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sq
     let Some(open_from) = open_from.filter(|open_from| *open_from < until) else {
         return Ok(Step::UpToDate);
     };
-    // The tenant's hours lead its rollup's key, so this is one index probe.
-    let first_hour: Option<i64> = sqlx::query(
-        "SELECT MIN(hour) AS first FROM usage_hourly \
-         WHERE tenant_id = $1 AND hour >= $2 AND hour < $3",
+    // The open days' table is keyed by tenant and day, so this is one index probe.
+    let first_day: Option<i64> = sqlx::query(
+        "SELECT MIN(day) AS first FROM usage_daily_open \
+         WHERE tenant_id = $1 AND day >= $2 AND day < $3",
     )
     .bind(tenant_id)
     .bind(open_from)
@@ -159,22 +161,25 @@ async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sq
     .fetch_one(&mut *tx)
     .await?
     .try_get("first")?;
-    let (step, open_from) = match first_hour.map(start_of_day) {
+    let (step, open_from) = match first_day {
         Some(day) if day > open_from => (Step::Skipped, day),
         Some(day) => {
             sqlx::query(
                 "INSERT INTO usage_daily (tenant_id, day, agent_id, team_id, requests, \
                  input_tokens, output_tokens, cost_micros) \
-                 SELECT tenant_id, $2, agent_id, team_id, SUM(requests), SUM(input_tokens), \
-                 SUM(output_tokens), SUM(cost_micros) FROM usage_hourly \
-                 WHERE tenant_id = $1 AND hour >= $2 AND hour < $3 \
-                 GROUP BY tenant_id, agent_id, team_id",
+                 SELECT tenant_id, day, agent_id, team_id, requests, input_tokens, \
+                 output_tokens, cost_micros FROM usage_daily_open \
+                 WHERE tenant_id = $1 AND day = $2",
             )
             .bind(tenant_id)
             .bind(day)
-            .bind(day + DAY_MS)
             .execute(&mut *tx)
             .await?;
+            sqlx::query("DELETE FROM usage_daily_open WHERE tenant_id = $1 AND day = $2")
+                .bind(tenant_id)
+                .bind(day)
+                .execute(&mut *tx)
+                .await?;
             (Step::Closed, day + DAY_MS)
         }
         None => (Step::Skipped, until),

@@ -5,6 +5,8 @@
 //!   agent's hours, and the edges of ranges that do not start or end at midnight.
 //! - `usage_daily`: tenant, day, agent, team, for views grouped by agent or team. Only
 //!   for closed days (see `days`): a batch adds to it only its records of those.
+//! - `usage_daily_open`: the same for open days, so today's per-agent sums are one row
+//!   per agent; closing a day moves its rows into `usage_daily`.
 //! - `usage_model_hourly`: tenant, hour, provider, model and source, without the agent,
 //!   for the summary, the by-model view, unfiltered time series and proxy statistics.
 //!
@@ -22,16 +24,22 @@ use crate::db::WriteTx;
 enum Level {
     AgentHourly,
     AgentDaily,
+    AgentDailyOpen,
     ModelHourly,
 }
 
-const LEVELS: [Level; 3] = [Level::AgentHourly, Level::AgentDaily, Level::ModelHourly];
+const LEVELS: [Level; 4] = [
+    Level::AgentHourly,
+    Level::AgentDaily,
+    Level::AgentDailyOpen,
+    Level::ModelHourly,
+];
 
 impl Level {
     fn bucket_ms(self) -> i64 {
         match self {
             Level::AgentHourly | Level::ModelHourly => HOUR_MS,
-            Level::AgentDaily => DAY_MS,
+            Level::AgentDaily | Level::AgentDailyOpen => DAY_MS,
         }
     }
 
@@ -40,7 +48,7 @@ impl Level {
     }
 
     fn per_model(self) -> bool {
-        !matches!(self, Level::AgentDaily)
+        !matches!(self, Level::AgentDaily | Level::AgentDailyOpen)
     }
 
     /// The upsert for `rows` rows: key columns, then the four sums.
@@ -51,6 +59,7 @@ impl Level {
                 "tenant_id, hour, agent_id, team_id, model_provider, model_name",
             ),
             Level::AgentDaily => ("usage_daily", "tenant_id, day, agent_id, team_id"),
+            Level::AgentDailyOpen => ("usage_daily_open", "tenant_id, day, agent_id, team_id"),
             Level::ModelHourly => (
                 "usage_model_hourly",
                 "tenant_id, hour, model_provider, model_name, source",
@@ -67,9 +76,14 @@ impl Level {
         )
     }
 
-    /// Whether the level holds only days already closed (see `days`).
-    fn closed_days_only(self) -> bool {
-        matches!(self, Level::AgentDaily)
+    /// Whether the level holds a record of time `at`, given its tenant's first open day
+    /// (see `days`): daily rows are split between closed and open days.
+    fn holds(self, at: i64, open_from: i64) -> bool {
+        match self {
+            Level::AgentDaily => at < open_from,
+            Level::AgentDailyOpen => at >= open_from,
+            Level::AgentHourly | Level::ModelHourly => true,
+        }
     }
 
     fn per_source(self) -> bool {
@@ -139,7 +153,7 @@ fn sum<'r>(
     for (entry, _, team_id, cost_micros, _) in records {
         let at = entry.recorded_at.as_millis();
         let open_from = open_days.get(entry.tenant_id).copied().unwrap_or(i64::MAX);
-        if level.closed_days_only() && at >= open_from {
+        if !level.holds(at, open_from) {
             continue;
         }
         let (agent_id, team_id) = if level.per_agent() {

@@ -373,8 +373,8 @@ async fn grouped_totals(
 db_test!(
     closing_days_moves_usage_to_daily_rows_without_changing_any_view,
     |app| {
-        // Days are open (hourly rows only) until the ledger closes them into one daily row
-        // per agent; a late record for a closed day is added to its row. Views grouped by
+        // Days are open (their per-agent rows in usage_daily_open) until the ledger moves
+        // them into usage_daily, one row per agent and day; a late record for a closed day is added to its row. Views grouped by
         // agent or team, and teams' monthly cost, must read the same sums in every state.
         let tenant = app.new_tenant("enterprise").await;
         let key = &tenant.admin_key;
@@ -403,6 +403,7 @@ db_test!(
             0,
             "open days have no daily rows"
         );
+        assert_eq!(app.count_rows("usage_daily_open", &tenant.id).await, 6);
 
         // Close what ended before the third day (its midnight plus the grace period has
         // passed): the first two days become one daily row per agent each; the third stays
@@ -413,6 +414,11 @@ db_test!(
         let closed = ledger::close_days(&app.db, app.clock.now()).await.unwrap();
         assert!(closed >= 2, "closed {closed} tenant-days");
         assert_eq!(app.count_rows("usage_daily", &tenant.id).await, 4);
+        assert_eq!(
+            app.count_rows("usage_daily_open", &tenant.id).await,
+            2,
+            "the open day's rows stay; the closed days' rows moved"
+        );
         assert_eq!(grouped_totals(&app, key, &range).await, expected);
         // Closing again finds nothing of this tenant's left to do.
         ledger::close_days(&app.db, app.clock.now()).await.unwrap();

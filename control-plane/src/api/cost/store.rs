@@ -28,30 +28,26 @@ macro_rules! sums {
     };
 }
 
-/// The per-agent rollup rows of a range: daily rows for its whole days that are closed,
-/// hourly rows for its open days (see `crate::ledger`) and for the hours before the
-/// first midnight and after the last. One statement, so a day closing meanwhile is
-/// read from exactly one of the two. Each hourly part is its own branch with a plain
-/// range on the primary key (the open days' lower bound is one value, the later of the
-/// range's first day and the first open day): as one `OR` of ranges, SQLite without
-/// statistics scanned the tenant's whole hourly rollup (2 s at 10 million records), and
-/// with two lower bounds it ranges over the first. Binds `$1` tenant,
-/// `$2`..`$7` (see [`bind_agent_range`]).
+/// The per-agent rollup rows of a range: daily rows for its whole days (closed days
+/// from `usage_daily`, open ones from `usage_daily_open`; see `crate::ledger`) and hourly
+/// rows for the hours before the first midnight and after the last. One statement, so a
+/// day closing meanwhile is read from exactly one of the two daily tables. Each part is
+/// its own branch with a plain range on the primary key: as one `OR` of ranges, SQLite
+/// without statistics scanned the tenant's whole hourly rollup (2 s at 10 million
+/// records). Binds `$1` tenant, `$2`..`$7` (see [`bind_agent_range`]).
 macro_rules! agent_rows {
     () => {
         "(SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
          FROM usage_daily WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
          UNION ALL \
          SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+         FROM usage_daily_open WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
+         UNION ALL \
+         SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
          FROM usage_hourly WHERE tenant_id = $1 AND hour >= $4 AND hour < $5 \
          UNION ALL \
          SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-         FROM usage_hourly WHERE tenant_id = $1 AND hour >= $6 AND hour < $7 \
-         UNION ALL \
-         SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-         FROM usage_hourly WHERE tenant_id = $1 AND hour < $3 AND hour >= \
-         (SELECT CASE WHEN open_from > $2 THEN open_from ELSE $2 END \
-         FROM usage_days_closed WHERE tenant_id = $1)) u"
+         FROM usage_hourly WHERE tenant_id = $1 AND hour >= $6 AND hour < $7) u"
     };
 }
 

@@ -10,8 +10,8 @@ use crate::api::envelope::Page;
 
 /// `SELECT` of a team's columns followed by the given clauses, as one static string.
 /// `$month` names the parameter holding the start of the month for the team's spend:
-/// its closed days from `usage_daily`, its open days from `usage_hourly` (see
-/// `crate::ledger`), whose range starts at one value so it is an index range.
+/// its closed days from `usage_daily`, its open days from `usage_daily_open` (see
+/// `crate::ledger`).
 macro_rules! select_teams {
     ($month:literal, $clauses:expr) => {
         concat!(
@@ -23,14 +23,10 @@ macro_rules! select_teams {
               WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.day >= ",
             $month,
             ") + \
-             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
-              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.hour >= \
-              (SELECT CASE WHEN c.open_from > ",
+             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_daily_open u \
+              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.day >= ",
             $month,
-            " THEN c.open_from ELSE ",
-            $month,
-            " END FROM usage_days_closed c WHERE c.tenant_id = t.tenant_id)) \
-              AS monthly_cost_micros \
+            ") AS monthly_cost_micros \
              FROM teams t ",
             $clauses
         )
