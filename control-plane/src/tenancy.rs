@@ -179,6 +179,9 @@ pub async fn insert_api_key(
 /// this list; a test compares it with the database catalog so a new table cannot be
 /// forgotten.
 pub const TENANT_TABLES: &[&str] = &[
+    "policy_evaluations",
+    "approvals",
+    "policies",
     "proxy_keys",
     "managed_keys",
     "usage_hourly",
@@ -221,6 +224,9 @@ pub async fn delete_tenant_rows(tx: &mut WriteTx, tenant_id: &str) -> Result<boo
 /// Static statements per table: no SQL text is ever built from a value.
 fn delete_statement(table: &str) -> &'static str {
     match table {
+        "policy_evaluations" => "DELETE FROM policy_evaluations WHERE tenant_id = $1",
+        "approvals" => "DELETE FROM approvals WHERE tenant_id = $1",
+        "policies" => "DELETE FROM policies WHERE tenant_id = $1",
         "proxy_keys" => "DELETE FROM proxy_keys WHERE tenant_id = $1",
         "managed_keys" => "DELETE FROM managed_keys WHERE tenant_id = $1",
         "usage_hourly" => "DELETE FROM usage_hourly WHERE tenant_id = $1",

@@ -22,8 +22,10 @@ use tokio::sync::{mpsc, watch};
 use warden_shared::secret::Secret;
 
 use crate::config::{ProvidersConfig, ProxyConfig};
+use crate::decisions::{self, DecisionReport};
 use crate::managed_keys::ManagedKeys;
 use crate::metrics::ProxyMetrics;
+use crate::rate_limit::RateWindows;
 use crate::service::ProxyService;
 use crate::state::EnforcementState;
 use crate::sync::{self, StreamSource};
@@ -67,6 +69,9 @@ pub struct ProxyApp {
     proxy: Arc<HttpProxy<ProxyService>>,
     usage: mpsc::Receiver<UsageRecord>,
     flush: FlushTarget,
+    decisions: mpsc::Receiver<DecisionReport>,
+    decisions_flush: FlushTarget,
+    rates: Arc<RateWindows>,
     stream: StreamSource,
     client: reqwest::Client,
 }
@@ -85,6 +90,9 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         metrics.clone(),
         state.budgets.clone(),
     );
+    let rates = Arc::new(RateWindows::default());
+    let (decision_sink, decisions) =
+        decisions::channel(config.usage_buffer_capacity, metrics.clone());
     let listener =
         TcpListener::bind(config.listen)
             .await
@@ -103,6 +111,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         state: state.clone(),
         upstreams,
         usage: usage_sink,
+        decisions: decision_sink,
+        rates: rates.clone(),
         metrics: metrics.clone(),
         providers,
         managed_keys: ManagedKeys::new(&config.secrets_manager, metrics.managed_key_reads.clone())
@@ -120,6 +130,14 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         usage,
         flush: FlushTarget {
             url: format!("{base}/internal/v1/usage-batches"),
+            service_token: service_token.expose().to_owned(),
+            batch_size: config.usage_batch_size.clamp(1, 1000),
+            interval: Duration::from_millis(config.usage_flush_interval_ms.max(1)),
+        },
+        decisions,
+        rates,
+        decisions_flush: FlushTarget {
+            url: format!("{base}/internal/v1/policy-decisions"),
             service_token: service_token.expose().to_owned(),
             batch_size: config.usage_batch_size.clamp(1, 1000),
             interval: Duration::from_millis(config.usage_flush_interval_ms.max(1)),
@@ -148,6 +166,9 @@ impl ProxyApp {
             proxy,
             usage,
             flush,
+            decisions,
+            decisions_flush,
+            rates,
             stream,
             client,
             ..
@@ -159,6 +180,13 @@ impl ProxyApp {
             state,
             metrics.clone(),
         ));
+        let decision_flusher = tokio::spawn(decisions::flush_forever(
+            decisions,
+            decisions_flush,
+            client.clone(),
+            metrics.clone(),
+        ));
+        let forgetter = tokio::spawn(forget_old_rate_windows(rates));
         let flusher = tokio::spawn(sink::flush_forever(usage, flush, client, metrics, budgets));
         let (stop, stopping) = watch::channel(false);
         let mut connections = tokio::task::JoinSet::new();
@@ -199,10 +227,22 @@ impl ProxyApp {
         .await;
         connections.abort_all();
         follower.abort();
-        // The last handle on the usage queue goes with the proxy; the flusher then sends
-        // what is left and ends.
+        forgetter.abort();
+        // The last handle on the usage queue goes with the proxy; the flushers then send
+        // what is left and end.
         drop(proxy);
         let _ = tokio::time::timeout(DRAIN, flusher).await;
+        let _ = tokio::time::timeout(DRAIN, decision_flusher).await;
         Ok(())
+    }
+}
+
+/// Drops rate-limit windows of past minutes once a minute, so idle buckets do not pile up.
+async fn forget_old_rate_windows(rates: Arc<RateWindows>) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        ticker.tick().await;
+        let minute = crate::rate_limit::minute_of(crate::usage::sink::now_ms());
+        rates.forget_before(minute);
     }
 }

@@ -16,6 +16,7 @@ use warden_shared::timestamp::Timestamp;
 use crate::admission::{self, Admitted};
 use crate::budget::{self, Reservation};
 use crate::metrics::{model_label, status_class};
+use crate::policy_gate;
 use crate::refusal::Refusal;
 use crate::relay::{relay_stream, relay_whole};
 use crate::service::ProxyService;
@@ -90,6 +91,8 @@ pub async fn forward(
         .to_owned();
     let admitted = admission::admit(&view, &model)?;
     let provider = admitted.route.provider;
+    let policies =
+        policy_gate::check(service, &view, &admitted, endpoint.request_type(), now_ms())?;
     let reservation = reserve_budget(
         service,
         &view,
@@ -155,6 +158,7 @@ pub async fn forward(
         Tokens::default()
     });
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
+    policies.add_tokens(&service.rates, tokens.input + tokens.output);
     record_usage(
         service,
         &view,

@@ -29,6 +29,8 @@ pub struct ProxyMetrics {
     pub usage_flush_failures: IntCounter,
     pub stream_reconnects: IntCounter,
     pub managed_key_reads: IntCounterVec,
+    pub decisions_dropped: IntCounter,
+    pub decisions_flush_failures: IntCounter,
 }
 
 impl ProxyMetrics {
@@ -104,6 +106,14 @@ impl ProxyMetrics {
                 "warden_proxy_usage_flush_failures_total",
                 "Failed attempts to send a usage batch",
             )?,
+            decisions_dropped: counter(
+                "warden_proxy_policy_decisions_dropped_total",
+                "Policy decision reports dropped (queue full or batch refused)",
+            )?,
+            decisions_flush_failures: counter(
+                "warden_proxy_policy_decisions_flush_failures_total",
+                "Failed attempts to send a batch of policy decision reports",
+            )?,
             stream_reconnects: counter(
                 "warden_proxy_state_stream_reconnects_total",
                 "Reconnections to the control plane's state stream",
@@ -149,6 +159,8 @@ impl ProxyMetrics {
             &self.usage_dropped,
             &self.usage_flush_failures,
             &self.stream_reconnects,
+            &self.decisions_dropped,
+            &self.decisions_flush_failures,
         ] {
             r.register(Box::new(counter.clone()))?;
         }

@@ -25,6 +25,26 @@ pub enum Refusal {
         spent_micros: i64,
         limit_micros: i64,
     },
+    /// A policy refused the request (allowlist, blocked provider).
+    PolicyViolation {
+        policy_id: i64,
+        reason: String,
+    },
+    /// A `budget_limit` policy's block threshold is reached.
+    PolicyBudgetExceeded {
+        policy_id: i64,
+        reason: String,
+    },
+    /// A `rate_limit` policy's window is full until the next minute.
+    RateLimited {
+        policy_id: i64,
+        reason: String,
+        retry_after_secs: u64,
+    },
+    /// A `require_approval` policy holds the request until a human approves it.
+    ApprovalRequired {
+        policy_id: i64,
+    },
     NotFound,
     MethodNotAllowed,
     BodyTooLarge(usize),
@@ -40,13 +60,18 @@ impl Refusal {
     pub fn status(&self) -> u16 {
         match self {
             Refusal::MissingKey | Refusal::InvalidKey | Refusal::KeyExpired => 401,
-            Refusal::PlanWithoutProxy | Refusal::BudgetExceeded { .. } => 402,
+            Refusal::PlanWithoutProxy
+            | Refusal::BudgetExceeded { .. }
+            | Refusal::PolicyBudgetExceeded { .. } => 402,
+            Refusal::RateLimited { .. } => 429,
             Refusal::AgentNotFound
             | Refusal::AgentBlocked
             | Refusal::AgentQuarantined
             | Refusal::ProviderNotAllowed(_)
             | Refusal::ModelNotAllowed(_)
-            | Refusal::ManagedKeyMissing(_) => 403,
+            | Refusal::ManagedKeyMissing(_)
+            | Refusal::PolicyViolation { .. }
+            | Refusal::ApprovalRequired { .. } => 403,
             Refusal::NotFound => 404,
             Refusal::MethodNotAllowed => 405,
             Refusal::BodyTooLarge(_) => 413,
@@ -74,7 +99,12 @@ impl Refusal {
             Refusal::ManagedKeyMissing(_) => "managed_key_missing",
             Refusal::ProviderNotConfigured(_) => "provider_not_configured",
             Refusal::ManagedKeyUnavailable(_) => "managed_key_unavailable",
-            Refusal::BudgetExceeded { .. } => "budget_exceeded",
+            Refusal::BudgetExceeded { .. } | Refusal::PolicyBudgetExceeded { .. } => {
+                "budget_exceeded"
+            }
+            Refusal::PolicyViolation { .. } => "policy_violation",
+            Refusal::RateLimited { .. } => "rate_limit_exceeded",
+            Refusal::ApprovalRequired { .. } => "approval_required",
             Refusal::NotFound => "not_found",
             Refusal::MethodNotAllowed => "method_not_allowed",
             Refusal::BodyTooLarge(_) => "payload_too_large",
@@ -88,11 +118,12 @@ impl Refusal {
     }
 
     fn error_type(&self) -> &'static str {
-        if let Refusal::BudgetExceeded { .. } = self {
+        if let Refusal::BudgetExceeded { .. } | Refusal::PolicyBudgetExceeded { .. } = self {
             // OpenAI's type for an exhausted quota, which SDKs and agents recognise.
             return "insufficient_quota";
         }
         match self.status() {
+            429 => "rate_limit_error",
             401 => "authentication_error",
             403 | 402 => "permission_error",
             404 => "not_found_error",
@@ -135,6 +166,20 @@ impl Refusal {
                 warden_shared::pricing::micros_to_decimal(*limit_micros),
                 warden_shared::pricing::micros_to_decimal(*spent_micros)
             ),
+            Refusal::PolicyViolation { policy_id, reason }
+            | Refusal::PolicyBudgetExceeded { policy_id, reason } => {
+                format!("refused by policy {policy_id}: {reason}")
+            }
+            Refusal::RateLimited {
+                policy_id,
+                reason,
+                retry_after_secs,
+            } => format!(
+                "rate limited by policy {policy_id}: {reason}; retry in {retry_after_secs} s"
+            ),
+            Refusal::ApprovalRequired { policy_id } => {
+                format!("policy {policy_id} requires a human approval of this request")
+            }
             Refusal::NotFound => "no such endpoint on the Warden proxy".into(),
             Refusal::MethodNotAllowed => "method not allowed on this endpoint".into(),
             Refusal::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
@@ -149,8 +194,24 @@ impl Refusal {
         }
     }
 
-    /// The JSON body of the answer.
+    /// Seconds after which a retry may pass (429s).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Refusal::RateLimited {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
+        }
+    }
+
+    /// The JSON body of the answer: OpenAI's error shape, except the spec's exact body
+    /// for a request waiting on approval.
     pub fn body(&self) -> Vec<u8> {
+        if let Refusal::ApprovalRequired { policy_id } = self {
+            return json!({ "error": "approval_required", "approval_policy_id": policy_id })
+                .to_string()
+                .into_bytes();
+        }
         json!({
             "error": {
                 "message": self.message(),
@@ -179,6 +240,26 @@ mod tests {
         assert_ne!(
             Refusal::AgentQuarantined.code(),
             Refusal::AgentBlocked.code()
+        );
+    }
+
+    #[test]
+    fn approval_required_has_the_spec_body_and_rate_limits_say_when() {
+        let body: serde_json::Value =
+            serde_json::from_slice(&Refusal::ApprovalRequired { policy_id: 7 }.body())
+                .unwrap_or_default();
+        assert_eq!(
+            body,
+            json!({ "error": "approval_required", "approval_policy_id": 7 })
+        );
+        let limited = Refusal::RateLimited {
+            policy_id: 1,
+            reason: "requests per minute limit reached".into(),
+            retry_after_secs: 12,
+        };
+        assert_eq!(
+            (limited.status(), limited.retry_after_secs()),
+            (429, Some(12))
         );
     }
 }

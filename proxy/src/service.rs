@@ -27,6 +27,8 @@ pub struct ProxyService {
     pub state: Arc<EnforcementState>,
     pub upstreams: Upstreams,
     pub usage: UsageSink,
+    pub decisions: crate::decisions::DecisionSink,
+    pub rates: Arc<crate::rate_limit::RateWindows>,
     pub metrics: ProxyMetrics,
     pub providers: crate::config::ProvidersConfig,
     pub managed_keys: crate::managed_keys::ManagedKeys,
@@ -51,13 +53,7 @@ impl ProxyHttp for ProxyService {
                     refusal.code(),
                 ])
                 .inc();
-            respond(
-                session,
-                refusal.status(),
-                "application/json",
-                Bytes::from(refusal.body()),
-            )
-            .await;
+            respond_refusal(session, &refusal).await;
         }
         Ok(true)
     }
@@ -147,6 +143,26 @@ impl ProxyService {
 }
 
 /// Writes a complete response with a length, keeping the connection reusable.
+/// Answers with `refusal`'s status and body (and `Retry-After` when it has one).
+pub async fn respond_refusal(session: &mut Session, refusal: &Refusal) {
+    let body = Bytes::from(refusal.body());
+    let Ok(mut header) = ResponseHeader::build(refusal.status(), Some(4)) else {
+        return;
+    };
+    let _ = header.insert_header(http::header::CONTENT_TYPE, "application/json");
+    let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
+    if let Some(seconds) = refusal.retry_after_secs() {
+        let _ = header.insert_header(http::header::RETRY_AFTER, seconds.to_string());
+    }
+    if session
+        .write_response_header(Box::new(header), false)
+        .await
+        .is_ok()
+    {
+        let _ = session.write_response_body(Some(body), true).await;
+    }
+}
+
 pub async fn respond(session: &mut Session, status: u16, content_type: &str, body: Bytes) {
     let Ok(mut header) = ResponseHeader::build(status, Some(3)) else {
         return;

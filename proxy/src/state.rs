@@ -15,6 +15,8 @@ use warden_shared::snapshot::{
     TenantState,
 };
 
+use warden_shared::policy::{sort_for_evaluation, Policy};
+
 use crate::budget::Budgets;
 
 /// The enforcement state and when it last heard from the control plane.
@@ -36,7 +38,15 @@ struct Maps {
     tenants: DashMap<String, Arc<TenantState>>,
     managed_keys: DashMap<(String, Provider), Arc<ManagedKeyState>>,
     managed_key_slots: DashMap<String, (String, Provider)>,
+    /// Each tenant's enabled policies in evaluation order, replaced whole on a change.
+    policies: DashMap<String, Arc<Vec<Policy>>>,
+    policy_tenants: DashMap<i64, String>,
+    /// Approvals in force: (agent, policy, provider, model) → until (Unix ms).
+    grants: DashMap<GrantKey, i64>,
+    grant_keys: DashMap<i64, (String, GrantKey)>,
 }
+
+type GrantKey = (String, i64, Provider, String);
 
 /// Everything the proxy knows about one presented key.
 #[derive(Debug, Clone)]
@@ -90,6 +100,31 @@ impl EnforcementState {
         })
     }
 
+    /// The tenant's enabled policies in evaluation order; `None` when it has none.
+    pub fn policies(&self, tenant_id: &str) -> Option<Arc<Vec<Policy>>> {
+        self.maps()
+            .policies
+            .get(tenant_id)
+            .map(|entry| entry.value().clone())
+            .filter(|policies| !policies.is_empty())
+    }
+
+    /// Whether a reviewer's approval lets the agent's request through now.
+    pub fn approval_granted(
+        &self,
+        agent_id: &str,
+        policy_id: i64,
+        provider: Provider,
+        model: &str,
+        now_ms: i64,
+    ) -> bool {
+        let key = (agent_id.to_owned(), policy_id, provider, model.to_owned());
+        self.maps()
+            .grants
+            .get(&key)
+            .is_some_and(|until| *until > now_ms)
+    }
+
     /// The tenant's managed key for `provider`.
     pub fn managed_key(&self, tenant_id: &str, provider: Provider) -> Option<Arc<ManagedKeyState>> {
         self.maps()
@@ -120,6 +155,12 @@ impl EnforcementState {
         }
         for managed in snapshot.managed_keys {
             maps.upsert(Entity::ManagedKey(managed));
+        }
+        for policy in snapshot.policies {
+            maps.upsert(Entity::Policy(policy));
+        }
+        for grant in snapshot.grants {
+            maps.upsert(Entity::Grant(grant));
         }
         let fresh = Arc::new(maps);
         match self.maps.write() {
@@ -172,7 +213,35 @@ impl Maps {
                 }
                 self.managed_keys.insert(slot, Arc::new(managed));
             }
+            Entity::Policy(state) => match Policy::from_state(&state) {
+                Ok(policy) => {
+                    self.policy_tenants
+                        .insert(policy.id, state.tenant_id.clone());
+                    self.replace_policy(&state.tenant_id, policy.id, Some(policy));
+                }
+                Err(error) => {
+                    // Written by a newer control plane, say: not enforced, said loudly.
+                    tracing::error!(policy_id = state.id, message = %error.message, "policy not understood; not enforced");
+                    self.remove(EntityRef::Policy(state.id.to_string()));
+                }
+            },
+            Entity::Grant(grant) => {
+                let key = (grant.agent_id, grant.policy_id, grant.provider, grant.model);
+                self.grant_keys
+                    .insert(grant.id, (grant.tenant_id, key.clone()));
+                self.grants.insert(key, grant.until);
+            }
         }
+    }
+
+    /// Puts `policy` (or, with `None`, nothing) in place of policy `id` in the tenant's
+    /// list, kept in evaluation order.
+    fn replace_policy(&self, tenant_id: &str, id: i64, policy: Option<Policy>) {
+        let mut entry = self.policies.entry(tenant_id.to_owned()).or_default();
+        let mut policies: Vec<Policy> = entry.iter().filter(|p| p.id != id).cloned().collect();
+        policies.extend(policy);
+        sort_for_evaluation(&mut policies);
+        *entry = Arc::new(policies);
     }
 
     fn remove(&self, removed: EntityRef) {
@@ -184,6 +253,22 @@ impl Maps {
             }
             EntityRef::Agent(id) => {
                 self.agents.remove(&id);
+            }
+            EntityRef::Policy(id) => {
+                let Ok(id) = id.parse::<i64>() else {
+                    return;
+                };
+                if let Some((_, tenant_id)) = self.policy_tenants.remove(&id) {
+                    self.replace_policy(&tenant_id, id, None);
+                }
+            }
+            EntityRef::Grant(id) => {
+                let Ok(id) = id.parse::<i64>() else {
+                    return;
+                };
+                if let Some((_, (_, key))) = self.grant_keys.remove(&id) {
+                    self.grants.remove(&key);
+                }
             }
             EntityRef::ManagedKey(id) => {
                 if let Some((_, slot)) = self.managed_key_slots.remove(&id) {
@@ -201,6 +286,14 @@ impl Maps {
                 self.managed_keys.retain(|(tenant, _), _| *tenant != id);
                 self.managed_key_slots
                     .retain(|_, (tenant, _)| *tenant != id);
+                self.policies.remove(&id);
+                self.policy_tenants.retain(|_, tenant| *tenant != id);
+                self.grant_keys.retain(|_, (tenant, key)| {
+                    if *tenant == id {
+                        self.grants.remove(key);
+                    }
+                    *tenant != id
+                });
             }
         }
     }
@@ -256,8 +349,7 @@ mod tests {
                 tenants: vec![tenant("t1"), tenant("t2")],
                 agents: vec![agent("a1", "t1", false), agent("a2", "t2", false)],
                 keys: vec![key("k1", "t1", "a1"), key("k2", "t2", "a2")],
-                managed_keys: vec![],
-                spend: vec![],
+                ..Snapshot::default()
             }),
             10,
         );
@@ -305,8 +397,7 @@ mod tests {
                 tenants: vec![tenant("t1")],
                 agents: vec![agent("a1", "t1", false)],
                 keys,
-                managed_keys: vec![],
-                spend: vec![],
+                ..Snapshot::default()
             })
         };
         state.apply(snapshot(vec![key("k1", "t1", "a1")]), 1);
@@ -344,5 +435,71 @@ mod tests {
             2,
         );
         assert!(state.managed_key("t1", Provider::Openai).is_none());
+    }
+
+    #[test]
+    fn policies_and_grants_follow_the_stream() {
+        use warden_shared::policy::PolicyType;
+        use warden_shared::snapshot::{ApprovalGrant, PolicyState};
+        let policy = |id: i64, priority: i64| PolicyState {
+            id,
+            tenant_id: "t1".into(),
+            name: format!("p{id}"),
+            policy_type: PolicyType::BlockProvider,
+            scope: "global".into(),
+            priority,
+            config: serde_json::json!({ "providers": ["nvidia"] }),
+        };
+        let grant = ApprovalGrant {
+            id: 5,
+            tenant_id: "t1".into(),
+            agent_id: "a1".into(),
+            policy_id: 1,
+            provider: Provider::Openai,
+            model: "gpt-4o".into(),
+            until: 1_000,
+        };
+        let state = EnforcementState::default();
+        state.apply(
+            StreamMessage::Snapshot(Snapshot {
+                version: 1,
+                tenants: vec![tenant("t1")],
+                policies: vec![policy(1, 0), policy(2, 9)],
+                grants: vec![grant],
+                ..Snapshot::default()
+            }),
+            1,
+        );
+        let order = |state: &EnforcementState| -> Vec<i64> {
+            state
+                .policies("t1")
+                .map(|p| p.iter().map(|p| p.id).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(order(&state), [2, 1]);
+        assert!(state.approval_granted("a1", 1, Provider::Openai, "gpt-4o", 999));
+        assert!(!state.approval_granted("a1", 1, Provider::Openai, "gpt-4o", 1_000));
+        assert!(!state.approval_granted("a1", 1, Provider::Openai, "gpt-4o-mini", 999));
+        state.apply(
+            StreamMessage::Delta(Delta {
+                version: 2,
+                upserts: vec![Entity::Policy(policy(1, 20))],
+                removals: vec![EntityRef::Policy("2".into()), EntityRef::Grant("5".into())],
+            }),
+            2,
+        );
+        assert_eq!(order(&state), [1]);
+        assert!(!state.approval_granted("a1", 1, Provider::Openai, "gpt-4o", 999));
+        let mut broken = policy(3, 0);
+        broken.config = serde_json::json!({ "providers": [] });
+        state.apply(
+            StreamMessage::Delta(Delta {
+                version: 3,
+                upserts: vec![Entity::Policy(broken)],
+                removals: vec![EntityRef::Tenant("t1".into())],
+            }),
+            3,
+        );
+        assert!(state.policies("t1").is_none());
     }
 }

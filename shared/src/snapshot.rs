@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::policy::PolicyType;
 use crate::registry::Provider;
 
 /// One line of the stream.
@@ -50,6 +51,12 @@ pub struct Snapshot {
     /// This month's spend of every budgeted scope that has any.
     #[serde(default)]
     pub spend: Vec<ScopeSpend>,
+    /// Every tenant's enabled policies.
+    #[serde(default)]
+    pub policies: Vec<PolicyState>,
+    /// Approvals that currently let an agent's requests through.
+    #[serde(default)]
+    pub grants: Vec<ApprovalGrant>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -67,6 +74,8 @@ pub enum Entity {
     Agent(AgentState),
     Key(ProxyKeyState),
     ManagedKey(ManagedKeyState),
+    Policy(PolicyState),
+    Grant(ApprovalGrant),
 }
 
 /// An entity that no longer exists. Removing a tenant removes everything of it.
@@ -77,6 +86,10 @@ pub enum EntityRef {
     Agent(String),
     Key(String),
     ManagedKey(String),
+    /// A policy deleted or disabled (by its id).
+    Policy(String),
+    /// An approval that no longer grants anything (by its id).
+    Grant(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +140,33 @@ pub struct ManagedKeyState {
     pub tenant_id: String,
     pub provider: Provider,
     pub secret_ref: String,
+}
+
+/// An enabled policy. `config` is the policy's normalised JSON, which the proxy parses
+/// with the same `PolicyConfig::from_json` the control plane validated it with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyState {
+    pub id: i64,
+    pub tenant_id: String,
+    pub name: String,
+    pub policy_type: PolicyType,
+    /// `global`, `team:<id>`, `agent:<id>` or `environment:<name>`.
+    pub scope: String,
+    pub priority: i64,
+    pub config: serde_json::Value,
+}
+
+/// A reviewer's approval: the agent's requests under the policy to the provider and
+/// model are forwarded until `until` (Unix ms).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalGrant {
+    pub id: i64,
+    pub tenant_id: String,
+    pub agent_id: String,
+    pub policy_id: i64,
+    pub provider: Provider,
+    pub model: String,
+    pub until: i64,
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod validate;
 
 mod admin;
 mod agents;
+pub mod approvals;
 mod auth;
 pub mod cost;
 pub mod health;
@@ -17,6 +18,7 @@ mod internal;
 mod managed_keys;
 mod monitoring;
 mod ops;
+pub mod policies;
 mod proxy_keys;
 mod proxy_stats;
 mod teams;
@@ -49,6 +51,8 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(proxy_keys::router())
         .merge(managed_keys::router())
         .merge(proxy_stats::router())
+        .merge(policies::router())
+        .merge(approvals::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

@@ -64,6 +64,8 @@ pub mod require {
         TelemetryWrite => Some(Scope::TelemetryWrite),
         MonitoringRead => Some(Scope::MonitoringRead),
         CostRead => Some(Scope::CostRead),
+        GovernanceRead => Some(Scope::GovernanceRead),
+        GovernanceWrite => Some(Scope::GovernanceWrite),
         Admin => Some(Scope::Admin),
         PlatformAdmin => Some(Scope::PlatformAdmin),
     }

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
+use warden_shared::policy::PolicyType;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
-    AgentState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState, ScopeSpend, Snapshot,
-    TenantState,
+    AgentState, ApprovalGrant, Delta, Entity, EntityRef, ManagedKeyState, PolicyState,
+    ProxyKeyState, ScopeSpend, Snapshot, TenantState,
 };
 
 use super::outbox::ChangeKind;
@@ -32,6 +33,20 @@ macro_rules! select_keys {
     };
 }
 
+macro_rules! select_policies {
+    () => {
+        "SELECT p.id, p.tenant_id, p.name, p.policy_type, p.config, p.scope, p.priority \
+         FROM policies p WHERE p.enabled = 1"
+    };
+}
+
+macro_rules! select_grants {
+    () => {
+        "SELECT g.id, g.tenant_id, g.agent_id, g.policy_id, g.provider, g.model, g.grant_until \
+         FROM approvals g WHERE g.status = 'approved' AND g.grant_until > $1"
+    };
+}
+
 macro_rules! select_managed_keys {
     () => {
         "SELECT m.id, m.tenant_id, m.provider, m.secret_ref FROM managed_keys m"
@@ -48,7 +63,7 @@ pub async fn current_version(pool: &AnyPool) -> Result<i64, sqlx::Error> {
 /// Everything the proxies enforce, with the spend of `month`. The version is read first:
 /// entities read after it may already be newer, which the deltas that follow converge
 /// over (they carry state, not differences).
-pub async fn snapshot(pool: &AnyPool, month: i64) -> Result<Snapshot, sqlx::Error> {
+pub async fn snapshot(pool: &AnyPool, month: i64, now_ms: i64) -> Result<Snapshot, sqlx::Error> {
     let version = current_version(pool).await?;
     let tenants = sqlx::query("SELECT id, plan FROM tenants")
         .fetch_all(pool)
@@ -85,7 +100,75 @@ pub async fn snapshot(pool: &AnyPool, month: i64) -> Result<Snapshot, sqlx::Erro
         keys,
         managed_keys,
         spend: spend_since(pool, month, i64::MIN).await?,
+        policies: policies(pool).await?,
+        grants: sqlx::query(select_grants!())
+            .bind(now_ms)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .filter_map(|row| grant_from_row(row).transpose())
+            .collect::<Result<_, _>>()?,
     })
+}
+
+/// Every tenant's enabled policies.
+pub async fn policies(pool: &AnyPool) -> Result<Vec<PolicyState>, sqlx::Error> {
+    sqlx::query(select_policies!())
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .filter_map(|row| policy_from_row(row).transpose())
+        .collect()
+}
+
+/// A tenant's enabled policies (for the dry run).
+pub async fn tenant_policies(
+    pool: &AnyPool,
+    tenant_id: &str,
+) -> Result<Vec<PolicyState>, sqlx::Error> {
+    sqlx::query(concat!(select_policies!(), " AND p.tenant_id = $1"))
+        .bind(tenant_id)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .filter_map(|row| policy_from_row(row).transpose())
+        .collect()
+}
+
+fn policy_from_row(row: &AnyRow) -> Result<Option<PolicyState>, sqlx::Error> {
+    let policy_type: String = row.try_get("policy_type")?;
+    let Some(policy_type) = PolicyType::parse(&policy_type) else {
+        tracing::warn!(
+            policy_type,
+            "a stored policy has an unknown type; not enforced"
+        );
+        return Ok(None);
+    };
+    Ok(Some(PolicyState {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        name: row.try_get("name")?,
+        policy_type,
+        scope: row.try_get("scope")?,
+        priority: row.try_get("priority")?,
+        config: json_column(&row.try_get::<String, _>("config")?),
+    }))
+}
+
+fn grant_from_row(row: &AnyRow) -> Result<Option<ApprovalGrant>, sqlx::Error> {
+    let provider: String = row.try_get("provider")?;
+    let Some(provider) = Provider::parse(&provider) else {
+        return Ok(None);
+    };
+    Ok(Some(ApprovalGrant {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        agent_id: row.try_get("agent_id")?,
+        policy_id: row.try_get("policy_id")?,
+        provider,
+        model: row.try_get("model")?,
+        until: row.try_get("grant_until")?,
+    }))
 }
 
 /// The spend in `month` of every budgeted scope whose row changed at or after
@@ -126,7 +209,11 @@ pub async fn oldest_retained(pool: &AnyPool) -> Result<Option<i64>, sqlx::Error>
 
 /// The changes after `since` (at most [`MAX_CHANGES_PER_DELTA`]) as one delta of current
 /// states; `None` when there are none.
-pub async fn delta_since(pool: &AnyPool, since: i64) -> Result<Option<Delta>, sqlx::Error> {
+pub async fn delta_since(
+    pool: &AnyPool,
+    since: i64,
+    now_ms: i64,
+) -> Result<Option<Delta>, sqlx::Error> {
     let changes = sqlx::query(
         "SELECT version, kind, entity_id FROM proxy_changes WHERE version > $1 \
          ORDER BY version LIMIT $2",
@@ -151,7 +238,7 @@ pub async fn delta_since(pool: &AnyPool, since: i64) -> Result<Option<Delta>, sq
             continue;
         }
         match ChangeKind::parse(&kind) {
-            Some(kind) => add_current_state(pool, &mut delta, kind, &id).await?,
+            Some(kind) => add_current_state(pool, &mut delta, kind, &id, now_ms).await?,
             None => tracing::warn!(kind, "unknown change kind in the outbox"),
         }
     }
@@ -163,6 +250,7 @@ async fn add_current_state(
     delta: &mut Delta,
     kind: ChangeKind,
     id: &str,
+    now_ms: i64,
 ) -> Result<(), sqlx::Error> {
     match kind {
         ChangeKind::Tenant => match tenant(pool, id).await? {
@@ -191,6 +279,39 @@ async fn add_current_state(
                     delta.upserts.push(Entity::Key(key));
                 }
                 None => delta.removals.push(EntityRef::Key(id.to_owned())),
+            }
+        }
+        ChangeKind::Policy => {
+            let row = match id.parse::<i64>() {
+                Ok(policy_id) => {
+                    sqlx::query(concat!(select_policies!(), " AND p.id = $1"))
+                        .bind(policy_id)
+                        .fetch_optional(pool)
+                        .await?
+                }
+                Err(_) => None,
+            };
+            match row.as_ref().map(policy_from_row).transpose()?.flatten() {
+                Some(policy) => delta.upserts.push(Entity::Policy(policy)),
+                None => delta.removals.push(EntityRef::Policy(id.to_owned())),
+            }
+        }
+        ChangeKind::Approval => {
+            // Granted while the change is read; a grant that lapses later is dropped by
+            // the proxy's own clock.
+            let row = match id.parse::<i64>() {
+                Ok(approval_id) => {
+                    sqlx::query(concat!(select_grants!(), " AND g.id = $2"))
+                        .bind(now_ms)
+                        .bind(approval_id)
+                        .fetch_optional(pool)
+                        .await?
+                }
+                Err(_) => None,
+            };
+            match row.as_ref().map(grant_from_row).transpose()?.flatten() {
+                Some(grant) => delta.upserts.push(Entity::Grant(grant)),
+                None => delta.removals.push(EntityRef::Grant(id.to_owned())),
             }
         }
         ChangeKind::ManagedKey => {

@@ -89,6 +89,11 @@ impl Publisher {
     pub fn current_month(&self) -> i64 {
         self.clock.now().month_start()
     }
+
+    /// The clock's time, for what expires (approval grants).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now().as_millis()
+    }
 }
 
 struct Channels {
@@ -104,7 +109,7 @@ async fn poll(pool: AnyPool, clock: Clock, channels: Channels, mut at: i64) {
     let mut spend_since = clock.now().as_millis();
     loop {
         ticker.tick().await;
-        match publish_new(&pool, &channels.deltas, at).await {
+        match publish_new(&pool, &channels.deltas, at, clock.now().as_millis()).await {
             Ok(version) => at = version,
             Err(error) => tracing::warn!(%error, "cannot read the proxy change outbox"),
         }
@@ -138,11 +143,12 @@ async fn publish_new(
     pool: &AnyPool,
     deltas: &broadcast::Sender<Arc<Delta>>,
     mut at: i64,
+    now_ms: i64,
 ) -> Result<i64, sqlx::Error> {
     if load::current_version(pool).await? <= at {
         return Ok(at);
     }
-    while let Some(delta) = load::delta_since(pool, at).await? {
+    while let Some(delta) = load::delta_since(pool, at, now_ms).await? {
         at = delta.version;
         // No receiver is fine: nobody is connected right now.
         let _ = deltas.send(Arc::new(delta));

@@ -24,6 +24,10 @@ pub enum ChangeKind {
     ManagedKey,
     /// A tenant deleted or its plan changed.
     Tenant,
+    /// A policy created, changed (enabled or not) or deleted; the id is the policy's.
+    Policy,
+    /// An approval decided: an approved one grants its agent's requests for a while.
+    Approval,
 }
 
 impl ChangeKind {
@@ -33,6 +37,8 @@ impl ChangeKind {
             ChangeKind::ApiKey => "api_key",
             ChangeKind::ManagedKey => "managed_key",
             ChangeKind::Tenant => "tenant",
+            ChangeKind::Policy => "policy",
+            ChangeKind::Approval => "approval",
         }
     }
 
@@ -42,6 +48,8 @@ impl ChangeKind {
             ChangeKind::ApiKey,
             ChangeKind::ManagedKey,
             ChangeKind::Tenant,
+            ChangeKind::Policy,
+            ChangeKind::Approval,
         ]
         .into_iter()
         .find(|kind| kind.as_str() == text)

@@ -219,6 +219,35 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         201,
     )
     .await;
+    let policy = expect_status(
+        app.post(
+            "/policies",
+            &key,
+            json!({ "name": "seed", "policy_type": "require_approval", "config": {} }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let decisions = json!({ "batch_id": "seed", "decisions": [{
+        "tenant_id": tenant_id,
+        "evaluation": { "request_id": "seed", "agent_id": agent_id, "provider": "openai",
+            "model": "gpt-4o", "evaluated_at": app.clock.now().to_string(),
+            "results": [{ "policy_id": policy["data"]["id"], "policy_name": "seed",
+                "policy_type": "require_approval", "result": "fail" }] },
+        "approval": { "policy_id": policy["data"]["id"], "request_context": { "provider": "openai", "model": "gpt-4o" } } }] });
+    let reported = app
+        .client
+        .post(format!("{}/internal/v1/policy-decisions", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(&decisions)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_status(reported, 200).await["data"]["approvals_created"],
+        json!(1)
+    );
     let secret_ref = format!("warden/managed/{tenant_id}/openai");
     expect_status(
         app.post(

@@ -18,6 +18,7 @@ mod internal;
 mod isolation;
 mod kill_switch;
 mod ops;
+mod policies;
 mod proxy;
 mod proxy_keys;
 mod proxy_state;

@@ -102,12 +102,7 @@ fn check(
             warn_threshold_pct,
             block_threshold_pct,
         } => {
-            let scope = match &policy.scope {
-                Scope::Team(id) => format!("team:{id}"),
-                Scope::Agent(id) => format!("agent:{id}"),
-                Scope::Global | Scope::Environment(_) => "tenant".to_owned(),
-            };
-            let spent = counters.month_spend_micros(&scope);
+            let spent = counters.month_spend_micros(&budget_scope(&policy.scope));
             let after = spent.saturating_add(request.estimated_cost_micros);
             let threshold = |pct: i64| i128::from(*monthly_limit_micros) * i128::from(pct) / 100;
             if i128::from(after) >= threshold(*block_threshold_pct) && after > 0 {
@@ -149,6 +144,15 @@ fn check(
 
 fn fail(reason: String) -> (Outcome, Option<String>) {
     (Outcome::Fail, Some(reason))
+}
+
+/// The spend a budget policy of `scope` counts: `tenant`, `team:<id>` or `agent:<id>`.
+pub fn budget_scope(scope: &Scope) -> String {
+    match scope {
+        Scope::Team(id) => format!("team:{id}"),
+        Scope::Agent(id) => format!("agent:{id}"),
+        Scope::Global | Scope::Environment(_) => "tenant".to_owned(),
+    }
 }
 
 /// The bucket a rate limit counts the request in.

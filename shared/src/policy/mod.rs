@@ -3,8 +3,9 @@
 //! policies, the request and the counters the caller read ([`Counters`]), so the two
 //! reach the same decision for the same inputs by construction.
 //!
-//! **Scopes**: `global`, `team:<team_id>`, `agent:<agent_id>`, `environment:<name>`. A
-//! policy whose scope does not cover the request is `skip`.
+//! **Scopes**: `global`, `team:<team_id>`, `agent:<agent_id>`, `environment:<name>`
+//! (`production`, `staging`, `dev`). A policy whose scope does not cover the request is
+//! `skip`.
 //!
 //! **Order and conflicts**: enabled policies are evaluated in descending `priority`
 //! (ties: lower id first), and every one is recorded. Policies never cancel each other:
@@ -15,10 +16,12 @@
 //!
 //! **Config shapes** (`config` of each `policy_type`; unknown fields are refused):
 //! - `model_allowlist`: `{allowed_models: [string, ...]}` (1 to 500 names; a trailing
-//!   `*` matches a prefix, `gpt-4o*`). Fails when the model is not listed.
+//!   `*` matches a prefix, `gpt-4o*`). Fails when the model is not listed. The model is
+//!   the one the client asked for.
 //! - `block_provider`: `{providers: [provider, ...]}` (1 to 5). Fails when the request's
 //!   provider is listed.
-//! - `require_approval`: `{models?, providers?, environments?}`, each a list; a request
+//! - `require_approval`: `{models?, providers?, environments?}`, each a list (models as
+//!   for the allowlist, at most 500; environments among `production`, `staging`, `dev`); a request
 //!   matches when it matches every list given (an empty or absent list matches
 //!   anything). A match needs a human approval (403 `approval_required`) unless one was
 //!   granted for the agent, policy, provider and model.
@@ -36,11 +39,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::Provider;
+use crate::registry::{Environment, Provider};
+use crate::snapshot::PolicyState;
 
+mod config;
 mod evaluate;
 
-pub use evaluate::{evaluate, model_matches, rate_bucket, sort_for_evaluation};
+pub use config::{check_scope, ConfigError, MAX_MODELS, MAX_MONTHLY_LIMIT_USD};
+pub use evaluate::{budget_scope, evaluate, model_matches, rate_bucket, sort_for_evaluation};
 
 /// The six kinds of policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -55,6 +61,19 @@ pub enum PolicyType {
 }
 
 impl PolicyType {
+    pub const ALL: [PolicyType; 6] = [
+        PolicyType::ModelAllowlist,
+        PolicyType::BlockProvider,
+        PolicyType::RequireApproval,
+        PolicyType::BudgetLimit,
+        PolicyType::RateLimit,
+        PolicyType::RequireHumanReview,
+    ];
+
+    pub fn parse(text: &str) -> Option<PolicyType> {
+        PolicyType::ALL.into_iter().find(|t| t.as_str() == text)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             PolicyType::ModelAllowlist => "model_allowlist",
@@ -90,7 +109,9 @@ impl Scope {
         match kind {
             "team" => Some(Scope::Team(value)),
             "agent" => Some(Scope::Agent(value)),
-            "environment" => Some(Scope::Environment(value)),
+            "environment" if Environment::parse(&value).is_some() => {
+                Some(Scope::Environment(value))
+            }
             _ => None,
         }
     }
@@ -181,6 +202,22 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The evaluator's form of a policy as the state stream (or the store) holds it,
+    /// checked with the same rules the control plane wrote it with.
+    pub fn from_state(state: &PolicyState) -> Result<Policy, ConfigError> {
+        let scope = Scope::parse(&state.scope).ok_or_else(|| ConfigError {
+            field: "scope".to_owned(),
+            message: format!("scope: `{}` is not a scope", state.scope),
+        })?;
+        Ok(Policy {
+            id: state.id,
+            name: state.name.clone(),
+            scope,
+            priority: state.priority,
+            config: PolicyConfig::from_json(state.policy_type, &state.config)?,
+        })
+    }
+
     pub fn policy_type(&self) -> PolicyType {
         match self.config {
             PolicyConfig::ModelAllowlist { .. } => PolicyType::ModelAllowlist,

@@ -1,6 +1,7 @@
 //! Internal endpoints for Warden's own services, under `/internal/v1`, authenticated by
 //! the service token and never by tenant keys.
 
+mod policy_decisions;
 mod proxy_state;
 mod usage_batches;
 
@@ -17,6 +18,7 @@ use crate::state::AppState;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(usage_batches::ingest_usage_batch))
+        .routes(routes!(policy_decisions::ingest_policy_decisions))
         .routes(routes!(proxy_state::stream_proxy_state))
 }
 

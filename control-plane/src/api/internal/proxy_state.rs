@@ -51,7 +51,13 @@ pub async fn stream_proxy_state(
     let deltas = state.publisher.subscribe();
     let spend = state.publisher.subscribe_spend();
     let pool = state.db.pool().clone();
-    let first = catch_up(&pool, query.since, state.publisher.current_month()).await?;
+    let first = catch_up(
+        &pool,
+        query.since,
+        state.publisher.current_month(),
+        state.publisher.now_ms(),
+    )
+    .await?;
     let (lines, body) = mpsc::channel::<Result<Bytes, Infallible>>(16);
     tokio::spawn(follow(
         Source {
@@ -79,6 +85,7 @@ async fn catch_up(
     pool: &sqlx::AnyPool,
     since: Option<i64>,
     month: i64,
+    now_ms: i64,
 ) -> ApiResult<Vec<StreamMessage>> {
     let current = load::current_version(pool).await?;
     if let Some(since) = since.filter(|since| (0..=current).contains(since)) {
@@ -89,7 +96,7 @@ async fn catch_up(
         if complete {
             let mut messages = Vec::new();
             let mut at = since;
-            while let Some(delta) = load::delta_since(pool, at).await? {
+            while let Some(delta) = load::delta_since(pool, at, now_ms).await? {
                 at = delta.version;
                 messages.push(StreamMessage::Delta(delta));
             }
@@ -103,7 +110,7 @@ async fn catch_up(
         }
     }
     Ok(vec![StreamMessage::Snapshot(
-        load::snapshot(pool, month).await?,
+        load::snapshot(pool, month, now_ms).await?,
     )])
 }
 
@@ -139,7 +146,7 @@ async fn follow(
                 Ok(delta) if delta.version <= version => continue,
                 Ok(delta) => StreamMessage::Delta(Delta::clone(&delta)),
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    match load::snapshot(&pool, month).await {
+                    match load::snapshot(&pool, month, source.publisher.now_ms()).await {
                         Ok(snapshot) => StreamMessage::Snapshot(snapshot),
                         Err(error) => {
                             tracing::warn!(%error, "cannot reload a snapshot for a lagging proxy");

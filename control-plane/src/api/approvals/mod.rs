@@ -1,0 +1,252 @@
+//! Human approvals (spec 2.7, 3.2, 4.8).
+//!
+//! The proxy answers a request that matches a `require_approval` policy with 403
+//! `approval_required` and reports it; the control plane queues one pending approval per
+//! agent, policy, provider and model (a unique index on a dedupe key held while
+//! pending, so concurrent proxies queue one). A pending approval expires 24 hours after
+//! creation and reads as `expired` from that instant. A reviewer's decision is audited;
+//! an approval lets the agent's requests under that policy to that provider and model
+//! through for [`GRANT_TTL_MS`] (one hour) after the decision, published to the proxies
+//! like any enforcement change. A denial keeps the requests blocked, and for
+//! [`DENIAL_HOLD_MS`] (24 hours) no new approval is queued for them, so a retrying agent
+//! cannot flood the reviewers.
+
+pub mod store;
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_shared::timestamp::Timestamp;
+
+use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::api::validate::Text;
+use crate::audit::{self, AuditEvent};
+use crate::auth::{require, Authorized};
+use crate::error::{ApiError, ApiResult};
+use crate::proxy_state::outbox::{self, ChangeKind};
+use crate::state::AppState;
+
+/// A pending approval's lifetime (spec 8: 24 hours, no per-policy override).
+pub const APPROVAL_TTL_MS: i64 = 24 * 3_600_000;
+/// How long an approval lets the agent's matching requests through.
+pub const GRANT_TTL_MS: i64 = 3_600_000;
+/// How long a denial stops new approvals for the same agent, policy, provider and model.
+pub const DENIAL_HOLD_MS: i64 = 24 * 3_600_000;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_approvals))
+        .routes(routes!(pending_count))
+        .routes(routes!(get_approval))
+        .routes(routes!(decide_approval))
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Approval {
+    pub id: i64,
+    pub policy_id: i64,
+    pub agent_id: String,
+    pub team_id: Option<String>,
+    /// What was asked: `provider`, `model`, `environment`, `request_type`, `api_key_id`.
+    #[schema(value_type = Object)]
+    pub request_context: Value,
+    /// `pending`, `approved`, `denied` or `expired`.
+    pub status: String,
+    pub reviewer_id: Option<String>,
+    pub reason: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: Timestamp,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub resolved_at: Option<Timestamp>,
+    /// Approved: the agent's matching requests pass until then.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub granted_until: Option<Timestamp>,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Denied,
+    Expired,
+}
+
+impl ApprovalStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Expired => "expired",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ApprovalQuery {
+    #[param(value_type = Option<String>)]
+    pub status: Option<ApprovalStatus>,
+    pub agent_id: Option<Text<1, 100>>,
+    pub page: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/approvals", tag = "governance", params(ApprovalQuery),
+    security(("bearer" = ["governance:read"])),
+    responses((status = 200, description = "One page of approvals, newest first", body = Paged<Approval>)))]
+async fn list_approvals(
+    caller: Authorized<require::GovernanceRead>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ApprovalQuery>,
+) -> ApiResult<Response> {
+    let page: Page = PageQuery {
+        page: query.page,
+        limit: query.limit,
+    }
+    .try_into()?;
+    let now = state.clock.now();
+    let status = query.status.map(ApprovalStatus::as_str);
+    let agent_id = query.agent_id.as_ref().map(Text::as_str);
+    let pool = state.db.pool();
+    let approvals = store::list(pool, &caller.tenant_id, status, agent_id, page, now).await?;
+    let total = store::count(pool, &caller.tenant_id, status, agent_id, now).await?;
+    Ok(envelope::paged(approvals, page, total))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PendingCount {
+    pub count: i64,
+}
+
+#[utoipa::path(get, path = "/approvals/pending/count", tag = "governance",
+    security(("bearer" = ["governance:read"])),
+    responses((status = 200, description = "Approvals waiting for a reviewer", body = Envelope<PendingCount>)))]
+async fn pending_count(
+    caller: Authorized<require::GovernanceRead>,
+    State(state): State<AppState>,
+) -> ApiResult<Response> {
+    let count = store::count(
+        state.db.pool(),
+        &caller.tenant_id,
+        Some("pending"),
+        None,
+        state.clock.now(),
+    )
+    .await?;
+    Ok(envelope::ok(PendingCount { count }))
+}
+
+fn approval_id(text: &str) -> ApiResult<i64> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::not_found("approval"))
+}
+
+#[utoipa::path(get, path = "/approvals/{request_id}", tag = "governance",
+    params(("request_id" = i64, Path)), security(("bearer" = ["governance:read"])),
+    responses((status = 200, description = "The approval", body = Envelope<Approval>)))]
+async fn get_approval(
+    caller: Authorized<require::GovernanceRead>,
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Response> {
+    let id = approval_id(&id)?;
+    store::get(state.db.pool(), &caller.tenant_id, id, state.clock.now())
+        .await?
+        .map(envelope::ok)
+        .ok_or_else(|| ApiError::not_found("approval"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Approved,
+    Denied,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecideInput {
+    /// Who decided: 1 to 100 characters.
+    pub reviewer_id: Text<1, 100>,
+    pub decision: Verdict,
+    #[serde(default)]
+    pub reason: Option<Text<0, 1000>>,
+}
+
+#[utoipa::path(post, path = "/approvals/{approval_id}/decide", tag = "governance",
+    params(("approval_id" = i64, Path)), request_body = DecideInput,
+    security(("bearer" = ["governance:write"])),
+    responses((status = 204, description = "Decided; an approval reaches the proxies within a second"),
+        (status = 409, description = "The approval is no longer pending (`approval_not_pending`)")))]
+async fn decide_approval(
+    caller: Authorized<require::GovernanceWrite>,
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(input): ApiJson<DecideInput>,
+) -> ApiResult<Response> {
+    let id = approval_id(&id)?;
+    let now = state.clock.now();
+    let mut tx = state.db.begin_write().await?;
+    let Some(approval) = store::get(&mut *tx, &caller.tenant_id, id, now).await? else {
+        return Err(ApiError::not_found("approval"));
+    };
+    let (status, grant_until) = match input.decision {
+        Verdict::Approved => ("approved", Some(now.as_millis() + GRANT_TTL_MS)),
+        Verdict::Denied => ("denied", None),
+    };
+    let decision = store::Decision {
+        status,
+        reviewer_id: input.reviewer_id.as_str(),
+        reason: input.reason.as_ref().map(Text::as_str),
+        grant_until,
+    };
+    if !store::decide(&mut tx, &caller.tenant_id, id, &decision, now).await? {
+        return Err(ApiError::conflict(
+            "approval_not_pending",
+            format!(
+                "approval {id} is {} and can no longer be decided",
+                approval.status
+            ),
+        )
+        .with_details(json!({ "status": approval.status })));
+    }
+    let target_id = id.to_string();
+    audit::record(
+        &mut tx,
+        &caller.tenant_id,
+        &caller.actor,
+        now,
+        AuditEvent {
+            event_type: if grant_until.is_some() {
+                "approval.approved"
+            } else {
+                "approval.denied"
+            },
+            target_type: "approval",
+            target_id: &target_id,
+            details: json!({
+                "reviewer_id": decision.reviewer_id,
+                "reason": decision.reason,
+                "policy_id": approval.policy_id,
+                "agent_id": approval.agent_id,
+                "request_context": approval.request_context,
+            }),
+        },
+    )
+    .await?;
+    outbox::record(&mut tx, ChangeKind::Approval, &target_id, now).await?;
+    tx.commit().await?;
+    Ok(envelope::no_content())
+}

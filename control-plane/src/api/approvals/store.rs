@@ -1,0 +1,228 @@
+//! SQL of approvals. Every statement filters by tenant. A pending approval past its
+//! `expires_at` reads as `expired` in every statement (`STATUS`), whether or not anything
+//! has rewritten it yet.
+
+use sqlx::any::AnyRow;
+use sqlx::{Any, Executor, Row};
+use warden_shared::timestamp::Timestamp;
+
+use super::Approval;
+use crate::api::envelope::Page;
+use crate::db::{json_column, WriteTx};
+
+/// The status as of `$now` (bound under that name's position by each statement).
+macro_rules! status_at {
+    ($now:literal) => {
+        concat!(
+            "CASE WHEN status = 'pending' AND expires_at <= ",
+            $now,
+            " THEN 'expired' ELSE status END"
+        )
+    };
+}
+
+macro_rules! select_approvals {
+    ($now:literal) => {
+        concat!(
+            "SELECT id, policy_id, agent_id, team_id, request_context, ",
+            status_at!($now),
+            " AS status, reviewer_id, reason, expires_at, resolved_at, grant_until, created_at \
+             FROM approvals"
+        )
+    };
+}
+
+pub async fn list<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    status: Option<&str>,
+    agent_id: Option<&str>,
+    page: Page,
+    now: Timestamp,
+) -> Result<Vec<Approval>, sqlx::Error> {
+    sqlx::query(concat!(
+        select_approvals!("$2"),
+        " WHERE tenant_id = $1 AND ($3 IS NULL OR ",
+        status_at!("$2"),
+        " = $3) AND ($4 IS NULL OR agent_id = $4) ORDER BY id DESC LIMIT $5 OFFSET $6"
+    ))
+    .bind(tenant_id)
+    .bind(now.as_millis())
+    .bind(status)
+    .bind(agent_id)
+    .bind(page.limit)
+    .bind(page.offset())
+    .fetch_all(db)
+    .await?
+    .iter()
+    .map(approval_from_row)
+    .collect()
+}
+
+pub async fn count<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    status: Option<&str>,
+    agent_id: Option<&str>,
+    now: Timestamp,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(concat!(
+        "SELECT COUNT(*) FROM approvals WHERE tenant_id = $1 AND ($3 IS NULL OR ",
+        status_at!("$2"),
+        " = $3) AND ($4 IS NULL OR agent_id = $4)"
+    ))
+    .bind(tenant_id)
+    .bind(now.as_millis())
+    .bind(status)
+    .bind(agent_id)
+    .fetch_one(db)
+    .await
+}
+
+pub async fn get<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    id: i64,
+    now: Timestamp,
+) -> Result<Option<Approval>, sqlx::Error> {
+    sqlx::query(concat!(
+        select_approvals!("$2"),
+        " WHERE tenant_id = $1 AND id = $3"
+    ))
+    .bind(tenant_id)
+    .bind(now.as_millis())
+    .bind(id)
+    .fetch_optional(db)
+    .await?
+    .as_ref()
+    .map(approval_from_row)
+    .transpose()
+}
+
+/// What a decision writes.
+pub struct Decision<'a> {
+    pub status: &'a str,
+    pub reviewer_id: &'a str,
+    pub reason: Option<&'a str>,
+    pub grant_until: Option<i64>,
+}
+
+/// Decides the approval if it is still pending at `now`; false if it was not.
+pub async fn decide(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    id: i64,
+    decision: &Decision<'_>,
+    now: Timestamp,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE approvals SET status = $3, reviewer_id = $4, reason = $5, resolved_at = $6, \
+         grant_until = $7, dedupe_key = NULL \
+         WHERE tenant_id = $1 AND id = $2 AND status = 'pending' AND expires_at > $6",
+    )
+    .bind(tenant_id)
+    .bind(id)
+    .bind(decision.status)
+    .bind(decision.reviewer_id)
+    .bind(decision.reason)
+    .bind(now.as_millis())
+    .bind(decision.grant_until)
+    .execute(&mut **tx)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// What the proxy asks to be approved.
+pub struct Request<'a> {
+    pub tenant_id: &'a str,
+    pub policy_id: i64,
+    pub agent_id: &'a str,
+    pub team_id: Option<&'a str>,
+    pub provider: &'a str,
+    pub model: &'a str,
+    pub request_context: &'a serde_json::Value,
+}
+
+/// Queues a pending approval for `request` unless one is pending for the same agent,
+/// policy, provider and model, or a reviewer denied that within `denial_hold_ms`.
+/// Returns the new approval's id.
+pub async fn request(
+    tx: &mut WriteTx,
+    request: &Request<'_>,
+    now: Timestamp,
+    ttl_ms: i64,
+    denial_hold_ms: i64,
+) -> Result<Option<i64>, sqlx::Error> {
+    let dedupe_key = format!(
+        "{}|{}|{}|{}",
+        request.agent_id, request.policy_id, request.provider, request.model
+    );
+    // A lapsed pending approval gives way to a new one.
+    sqlx::query(
+        "UPDATE approvals SET status = 'expired', dedupe_key = NULL \
+         WHERE tenant_id = $1 AND dedupe_key = $2 AND status = 'pending' AND expires_at <= $3",
+    )
+    .bind(request.tenant_id)
+    .bind(&dedupe_key)
+    .bind(now.as_millis())
+    .execute(&mut **tx)
+    .await?;
+    let denied: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM approvals WHERE tenant_id = $1 AND agent_id = $2 \
+         AND policy_id = $3 AND provider = $4 AND model = $5 AND status = 'denied' \
+         AND resolved_at > $6",
+    )
+    .bind(request.tenant_id)
+    .bind(request.agent_id)
+    .bind(request.policy_id)
+    .bind(request.provider)
+    .bind(request.model)
+    .bind(now.as_millis() - denial_hold_ms)
+    .fetch_one(&mut **tx)
+    .await?;
+    if denied > 0 {
+        return Ok(None);
+    }
+    sqlx::query_scalar(
+        "INSERT INTO approvals (tenant_id, policy_id, agent_id, team_id, provider, model, \
+         request_context, status, dedupe_key, expires_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10) \
+         ON CONFLICT (tenant_id, dedupe_key) DO NOTHING RETURNING id",
+    )
+    .bind(request.tenant_id)
+    .bind(request.policy_id)
+    .bind(request.agent_id)
+    .bind(request.team_id)
+    .bind(request.provider)
+    .bind(request.model)
+    .bind(request.request_context.to_string())
+    .bind(&dedupe_key)
+    .bind(now.as_millis() + ttl_ms)
+    .bind(now.as_millis())
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+fn approval_from_row(row: &AnyRow) -> Result<Approval, sqlx::Error> {
+    let context: String = row.try_get("request_context")?;
+    let status: String = row.try_get("status")?;
+    let grant_until: Option<i64> = row.try_get("grant_until")?;
+    Ok(Approval {
+        id: row.try_get("id")?,
+        policy_id: row.try_get("policy_id")?,
+        agent_id: row.try_get("agent_id")?,
+        team_id: row.try_get("team_id")?,
+        request_context: json_column(&context),
+        granted_until: grant_until
+            .filter(|_| status == "approved")
+            .map(Timestamp::from_millis),
+        status,
+        reviewer_id: row.try_get("reviewer_id")?,
+        reason: row.try_get("reason")?,
+        expires_at: Timestamp::from_millis(row.try_get("expires_at")?),
+        resolved_at: row
+            .try_get::<Option<i64>, _>("resolved_at")?
+            .map(Timestamp::from_millis),
+        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+    })
+}

@@ -1,0 +1,152 @@
+//! `POST /internal/v1/policy-decisions`: what the proxies decided under policies, sent
+//! in batches after the fact like usage. Each decision carries its per-policy results
+//! (written as evaluation records, idempotent by request and policy) and, when a
+//! `require_approval` policy held the request, the approval to queue (deduplicated while
+//! pending). A batch is one transaction; a decision the control plane cannot place (an
+//! agent or policy deleted meanwhile, a malformed item) is reported in `errors` and the
+//! rest are written.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::ServiceCaller;
+use crate::api::approvals::{store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS};
+use crate::api::envelope::{self, Envelope};
+use crate::api::extract::{parse_value, ApiJson};
+use crate::api::policies::{record_evaluations, EvaluationReport};
+use crate::api::telemetry::ItemError;
+use crate::api::validate::Text;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// The most decisions one batch may carry.
+pub const MAX_DECISIONS: usize = 1000;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBatch {
+    pub batch_id: Text<1, 100>,
+    #[schema(value_type = Vec<ProxyDecision>)]
+    pub decisions: Vec<Value>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyDecision {
+    pub tenant_id: Text<1, 100>,
+    pub evaluation: EvaluationReport,
+    /// Set when a `require_approval` policy held the request.
+    #[serde(default)]
+    pub approval: Option<ApprovalAsk>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAsk {
+    pub policy_id: i64,
+    /// Includes `provider` and `model`.
+    #[schema(value_type = Object)]
+    pub request_context: Value,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DecisionAck {
+    pub batch_id: String,
+    pub evaluations_written: usize,
+    pub approvals_created: usize,
+    pub rejected: usize,
+    pub errors: Vec<ItemError>,
+}
+
+#[utoipa::path(post, path = "/internal/v1/policy-decisions", tag = "internal", request_body = DecisionBatch,
+    security(("service_token" = [])),
+    responses((status = 200, description = "What was written and what was refused", body = Envelope<DecisionAck>)))]
+pub async fn ingest_policy_decisions(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiJson(batch): ApiJson<DecisionBatch>,
+) -> ApiResult<Response> {
+    if batch.decisions.len() > MAX_DECISIONS {
+        return Err(ApiError::validation(
+            "decisions",
+            format!("decisions: at most {MAX_DECISIONS} per batch"),
+        ));
+    }
+    let now = state.clock.now();
+    let mut ack = DecisionAck {
+        batch_id: batch.batch_id.as_str().to_owned(),
+        evaluations_written: 0,
+        approvals_created: 0,
+        rejected: 0,
+        errors: Vec::new(),
+    };
+    let mut tx = state.db.begin_write().await?;
+    for (index, raw) in batch.decisions.into_iter().enumerate() {
+        let decision = match parse_value::<ProxyDecision>(raw) {
+            Ok(decision) => decision,
+            Err(error) => {
+                ack.errors.push(ItemError::from_api_error(index, error));
+                continue;
+            }
+        };
+        let tenant_id = decision.tenant_id.as_str();
+        let report = &decision.evaluation;
+        let team_id: Option<Option<String>> =
+            sqlx::query_scalar("SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant_id)
+                .bind(report.agent_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(team_id) = team_id else {
+            ack.errors.push(ItemError::from_api_error(
+                index,
+                ApiError::validation(
+                    "evaluation.agent_id",
+                    "agent_id: no such agent in the tenant",
+                ),
+            ));
+            continue;
+        };
+        ack.evaluations_written += record_evaluations(&mut tx, tenant_id, report).await?;
+        let Some(ask) = &decision.approval else {
+            continue;
+        };
+        let policy_exists: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM policies WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant_id)
+                .bind(ask.policy_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if policy_exists == 0 || !ask.request_context.is_object() {
+            ack.errors.push(ItemError::from_api_error(
+                index,
+                ApiError::validation(
+                    "approval",
+                    "approval: no such policy in the tenant, or a request_context that is not an object",
+                ),
+            ));
+            continue;
+        }
+        let request = approvals::Request {
+            tenant_id,
+            policy_id: ask.policy_id,
+            agent_id: report.agent_id.as_str(),
+            team_id: team_id.as_deref(),
+            provider: report.provider.as_str(),
+            model: report.model.as_str(),
+            request_context: &ask.request_context,
+        };
+        if approvals::request(&mut tx, &request, now, APPROVAL_TTL_MS, DENIAL_HOLD_MS)
+            .await?
+            .is_some()
+        {
+            ack.approvals_created += 1;
+        }
+    }
+    tx.commit().await?;
+    ack.rejected = ack.errors.len();
+    Ok(envelope::ok(ack))
+}

@@ -1,0 +1,330 @@
+//! A policy's `config` as JSON: parsed and validated into [`PolicyConfig`] by both planes
+//! (the control plane when a policy is written, the proxy when one arrives on the state
+//! stream), and rendered back in its normalised form (defaults filled in).
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{Matcher, PolicyConfig, PolicyType, RatePer, Scope};
+use crate::pricing::{micros_to_usd, usd_to_micros};
+use crate::registry::{Environment, Provider};
+
+/// Most entries of a model list.
+pub const MAX_MODELS: usize = 500;
+/// Most characters of a model name or pattern.
+pub const MAX_MODEL_CHARS: usize = 200;
+/// The budget range of spec 2.11, also used for `budget_limit` policies.
+pub const MAX_MONTHLY_LIMIT_USD: f64 = 999_999.0;
+
+/// A config that breaks a rule; `field` is a dotted path such as `config.allowed_models`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+fn error(field: &str, message: impl Into<String>) -> ConfigError {
+    let field = if field.is_empty() {
+        "config".to_owned()
+    } else {
+        format!("config.{field}")
+    };
+    ConfigError {
+        message: format!("{field}: {}", message.into()),
+        field,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Allowlist {
+    allowed_models: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockedProviders {
+    providers: Vec<Provider>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Budget {
+    monthly_limit_usd: f64,
+    #[serde(default)]
+    warn_threshold_pct: Option<i64>,
+    #[serde(default)]
+    block_threshold_pct: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimit {
+    #[serde(default)]
+    requests_per_minute: Option<i64>,
+    #[serde(default)]
+    tokens_per_minute: Option<i64>,
+    #[serde(default)]
+    per: RatePer,
+}
+
+fn parse_as<T: for<'de> Deserialize<'de>>(value: &Value) -> Result<T, ConfigError> {
+    T::deserialize(value).map_err(|cause| {
+        // serde names the offending field in its message (`unknown field `x``, `missing
+        // field `y``); the message is the caller's to show.
+        error("", cause.to_string())
+    })
+}
+
+impl PolicyConfig {
+    /// Parses and validates the `config` of a policy of `policy_type`.
+    pub fn from_json(policy_type: PolicyType, value: &Value) -> Result<PolicyConfig, ConfigError> {
+        if !value.is_object() {
+            return Err(error("", "must be an object"));
+        }
+        match policy_type {
+            PolicyType::ModelAllowlist => {
+                let Allowlist { allowed_models } = parse_as(value)?;
+                check_models("allowed_models", &allowed_models, 1)?;
+                Ok(PolicyConfig::ModelAllowlist { allowed_models })
+            }
+            PolicyType::BlockProvider => {
+                let BlockedProviders { mut providers } = parse_as(value)?;
+                providers.sort_by_key(|p| p.as_str());
+                providers.dedup();
+                if providers.is_empty() {
+                    return Err(error("providers", "must name at least one provider"));
+                }
+                Ok(PolicyConfig::BlockProvider { providers })
+            }
+            PolicyType::RequireApproval => Ok(PolicyConfig::RequireApproval(matcher(value)?)),
+            PolicyType::RequireHumanReview => Ok(PolicyConfig::RequireHumanReview(matcher(value)?)),
+            PolicyType::BudgetLimit => {
+                let budget: Budget = parse_as(value)?;
+                if !budget.monthly_limit_usd.is_finite()
+                    || !(0.0..=MAX_MONTHLY_LIMIT_USD).contains(&budget.monthly_limit_usd)
+                {
+                    return Err(error("monthly_limit_usd", "must be 0 to 999999"));
+                }
+                let warn = budget.warn_threshold_pct.unwrap_or(80);
+                if !(1..=100).contains(&warn) {
+                    return Err(error("warn_threshold_pct", "must be 1 to 100"));
+                }
+                let block = budget.block_threshold_pct.unwrap_or(100);
+                if !(1..=200).contains(&block) {
+                    return Err(error("block_threshold_pct", "must be 1 to 200"));
+                }
+                Ok(PolicyConfig::BudgetLimit {
+                    monthly_limit_micros: usd_to_micros(budget.monthly_limit_usd),
+                    warn_threshold_pct: warn,
+                    block_threshold_pct: block,
+                })
+            }
+            PolicyType::RateLimit => {
+                let limit: RateLimit = parse_as(value)?;
+                if limit.requests_per_minute.is_none() && limit.tokens_per_minute.is_none() {
+                    return Err(error(
+                        "",
+                        "set requests_per_minute, tokens_per_minute or both",
+                    ));
+                }
+                if limit
+                    .requests_per_minute
+                    .is_some_and(|n| !(1..=1_000_000).contains(&n))
+                {
+                    return Err(error("requests_per_minute", "must be 1 to 1000000"));
+                }
+                if limit
+                    .tokens_per_minute
+                    .is_some_and(|n| !(1..=1_000_000_000).contains(&n))
+                {
+                    return Err(error("tokens_per_minute", "must be 1 to 1000000000"));
+                }
+                Ok(PolicyConfig::RateLimit {
+                    requests_per_minute: limit.requests_per_minute,
+                    tokens_per_minute: limit.tokens_per_minute,
+                    per: limit.per,
+                })
+            }
+        }
+    }
+
+    /// The normalised JSON form (defaults filled in), as stored and shown.
+    pub fn to_json(&self) -> Value {
+        match self {
+            PolicyConfig::ModelAllowlist { allowed_models } => {
+                json!({ "allowed_models": allowed_models })
+            }
+            PolicyConfig::BlockProvider { providers } => json!({ "providers": providers }),
+            PolicyConfig::RequireApproval(matcher) | PolicyConfig::RequireHumanReview(matcher) => {
+                json!({
+                    "models": matcher.models,
+                    "providers": matcher.providers,
+                    "environments": matcher.environments,
+                })
+            }
+            PolicyConfig::BudgetLimit {
+                monthly_limit_micros,
+                warn_threshold_pct,
+                block_threshold_pct,
+            } => json!({
+                "monthly_limit_usd": micros_to_usd(*monthly_limit_micros),
+                "warn_threshold_pct": warn_threshold_pct,
+                "block_threshold_pct": block_threshold_pct,
+            }),
+            PolicyConfig::RateLimit {
+                requests_per_minute,
+                tokens_per_minute,
+                per,
+            } => json!({
+                "requests_per_minute": requests_per_minute,
+                "tokens_per_minute": tokens_per_minute,
+                "per": per,
+            }),
+        }
+    }
+}
+
+/// Whether a policy of `policy_type` may have `scope`: a budget counts the spend of a
+/// tenant, team or agent, and an environment has no spend of its own.
+pub fn check_scope(policy_type: PolicyType, scope: &Scope) -> Result<(), ConfigError> {
+    if policy_type == PolicyType::BudgetLimit && matches!(scope, Scope::Environment(_)) {
+        return Err(ConfigError {
+            field: "scope".to_owned(),
+            message: "scope: a budget_limit policy applies to global, team: or agent: scopes"
+                .to_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn matcher(value: &Value) -> Result<Matcher, ConfigError> {
+    let mut matcher: Matcher = parse_as(value)?;
+    check_models("models", &matcher.models, 0)?;
+    matcher.providers.sort_by_key(|p| p.as_str());
+    matcher.providers.dedup();
+    if let Some(bad) = matcher
+        .environments
+        .iter()
+        .find(|e| Environment::parse(e).is_none())
+    {
+        return Err(error(
+            "environments",
+            format!("`{bad}` is not an environment (production, staging, dev)"),
+        ));
+    }
+    Ok(matcher)
+}
+
+fn check_models(field: &str, models: &[String], at_least: usize) -> Result<(), ConfigError> {
+    if models.len() < at_least || models.len() > MAX_MODELS {
+        return Err(error(
+            field,
+            format!("must list {at_least} to {MAX_MODELS} models"),
+        ));
+    }
+    for model in models {
+        let name = model.strip_suffix('*').unwrap_or(model);
+        if model.is_empty()
+            || model.chars().count() > MAX_MODEL_CHARS
+            || name.contains('*')
+            || model.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(error(
+                field,
+                format!("`{model}` is not a model name (or a prefix ending in `*`)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_parse_with_defaults_and_render_back() {
+        let budget = PolicyConfig::from_json(
+            PolicyType::BudgetLimit,
+            &json!({ "monthly_limit_usd": 12.5 }),
+        );
+        assert_eq!(
+            budget.as_ref().map(PolicyConfig::to_json).ok(),
+            Some(
+                json!({ "monthly_limit_usd": 12.5, "warn_threshold_pct": 80, "block_threshold_pct": 100 })
+            )
+        );
+        let limit =
+            PolicyConfig::from_json(PolicyType::RateLimit, &json!({ "requests_per_minute": 60 }));
+        assert_eq!(
+            limit.map(|c| c.to_json()).ok(),
+            Some(json!({ "requests_per_minute": 60, "tokens_per_minute": null, "per": "agent" }))
+        );
+        let approval = PolicyConfig::from_json(
+            PolicyType::RequireApproval,
+            &json!({ "environments": ["production"], "providers": ["openai", "openai"] }),
+        );
+        assert_eq!(
+            approval.map(|c| c.to_json()).ok(),
+            Some(json!({ "models": [], "providers": ["openai"], "environments": ["production"] }))
+        );
+    }
+
+    #[test]
+    fn bad_configs_name_their_field() {
+        let field = |t, v: Value| PolicyConfig::from_json(t, &v).err().map(|e| e.field);
+        let allowlist = PolicyType::ModelAllowlist;
+        assert_eq!(
+            field(allowlist, json!({ "allowed_models": [] })).as_deref(),
+            Some("config.allowed_models")
+        );
+        assert_eq!(
+            field(allowlist, json!({ "allowed_models": ["a*b"] })).as_deref(),
+            Some("config.allowed_models")
+        );
+        assert_eq!(
+            field(allowlist, json!({ "models": ["x"] })).as_deref(),
+            Some("config")
+        );
+        assert_eq!(field(allowlist, json!(["x"])).as_deref(), Some("config"));
+        assert_eq!(
+            field(PolicyType::BlockProvider, json!({ "providers": ["acme"] })).as_deref(),
+            Some("config")
+        );
+        assert_eq!(
+            field(PolicyType::BudgetLimit, json!({ "monthly_limit_usd": -1 })).as_deref(),
+            Some("config.monthly_limit_usd")
+        );
+        assert_eq!(
+            field(
+                PolicyType::BudgetLimit,
+                json!({ "monthly_limit_usd": 1, "block_threshold_pct": 201 })
+            )
+            .as_deref(),
+            Some("config.block_threshold_pct")
+        );
+        assert_eq!(
+            field(PolicyType::RateLimit, json!({})).as_deref(),
+            Some("config")
+        );
+        assert_eq!(
+            field(PolicyType::RateLimit, json!({ "tokens_per_minute": 0 })).as_deref(),
+            Some("config.tokens_per_minute")
+        );
+        assert_eq!(
+            field(
+                PolicyType::RequireHumanReview,
+                json!({ "environments": ["prod"] })
+            )
+            .as_deref(),
+            Some("config.environments")
+        );
+        assert!(check_scope(
+            PolicyType::BudgetLimit,
+            &Scope::Environment("production".into())
+        )
+        .is_err());
+        assert!(check_scope(PolicyType::BudgetLimit, &Scope::Team("tm_1".into())).is_ok());
+    }
+}
