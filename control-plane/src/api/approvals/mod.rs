@@ -9,7 +9,8 @@
 //! through for [`GRANT_TTL_MS`] (one hour) after the decision, published to the proxies
 //! like any enforcement change. A denial keeps the requests blocked, and for
 //! [`DENIAL_HOLD_MS`] (24 hours) no new approval is queued for them, so a retrying agent
-//! cannot flood the reviewers.
+//! cannot flood the reviewers. Requests held while a grant is in force (reported before
+//! it reached the proxy) queue nothing either.
 
 pub mod store;
 

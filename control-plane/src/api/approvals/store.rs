@@ -144,7 +144,8 @@ pub struct Request<'a> {
 }
 
 /// Queues a pending approval for `request` unless one is pending for the same agent,
-/// policy, provider and model, or a reviewer denied that within `denial_hold_ms`.
+/// policy, provider and model, a reviewer denied that within `denial_hold_ms`, or an
+/// approval of it is still in force.
 /// Returns the new approval's id.
 pub async fn request(
     tx: &mut WriteTx,
@@ -167,10 +168,13 @@ pub async fn request(
     .bind(now.as_millis())
     .execute(&mut **tx)
     .await?;
-    let denied: i64 = sqlx::query_scalar(
+    // Decided already: a denial still holding, or a grant still in force (a request
+    // held before the grant reached the proxy is reported after the decision).
+    let decided: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM approvals WHERE tenant_id = $1 AND agent_id = $2 \
-         AND policy_id = $3 AND provider = $4 AND model = $5 AND status = 'denied' \
-         AND resolved_at > $6",
+         AND policy_id = $3 AND provider = $4 AND model = $5 \
+         AND ((status = 'denied' AND resolved_at > $6) \
+         OR (status = 'approved' AND grant_until > $7))",
     )
     .bind(request.tenant_id)
     .bind(request.agent_id)
@@ -178,9 +182,10 @@ pub async fn request(
     .bind(request.provider)
     .bind(request.model)
     .bind(now.as_millis() - denial_hold_ms)
+    .bind(now.as_millis())
     .fetch_one(&mut **tx)
     .await?;
-    if denied > 0 {
+    if decided > 0 {
         return Ok(None);
     }
     sqlx::query_scalar(

@@ -11,6 +11,7 @@ mod mock;
 mod moto;
 mod openai_client;
 mod outage;
+mod policies;
 mod tls;
 mod tls_upstream;
 
