@@ -204,7 +204,8 @@ db_test!(an_agent_waits_for_approval_and_its_retry_passes, |app| {
     );
     let approval = eventually(Duration::from_secs(5), || async {
         let page = expect_status(app.get("/approvals?status=pending", key).await, 200).await;
-        (page["meta"]["total"] == json!(1)).then(|| page["data"][0].clone())
+        let first = page["data"][0].clone();
+        (page["meta"]["total"] == json!(1) && first.is_object()).then_some(first)
     })
     .await;
     assert_eq!(approval["agent_id"], json!(agent_id));
@@ -238,7 +239,12 @@ db_test!(an_agent_waits_for_approval_and_its_retry_passes, |app| {
     until_status(&proxy, &raw, "gpt-4o-mini", 403).await;
     let second = eventually(Duration::from_secs(5), || async {
         let page = expect_status(app.get("/approvals?status=pending", key).await, 200).await;
-        (page["meta"]["total"] == json!(1)).then(|| page["data"][0]["id"].as_i64().unwrap())
+        page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["request_context"]["model"] == json!("gpt-4o-mini"))
+            .and_then(|a| a["id"].as_i64())
     })
     .await;
     // Denied: it stays blocked, and no new approval is queued for it.
