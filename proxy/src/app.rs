@@ -23,6 +23,7 @@ use warden_shared::secret::Secret;
 
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::decisions::{self, DecisionReport};
+use crate::flush::FlushTarget;
 use crate::managed_keys::ManagedKeys;
 use crate::metrics::ProxyMetrics;
 use crate::rate_limit::RateWindows;
@@ -30,7 +31,7 @@ use crate::service::ProxyService;
 use crate::state::EnforcementState;
 use crate::sync::{self, StreamSource};
 use crate::upstream::Upstreams;
-use crate::usage::sink::{self, FlushTarget};
+use crate::usage::sink;
 use crate::usage::UsageRecord;
 
 /// Connections still open at shutdown get this long to finish.
@@ -242,7 +243,7 @@ async fn forget_old_rate_windows(rates: Arc<RateWindows>) {
     let mut ticker = tokio::time::interval(Duration::from_secs(60));
     loop {
         ticker.tick().await;
-        let minute = crate::rate_limit::minute_of(crate::usage::sink::now_ms());
+        let minute = crate::rate_limit::minute_of(crate::flush::now_ms());
         rates.forget_before(minute);
     }
 }

@@ -5,8 +5,6 @@
 //! until it is acknowledged (evaluation ids and the pending-approval dedupe make a resent
 //! batch harmless). A full queue drops reports, counted, never blocking a request.
 
-use std::time::Duration;
-
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -14,8 +12,8 @@ use warden_shared::ids::{new_id, IdKind};
 use warden_shared::policy::PolicyResult;
 use warden_shared::registry::Provider;
 
+use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
-use crate::usage::sink::{now_ms, FlushTarget};
 
 /// One request's decision, as the internal endpoint takes it.
 #[derive(Debug, Clone, Serialize)]
@@ -74,51 +72,18 @@ pub async fn flush_forever(
     metrics: ProxyMetrics,
 ) {
     let mut batch = Vec::with_capacity(target.batch_size);
-    loop {
-        batch.clear();
-        let Some(first) = receiver.recv().await else {
-            return;
-        };
-        batch.push(first);
-        let deadline = tokio::time::Instant::now() + target.interval;
-        while batch.len() < target.batch_size {
-            match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                Ok(Some(report)) => batch.push(report),
-                Ok(None) | Err(_) => break,
-            }
-        }
+    while next_batch(&mut receiver, &mut batch, &target).await {
         let body = json!({ "batch_id": new_id(IdKind::Usage, now_ms()), "decisions": batch });
-        let mut backoff = Duration::from_millis(250);
-        loop {
-            let sent = client
-                .post(&target.url)
-                .bearer_auth(&target.service_token)
-                .json(&body)
-                .timeout(Duration::from_secs(30))
-                .send()
-                .await;
-            match sent {
-                Ok(response) if response.status().is_success() => break,
-                Ok(response)
-                    if response.status().is_client_error()
-                        && response.status() != 401
-                        && response.status() != 429 =>
-                {
-                    metrics.decisions_dropped.inc_by(batch.len() as u64);
-                    tracing::error!(status = %response.status(), "control plane refused a batch of policy decisions; dropped");
-                    break;
-                }
-                Ok(response) => {
-                    metrics.decisions_flush_failures.inc();
-                    tracing::warn!(status = %response.status(), retry_in = ?backoff, "policy decisions not accepted; retrying");
-                }
-                Err(error) => {
-                    metrics.decisions_flush_failures.inc();
-                    tracing::warn!(%error, retry_in = ?backoff, "cannot reach the control plane for policy decisions; retrying");
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(15));
+        let answered = post_until_answered(
+            &client,
+            &target,
+            &body,
+            "policy decisions",
+            &metrics.decisions_flush_failures,
+        )
+        .await;
+        if answered.is_none() {
+            metrics.decisions_dropped.inc_by(batch.len() as u64);
         }
     }
 }

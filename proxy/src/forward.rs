@@ -15,6 +15,7 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::admission::{self, Admitted};
 use crate::budget::{self, Reservation};
+use crate::flush::now_ms;
 use crate::metrics::{model_label, status_class};
 use crate::policy_gate;
 use crate::refusal::Refusal;
@@ -23,7 +24,6 @@ use crate::service::ProxyService;
 use crate::state::KeyView;
 use crate::upstream_request::{credential, upstream_header, UpstreamBody};
 use crate::usage::extract::{estimate_tokens, Tokens};
-use crate::usage::sink::now_ms;
 use crate::usage::{BudgetHold, UsageRecord};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,7 @@ pub mod app;
 pub mod budget;
 pub mod config;
 pub mod decisions;
+pub mod flush;
 pub mod forward;
 pub mod managed_keys;
 pub mod metrics;

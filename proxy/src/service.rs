@@ -15,12 +15,13 @@ use serde_json::json;
 use warden_shared::keys::hash_credential;
 
 use crate::admission;
+use crate::flush::now_ms;
 use crate::forward::{self, Endpoint};
 use crate::metrics::ProxyMetrics;
 use crate::refusal::Refusal;
 use crate::state::{EnforcementState, KeyView};
 use crate::upstream::Upstreams;
-use crate::usage::sink::{now_ms, UsageSink};
+use crate::usage::sink::UsageSink;
 
 /// What every request shares.
 pub struct ProxyService {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use warden_shared::snapshot::StreamMessage;
 
+use crate::flush::now_ms;
 use crate::metrics::ProxyMetrics;
 use crate::state::EnforcementState;
-use crate::usage::sink::now_ms;
 
 /// Silence after which the stream is presumed dead (the control plane beats every 10 s).
 const SILENCE_LIMIT: Duration = Duration::from_secs(35);

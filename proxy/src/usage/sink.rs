@@ -9,7 +9,6 @@
 //! When the queue is full, new records are dropped and counted, never blocking a request.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -18,6 +17,7 @@ use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
 use crate::budget::Budgets;
+use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// The request path's handle on the queue.
@@ -56,14 +56,6 @@ fn finished(budgets: &Budgets, record: &UsageRecord) {
     }
 }
 
-/// Where and how the flusher sends batches.
-pub struct FlushTarget {
-    pub url: String,
-    pub service_token: String,
-    pub batch_size: usize,
-    pub interval: Duration,
-}
-
 /// Creates the queue and returns its handle and the flusher to spawn.
 pub fn channel(
     capacity: usize,
@@ -90,20 +82,7 @@ pub async fn flush_forever(
     budgets: Arc<Budgets>,
 ) {
     let mut batch = Vec::with_capacity(target.batch_size);
-    loop {
-        batch.clear();
-        let Some(first) = receiver.recv().await else {
-            return;
-        };
-        batch.push(first);
-        // Gather what arrives within the interval, up to a full batch.
-        let deadline = tokio::time::Instant::now() + target.interval;
-        while batch.len() < target.batch_size {
-            match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                Ok(Some(record)) => batch.push(record),
-                Ok(None) | Err(_) => break,
-            }
-        }
+    while next_batch(&mut receiver, &mut batch, &target).await {
         metrics.usage_queued.sub(batch.len() as i64);
         if let Some(spend) = send_until_acknowledged(&client, &target, &batch, &metrics).await {
             // The ledger's new totals include this batch: take them before the batch's
@@ -126,59 +105,26 @@ async fn send_until_acknowledged(
 ) -> Option<Vec<ScopeSpend>> {
     let batch_id = new_id(IdKind::Usage, now_ms());
     let body = json!({ "batch_id": batch_id, "records": batch });
-    let mut backoff = Duration::from_millis(250);
     metrics.usage_in_flight.set(batch.len() as i64);
-    loop {
-        let sent = client
-            .post(&target.url)
-            .bearer_auth(&target.service_token)
-            .json(&body)
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await;
-        match sent {
-            Ok(response) if response.status().is_success() => {
-                let ack: serde_json::Value = response.json().await.unwrap_or_default();
-                let rejected = ack["data"]["rejected"].as_i64().unwrap_or(0);
-                if rejected > 0 {
-                    // Refused records (an agent deleted meanwhile, say) would be refused
-                    // again: log them instead of retrying forever.
-                    tracing::warn!(%batch_id, rejected, errors = %ack["data"]["errors"], "ledger refused usage records");
-                }
-                metrics.usage_flushed.inc_by(batch.len() as u64);
-                metrics.usage_in_flight.set(0);
-                return Some(
-                    serde_json::from_value(ack["data"]["spend"].clone()).unwrap_or_default(),
-                );
-            }
-            Ok(response)
-                if response.status().is_client_error()
-                    && response.status() != 401
-                    && response.status() != 429 =>
-            {
-                // The batch itself is malformed: no retry can succeed.
-                metrics.usage_flush_failures.inc();
-                metrics.usage_dropped.inc_by(batch.len() as u64);
-                metrics.usage_in_flight.set(0);
-                tracing::error!(%batch_id, status = %response.status(), "ledger refused a usage batch; dropped");
-                return None;
-            }
-            Ok(response) => {
-                metrics.usage_flush_failures.inc();
-                tracing::warn!(%batch_id, status = %response.status(), retry_in = ?backoff, "usage batch not accepted; retrying");
-            }
-            Err(error) => {
-                metrics.usage_flush_failures.inc();
-                tracing::warn!(%batch_id, %error, retry_in = ?backoff, "cannot reach the control plane for usage; retrying");
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(15));
+    let ack = post_until_answered(
+        client,
+        target,
+        &body,
+        "usage",
+        &metrics.usage_flush_failures,
+    )
+    .await;
+    metrics.usage_in_flight.set(0);
+    let Some(ack) = ack else {
+        metrics.usage_dropped.inc_by(batch.len() as u64);
+        return None;
+    };
+    let rejected = ack["data"]["rejected"].as_i64().unwrap_or(0);
+    if rejected > 0 {
+        // Refused records (an agent deleted meanwhile, say) would be refused again: log
+        // them instead of retrying forever.
+        tracing::warn!(%batch_id, rejected, errors = %ack["data"]["errors"], "ledger refused usage records");
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0))
+    metrics.usage_flushed.inc_by(batch.len() as u64);
+    Some(serde_json::from_value(ack["data"]["spend"].clone()).unwrap_or_default())
 }

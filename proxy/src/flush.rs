@@ -1,0 +1,91 @@
+//! What the proxy's two reporters (usage, policy decisions) share: gathering queued
+//! items into a batch, and posting a batch to the control plane until it answers.
+
+use std::time::Duration;
+
+use prometheus::IntCounter;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// Where and how a reporter sends its batches.
+pub struct FlushTarget {
+    pub url: String,
+    pub service_token: String,
+    pub batch_size: usize,
+    pub interval: Duration,
+}
+
+/// Waits for the next item, then takes whatever else arrives within the interval, up to
+/// a full batch. `false` when every sender is gone and the queue is empty.
+pub async fn next_batch<T>(
+    receiver: &mut mpsc::Receiver<T>,
+    batch: &mut Vec<T>,
+    target: &FlushTarget,
+) -> bool {
+    batch.clear();
+    let Some(first) = receiver.recv().await else {
+        return false;
+    };
+    batch.push(first);
+    let deadline = tokio::time::Instant::now() + target.interval;
+    while batch.len() < target.batch_size {
+        match tokio::time::timeout_at(deadline, receiver.recv()).await {
+            Ok(Some(item)) => batch.push(item),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    true
+}
+
+/// Posts `body` until the control plane answers for it, with backoff (the very same body
+/// each time: the endpoints are idempotent). Returns the acknowledgement's JSON, or
+/// `None` when the batch itself was refused (a 4xx other than 401 and 429: no retry can
+/// succeed). Each failed attempt counts in `failures`; `what` names the batch in logs.
+pub async fn post_until_answered(
+    client: &reqwest::Client,
+    target: &FlushTarget,
+    body: &Value,
+    what: &'static str,
+    failures: &IntCounter,
+) -> Option<Value> {
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        let sent = client
+            .post(&target.url)
+            .bearer_auth(&target.service_token)
+            .json(body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => {
+                return Some(response.json().await.unwrap_or_default());
+            }
+            Ok(response)
+                if response.status().is_client_error()
+                    && response.status() != 401
+                    && response.status() != 429 =>
+            {
+                failures.inc();
+                tracing::error!(batch_id = %body["batch_id"], status = %response.status(), "control plane refused a {what} batch; dropped");
+                return None;
+            }
+            Ok(response) => {
+                failures.inc();
+                tracing::warn!(batch_id = %body["batch_id"], status = %response.status(), retry_in = ?backoff, "{what} batch not accepted; retrying");
+            }
+            Err(error) => {
+                failures.inc();
+                tracing::warn!(batch_id = %body["batch_id"], %error, retry_in = ?backoff, "cannot reach the control plane for a {what} batch; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(15));
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0))
+}
