@@ -263,6 +263,16 @@ pub enum Outcome {
     Skip,
 }
 
+impl Outcome {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "fail",
+            Outcome::Skip => "skip",
+        }
+    }
+}
+
 /// One policy's result, as evaluation records and the dry run show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyResult {

@@ -147,22 +147,14 @@ async fn pending_count(
     Ok(envelope::ok(PendingCount { count }))
 }
 
-fn approval_id(text: &str) -> ApiResult<i64> {
-    text.parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| ApiError::not_found("approval"))
-}
-
 #[utoipa::path(get, path = "/approvals/{request_id}", tag = "governance",
     params(("request_id" = i64, Path)), security(("bearer" = ["governance:read"])),
     responses((status = 200, description = "The approval", body = Envelope<Approval>)))]
 async fn get_approval(
     caller: Authorized<require::GovernanceRead>,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<Response> {
-    let id = approval_id(&id)?;
     store::get(state.db.pool(), &caller.tenant_id, id, state.clock.now())
         .await?
         .map(envelope::ok)
@@ -194,10 +186,9 @@ pub struct DecideInput {
 async fn decide_approval(
     caller: Authorized<require::GovernanceWrite>,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(id): ApiPath<i64>,
     ApiJson(input): ApiJson<DecideInput>,
 ) -> ApiResult<Response> {
-    let id = approval_id(&id)?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
     let Some(approval) = store::get(&mut *tx, &caller.tenant_id, id, now).await? else {

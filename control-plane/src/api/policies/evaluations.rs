@@ -59,7 +59,7 @@ pub async fn record_evaluations(
     let mut written = 0;
     for result in &report.results {
         let evaluation_id = format!("{}:{}", report.request_id.as_str(), result.policy_id);
-        let outcome = outcome_str(result.result);
+        let outcome = result.result.as_str();
         let inserted: Option<i64> = sqlx::query_scalar(
             "INSERT INTO policy_evaluations (tenant_id, evaluation_id, request_id, policy_id, \
              policy_name, policy_type, agent_id, provider, model, result, reason, evaluated_at) \
@@ -111,14 +111,6 @@ pub async fn record_evaluations(
     Ok(written)
 }
 
-fn outcome_str(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Pass => "pass",
-        Outcome::Fail => "fail",
-        Outcome::Skip => "skip",
-    }
-}
-
 /// An evaluation record as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PolicyEvaluation {
@@ -163,7 +155,7 @@ pub async fn list_evaluations(
         limit: query.limit,
     }
     .try_into()?;
-    let result = query.result.map(outcome_str);
+    let result = query.result.map(Outcome::as_str);
     let agent_id = query.agent_id.as_ref().map(Text::as_str);
     const FILTER: &str = "WHERE tenant_id = $1 AND ($2 IS NULL OR policy_id = $2) \
          AND ($3 IS NULL OR agent_id = $3) AND ($4 IS NULL OR result = $4)";

@@ -139,23 +139,14 @@ async fn insert(tx: &mut WriteTx, caller: &Caller, mut policy: Policy) -> ApiRes
     Ok(policy)
 }
 
-/// A path's policy id: integers only; anything else names no policy.
-fn policy_id(text: &str) -> ApiResult<i64> {
-    text.parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| ApiError::not_found("policy"))
-}
-
 #[utoipa::path(get, path = "/policies/{policy_id}", tag = "governance",
     params(("policy_id" = i64, Path)), security(("bearer" = ["governance:read"])),
     responses((status = 200, description = "The policy", body = Envelope<Policy>)))]
 async fn get_policy(
     caller: Authorized<require::GovernanceRead>,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<Response> {
-    let id = policy_id(&id)?;
     store::get(state.db.pool(), &caller.tenant_id, id)
         .await?
         .map(envelope::ok)
@@ -169,10 +160,9 @@ async fn get_policy(
 async fn update_policy(
     caller: Authorized<require::GovernanceWrite>,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(id): ApiPath<i64>,
     ApiJson(input): ApiJson<UpdatePolicyInput>,
 ) -> ApiResult<Response> {
-    let id = policy_id(&id)?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
     let Some(mut policy) = store::get(&mut *tx, &caller.tenant_id, id).await? else {
@@ -240,9 +230,8 @@ async fn update_policy(
 async fn delete_policy(
     caller: Authorized<require::GovernanceWrite>,
     State(state): State<AppState>,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<Response> {
-    let id = policy_id(&id)?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
     let Some(name) = store::delete(&mut tx, &caller.tenant_id, id).await? else {

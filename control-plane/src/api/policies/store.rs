@@ -95,20 +95,11 @@ pub async fn delete(
     tenant_id: &str,
     id: i64,
 ) -> Result<Option<String>, sqlx::Error> {
-    let name: Option<String> =
-        sqlx::query_scalar("SELECT name FROM policies WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant_id)
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?;
-    if name.is_some() {
-        sqlx::query("DELETE FROM policies WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant_id)
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(name)
+    sqlx::query_scalar("DELETE FROM policies WHERE tenant_id = $1 AND id = $2 RETURNING name")
+        .bind(tenant_id)
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await
 }
 
 fn policy_from_row(row: &AnyRow) -> Result<Policy, sqlx::Error> {
