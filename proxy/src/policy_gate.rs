@@ -22,8 +22,6 @@ use crate::state::{EnforcementState, KeyView};
 pub struct PolicyPass {
     counted: Vec<(i64, String)>,
     minute: i64,
-    /// A `require_human_review` policy flagged the request.
-    pub review: bool,
 }
 
 impl PolicyPass {
@@ -70,11 +68,8 @@ pub fn check(
     let counted = counters.counted.into_inner();
     let minute = minute_of(now_ms);
     let outcome = match evaluation.decision {
-        Decision::Allow => Ok(PolicyPass {
-            counted,
-            minute,
-            review: evaluation.review,
-        }),
+        // A `require_human_review` flag travels in the results' reasons to the records.
+        Decision::Allow => Ok(PolicyPass { counted, minute }),
         Decision::Refuse {
             policy_id,
             policy_type,
