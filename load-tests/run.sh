@@ -100,6 +100,7 @@ to_ms() { awk -v v="$1" 'BEGIN { u = v; gsub(/[0-9.]/, "", u); n = v + 0;
 printf '\nconcurrency %s, %s s per run, %s wrk threads, %s proxy keys, %s cores\n' \
   "$CONCURRENCY" "$DURATION" "$THREADS" "$KEYS_COUNT" "$(nproc)"
 printf '%-28s %12s %10s %10s %9s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200"
+declare -A WARDEN_RPS
 for stream in 0 1; do
   label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
   read -r d_rps d_p50 d_p99 _ d_bad < <(run direct "http://$MOCK/v1/chat/completions" "$stream")
@@ -107,6 +108,7 @@ for stream in 0 1; do
   before=$(cpu_ticks "$PROXY_PID")
   read -r w_rps w_p50 w_p99 w_total w_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
   after=$(cpu_ticks "$PROXY_PID")
+  WARDEN_RPS[$label]=$w_rps
   printf '%-28s %12s %10s %10s %9s\n' "direct ($label)" "$d_rps" "$d_p50" "$d_p99" "$d_bad"
   printf '%-28s %12s %10s %10s %9s\n' "nginx ($label)" "$n_rps" "$n_p50" "$n_p99" "$n_bad"
   printf '%-28s %12s %10s %10s %9s\n' "warden ($label)" "$w_rps" "$w_p50" "$w_p99" "$w_bad"
@@ -116,3 +118,36 @@ for stream in 0 1; do
       w / n, wp - dp, (c / hz) / t * 1e6, label }'
 done
 echo "proxy resident memory after the runs: $(rss_mib $PROXY_PID) MiB"
+
+# The same Warden runs with 10 enabled policies of every type (all letting the load
+# through; about half cover it) and a budget limit on the agent every key acts for.
+# shellcheck disable=SC1091
+source "$WORK/keys.txt.tenant"
+create() {
+  local code
+  code=$(curl -s -o "$WORK/created.json" -w '%{http_code}' -X POST "http://$API/api/v1/$1" \
+    -H "authorization: Bearer $ADMIN" -H 'content-type: application/json' -d "$2")
+  [ "$code" = 201 ] || { echo "POST /$1 answered $code: $(cat "$WORK/created.json")" >&2; exit 1; }
+}
+policy() { create policies "$1"; }
+policy '{"name":"allowlist","policy_type":"model_allowlist","config":{"allowed_models":["gpt-4o*","claude-*"]}}'
+policy '{"name":"no nvidia","policy_type":"block_provider","config":{"providers":["nvidia"]}}'
+policy '{"name":"approve o1-pro","policy_type":"require_approval","config":{"models":["o1-pro"]}}'
+policy '{"name":"approve in production","policy_type":"require_approval","scope":"environment:production","config":{"providers":["anthropic"]}}'
+policy '{"name":"tenant budget","policy_type":"budget_limit","config":{"monthly_limit_usd":999999}}'
+policy "{\"name\":\"agent budget\",\"policy_type\":\"budget_limit\",\"scope\":\"agent:$AGENT\",\"config\":{\"monthly_limit_usd\":900000}}"
+policy '{"name":"per-key rate","policy_type":"rate_limit","config":{"requests_per_minute":1000000,"per":"key"}}'
+policy "{\"name\":\"agent rate\",\"policy_type\":\"rate_limit\",\"scope\":\"agent:$AGENT\",\"config\":{\"requests_per_minute\":1000000,\"tokens_per_minute\":1000000000,\"per\":\"agent\"}}"
+policy '{"name":"review anthropic","policy_type":"require_human_review","config":{"providers":["anthropic"]}}'
+policy '{"name":"staging allowlist","policy_type":"model_allowlist","scope":"environment:staging","config":{"allowed_models":["gpt-4o-mini"]}}'
+create budget/limits "{\"agent_id\":\"$AGENT\",\"monthly_limit_usd\":999999}"
+sleep 2
+printf '\nwith 10 policies and a budget limit:\n'
+for stream in 0 1; do
+  label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
+  read -r p_rps p_p50 p_p99 _ p_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
+  printf '%-28s %12s %10s %10s %9s\n' "warden+policies ($label)" "$p_rps" "$p_p50" "$p_p99" "$p_bad"
+  awk -v p="$p_rps" -v w="${WARDEN_RPS[$label]}" -v label="$label" 'BEGIN {
+    printf "  with/without policies throughput %.2f (target at least 0.90) (%s)\n", p / w, label }'
+done
+echo "decision reports dropped by the proxy: $(curl -s "http://$PROXY/metrics" | awk '/^warden_proxy_policy_decisions_dropped_total/ {print $2}')"

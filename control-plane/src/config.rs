@@ -33,8 +33,9 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Largest accepted request body on the management API, in bytes (413 above).
     pub max_body_bytes: usize,
-    /// Seconds between looks for days of usage to close into the daily cost rollup (see
-    /// `ledger`); `0` turns it off on this replica (at least one replica must keep it).
+    /// Seconds between rounds that roll finished hours of usage into the daily cost
+    /// rollup and close finished days (see `ledger`); `0` turns them off on this replica
+    /// (at least one replica must keep them).
     pub close_days_interval_secs: u64,
     pub auth: AuthConfig,
     /// The proxy (`warden proxy`, and the proxy `warden dev` starts).

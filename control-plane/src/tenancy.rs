@@ -179,6 +179,8 @@ pub async fn insert_api_key(
 /// this list; a test compares it with the database catalog so a new table cannot be
 /// forgotten.
 pub const TENANT_TABLES: &[&str] = &[
+    "budget_alerts",
+    "budget_limits",
     "policy_evaluations",
     "approvals",
     "policies",
@@ -224,6 +226,8 @@ pub async fn delete_tenant_rows(tx: &mut WriteTx, tenant_id: &str) -> Result<boo
 /// Static statements per table: no SQL text is ever built from a value.
 fn delete_statement(table: &str) -> &'static str {
     match table {
+        "budget_alerts" => "DELETE FROM budget_alerts WHERE tenant_id = $1",
+        "budget_limits" => "DELETE FROM budget_limits WHERE tenant_id = $1",
         "policy_evaluations" => "DELETE FROM policy_evaluations WHERE tenant_id = $1",
         "approvals" => "DELETE FROM approvals WHERE tenant_id = $1",
         "policies" => "DELETE FROM policies WHERE tenant_id = $1",

@@ -1,5 +1,7 @@
-//! Creates a Starter tenant with COUNT proxy keys through the management API and writes
-//! the raw keys, one per line, to FILE (the load generator picks from them).
+//! Creates a tenant with COUNT proxy keys through the management API and writes the raw
+//! keys, one per line, to FILE (the load generator picks from them), and the tenant's
+//! admin key and the agent's id to FILE.tenant (`ADMIN=...`, `AGENT=...`, for the
+//! script's run with policies).
 //!
 //! Run: `seed-keys http://127.0.0.1:8080 <platform-admin key> 10000 keys.txt`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -73,5 +75,10 @@ async fn main() {
         keys.push(key.unwrap());
     }
     std::fs::write(&file, keys.join("\n") + "\n").unwrap();
+    std::fs::write(
+        format!("{file}.tenant"),
+        format!("ADMIN={admin}\nAGENT={agent_id}\n"),
+    )
+    .unwrap();
     println!("{} proxy keys written to {file}", keys.len());
 }

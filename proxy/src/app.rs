@@ -86,11 +86,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let metrics = ProxyMetrics::new()?;
     let state = Arc::new(EnforcementState::default());
     let upstreams = Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
-    let (usage_sink, usage) = sink::channel(
-        config.usage_buffer_capacity,
-        metrics.clone(),
-        state.budgets.clone(),
-    );
+    let (usage_sink, usage) = sink::channel(config.usage_buffer_capacity, metrics.clone());
     let rates = Arc::new(RateWindows::default());
     let (decision_sink, decisions) =
         decisions::channel(config.usage_buffer_capacity, metrics.clone());

@@ -7,9 +7,11 @@
 
 use serde::Serialize;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::policy::PolicyResult;
+
+use warden_shared::policy::{Outcome, Policy, PolicyResult, PolicyType};
 use warden_shared::registry::Provider;
 
 use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
@@ -24,7 +26,10 @@ pub struct DecisionReport {
     pub approval: Option<ApprovalAsk>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One request's evaluation. The policies come along as the shared list they were
+/// evaluated from (one reference count, not a copy of every name), and the names are
+/// written only when the flusher serializes the report, off the request path.
+#[derive(Debug, Clone)]
 pub struct EvaluationReport {
     pub request_id: String,
     pub agent_id: String,
@@ -32,7 +37,51 @@ pub struct EvaluationReport {
     pub model: String,
     /// RFC 3339.
     pub evaluated_at: String,
+    /// What was evaluated; `results[i]` is `policies[i]`'s.
+    pub policies: Arc<Vec<Policy>>,
     pub results: Vec<PolicyResult>,
+}
+
+impl Serialize for EvaluationReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Named<'a> {
+            policy_id: i64,
+            policy_name: &'a str,
+            policy_type: PolicyType,
+            result: Outcome,
+            reason: Option<&'a str>,
+        }
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            request_id: &'a str,
+            agent_id: &'a str,
+            provider: Provider,
+            model: &'a str,
+            evaluated_at: &'a str,
+            results: Vec<Named<'a>>,
+        }
+        Wire {
+            request_id: &self.request_id,
+            agent_id: &self.agent_id,
+            provider: self.provider,
+            model: &self.model,
+            evaluated_at: &self.evaluated_at,
+            results: self
+                .policies
+                .iter()
+                .zip(&self.results)
+                .map(|(policy, result)| Named {
+                    policy_id: result.policy_id,
+                    policy_name: &policy.name,
+                    policy_type: result.policy_type,
+                    result: result.result,
+                    reason: result.reason.as_deref(),
+                })
+                .collect(),
+        }
+        .serialize(serializer)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

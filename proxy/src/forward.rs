@@ -9,12 +9,13 @@ use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use warden_shared::budget::{key_scope, TENANT_SCOPE};
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::pricing;
+use warden_shared::pricing::{self, micros_to_decimal};
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::{self, Admitted};
-use crate::budget::{self, Reservation};
+use crate::budget::{self, Admission, BudgetHold, BudgetRule, BudgetWarning, RuleSource};
 use crate::flush::now_ms;
 use crate::metrics::{model_label, status_class};
 use crate::policy_gate;
@@ -24,7 +25,7 @@ use crate::service::ProxyService;
 use crate::state::KeyView;
 use crate::upstream_request::{credential, upstream_header, UpstreamBody};
 use crate::usage::extract::{estimate_tokens, Tokens};
-use crate::usage::{BudgetHold, UsageRecord};
+use crate::usage::UsageRecord;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -91,15 +92,24 @@ pub async fn forward(
         .to_owned();
     let admitted = admission::admit(&view, &model)?;
     let provider = admitted.route.provider;
-    let policies =
-        policy_gate::check(service, &view, &admitted, endpoint.request_type(), now_ms())?;
-    let reservation = reserve_budget(
+    let estimate = budget::estimate_micros(
+        admitted.price,
+        body.len(),
+        peek.max_completion_tokens.or(peek.max_tokens),
+    );
+    let now = now_ms();
+    let mut policies = policy_gate::check(
         service,
         &view,
         &admitted,
-        body.len(),
-        peek.max_completion_tokens.or(peek.max_tokens),
+        endpoint.request_type(),
+        estimate,
+        now,
     )?;
+    let budget_rules = std::mem::take(&mut policies.budget_rules);
+    let admission = reserve_budget(service, &view, budget_rules, estimate, now)
+        .inspect_err(|_| policies.give_back(&service.rates))?;
+    let warning = budget_warning_header(&admission.warnings);
     let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
     let client_wants_usage =
         peek.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
@@ -139,9 +149,9 @@ pub async fn forward(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let relayed = if streaming && is_event_stream && (200..300).contains(&status) {
-        relay_stream(session, &mut exchange, inject_usage).await
+        relay_stream(session, &mut exchange, inject_usage, warning.as_deref()).await
     } else {
-        relay_whole(session, &mut exchange, status, provider).await
+        relay_whole(session, &mut exchange, status, provider, warning.as_deref()).await
     };
 
     let work = Instant::now();
@@ -165,7 +175,7 @@ pub async fn forward(
         &admitted,
         endpoint,
         tokens,
-        reservation.map(|reservation| reservation.settle(cost_micros)),
+        admission.reservation.settle(cost_micros),
     );
     if relayed.complete {
         service.upstreams.release(exchange).await;
@@ -259,28 +269,79 @@ fn rewrite(body: &[u8], upstream_model: &str, inject_usage: bool) -> Result<Byte
         .map_err(|_| Refusal::BadRequest("the body cannot be re-encoded".into()))
 }
 
-/// Holds the request's estimated cost against its key's budget, if the key has one.
+/// Holds the request's estimated cost in every budget that covers it: the key's own,
+/// the tenant's budget limits on the tenant, the agent's team and the agent, and the
+/// `budget_limit` policies it passed (`rules`; see `crate::budget`).
 fn reserve_budget(
     service: &ProxyService,
     view: &KeyView,
-    admitted: &Admitted,
-    body_bytes: usize,
-    max_output_tokens: Option<i64>,
-) -> Result<Option<Reservation>, Refusal> {
-    let Some(limit_micros) = view.key.budget_limit_micros else {
-        return Ok(None);
-    };
-    let estimate = budget::estimate_micros(admitted.price, body_bytes, max_output_tokens);
-    let month = Timestamp::from_millis(now_ms()).month_start();
+    mut rules: Vec<BudgetRule>,
+    estimate_micros: i64,
+    now_ms: i64,
+) -> Result<Admission, Refusal> {
+    let key = &view.key;
+    if let Some(limit_micros) = key.budget_limit_micros {
+        rules.push(BudgetRule {
+            scope: key_scope(&key.id),
+            limit_micros,
+            // A key's own budget blocks at its limit; its warning comes at 80 %.
+            warn_pct: 80,
+            block_pct: 100,
+            source: RuleSource::Key,
+        });
+    }
+    if let Some(limits) = service.state.budget_limits(&key.tenant_id) {
+        let agent = view.agent.as_deref();
+        let covers = |scope: &str| {
+            scope == TENANT_SCOPE
+                || scope.strip_prefix("agent:") == Some(key.agent_id.as_str())
+                || scope
+                    .strip_prefix("team:")
+                    .is_some_and(|team| agent.and_then(|a| a.team_id.as_deref()) == Some(team))
+        };
+        rules.extend(
+            limits
+                .iter()
+                .filter(|l| covers(&l.scope))
+                .map(|limit| BudgetRule {
+                    scope: limit.scope.clone(),
+                    limit_micros: limit.monthly_limit_micros,
+                    warn_pct: limit.warn_threshold_pct,
+                    block_pct: limit.block_threshold_pct,
+                    source: RuleSource::Limit(limit.id.clone()),
+                }),
+        );
+    }
+    let month = Timestamp::from_millis(now_ms).month_start();
     service
         .state
         .budgets
-        .reserve(&view.key.id, limit_micros, estimate, month)
-        .map(Some)
-        .map_err(|over| Refusal::BudgetExceeded {
-            spent_micros: over.spent_micros,
-            limit_micros: over.limit_micros,
+        .reserve(&key.tenant_id, &rules, estimate_micros, month)
+        .map_err(|over| match over.source {
+            RuleSource::Policy(policy_id) => Refusal::PolicyBudgetExceeded {
+                policy_id,
+                reason: format!(
+                    "spend this month has reached the budget's block threshold, or the \
+                     request's estimated cost does not fit below it (${} of ${})",
+                    micros_to_decimal(over.spent_micros),
+                    micros_to_decimal(over.block_micros)
+                ),
+            },
+            _ => Refusal::BudgetExceeded(over),
         })
+}
+
+/// The value of `x-warden-budget-warning` for budgets past their warn threshold:
+/// `<scope>=<percent of the monthly limit>%`, comma-separated.
+fn budget_warning_header(warnings: &[BudgetWarning]) -> Option<String> {
+    if warnings.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = warnings
+        .iter()
+        .map(|w| format!("{}={:.2}%", w.scope, w.percentage))
+        .collect();
+    Some(parts.join(", "))
 }
 
 /// Queues the request's usage; `budget` is its settled hold on the key's budget.

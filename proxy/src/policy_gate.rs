@@ -6,20 +6,27 @@ use std::cell::RefCell;
 
 use serde_json::json;
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::policy::{evaluate, Counters, Decision, Outcome, PolicyType, RequestFacts};
+use warden_shared::policy::{
+    budget_scope, evaluate, rate_bucket, Counters, Decision, Outcome, Policy, PolicyConfig,
+    PolicyResult, PolicyType, RatePer, RequestFacts, Scope,
+};
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::Admitted;
+use crate::budget::{BudgetRule, RuleSource};
 use crate::decisions::{ApprovalAsk, DecisionReport, EvaluationReport};
 use crate::rate_limit::{minute_of, retry_after_secs, RateWindows};
 use crate::refusal::Refusal;
 use crate::service::ProxyService;
 use crate::state::{EnforcementState, KeyView};
 
-/// What an admitted request owes the policies when it ends: its tokens, to the rate
-/// windows that counted it.
+/// What an admitted request owes the policies: the budgets of the `budget_limit`
+/// policies it passed, which `crate::budget` must hold it to atomically (the evaluator
+/// only read the spend), and, when it ends, its tokens to the rate windows that counted
+/// it.
 #[derive(Debug, Default)]
 pub struct PolicyPass {
+    pub budget_rules: Vec<BudgetRule>,
     counted: Vec<(i64, String)>,
     minute: i64,
 }
@@ -30,6 +37,14 @@ impl PolicyPass {
             rates.add_tokens(*policy_id, bucket, self.minute, tokens);
         }
     }
+
+    /// The request was refused after the policies let it through (a budget had no room
+    /// for it): the rate windows give back the request they counted.
+    pub fn give_back(&self, rates: &RateWindows) {
+        for (policy_id, bucket) in &self.counted {
+            rates.uncount_request(*policy_id, bucket, self.minute);
+        }
+    }
 }
 
 /// Evaluates the tenant's policies for an admitted request. `Ok` lets it through.
@@ -38,6 +53,7 @@ pub fn check(
     view: &KeyView,
     admitted: &Admitted,
     request_type: &'static str,
+    estimated_cost_micros: i64,
     now_ms: i64,
 ) -> Result<PolicyPass, Refusal> {
     let key = &view.key;
@@ -55,13 +71,14 @@ pub fn check(
         api_key_id: Some(&key.id),
         provider: admitted.route.provider,
         model: &admitted.requested_model,
-        estimated_cost_micros: 0,
+        estimated_cost_micros,
     };
     let counters = ProxyCounters {
         state: &service.state,
         rates: &service.rates,
         request: &request,
         now_ms,
+        month: Timestamp::from_millis(now_ms).month_start(),
         counted: RefCell::new(Vec::new()),
     };
     let evaluation = evaluate(&policies, &request, &counters);
@@ -69,7 +86,11 @@ pub fn check(
     let minute = minute_of(now_ms);
     let outcome = match evaluation.decision {
         // A `require_human_review` flag travels in the results' reasons to the records.
-        Decision::Allow => Ok(PolicyPass { counted, minute }),
+        Decision::Allow => Ok(PolicyPass {
+            budget_rules: budget_rules(&policies, &evaluation.results),
+            counted,
+            minute,
+        }),
         Decision::Refuse {
             policy_id,
             policy_type,
@@ -81,7 +102,7 @@ pub fn check(
                 .results
                 .iter()
                 .find(|r| r.policy_id == policy_id && r.result == Outcome::Fail)
-                .and_then(|r| r.reason.clone())
+                .and_then(|r| r.reason.as_deref().map(str::to_owned))
                 .unwrap_or_default();
             Err(match policy_type {
                 PolicyType::RateLimit => Refusal::RateLimited {
@@ -122,11 +143,35 @@ pub fn check(
             provider: request.provider,
             model: admitted.requested_model.clone(),
             evaluated_at: Timestamp::from_millis(now_ms).to_string(),
+            policies,
             results: evaluation.results,
         },
         approval,
     });
     outcome
+}
+
+/// The budgets of the `budget_limit` policies that passed (results are in policy order).
+fn budget_rules(policies: &[Policy], results: &[PolicyResult]) -> Vec<BudgetRule> {
+    policies
+        .iter()
+        .zip(results)
+        .filter(|(_, result)| result.result == Outcome::Pass)
+        .filter_map(|(policy, _)| match policy.config {
+            PolicyConfig::BudgetLimit {
+                monthly_limit_micros,
+                warn_threshold_pct,
+                block_threshold_pct,
+            } => Some(BudgetRule {
+                scope: budget_scope(&policy.scope),
+                limit_micros: monthly_limit_micros,
+                warn_pct: warn_threshold_pct,
+                block_pct: block_threshold_pct,
+                source: RuleSource::Policy(policy.id),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The evaluator's counters from this proxy's memory. Rate limits count the request as
@@ -136,21 +181,21 @@ struct ProxyCounters<'a> {
     rates: &'a RateWindows,
     request: &'a RequestFacts<'a>,
     now_ms: i64,
+    month: i64,
     counted: RefCell<Vec<(i64, String)>>,
 }
 
 impl Counters for ProxyCounters<'_> {
-    fn month_spend_micros(&self, _budget_scope: &str) -> i64 {
-        // Team, agent and tenant spend reach the proxy with budget limits (issue 5's
-        // budget part); until then a budget_limit policy sees only its own estimate.
-        0
+    fn month_spend_micros(&self, scope: &Scope) -> i64 {
+        self.state
+            .budgets
+            .spent(self.request.tenant_id, &budget_scope(scope), self.month)
     }
 
-    fn minute_counts(&self, policy_id: i64, bucket: &str) -> (i64, i64) {
-        let counts = self.rates.count_request(policy_id, bucket, self.now_ms);
-        self.counted
-            .borrow_mut()
-            .push((policy_id, bucket.to_owned()));
+    fn minute_counts(&self, policy_id: i64, per: RatePer) -> (i64, i64) {
+        let bucket = rate_bucket(per, self.request);
+        let counts = self.rates.count_request(policy_id, &bucket, self.now_ms);
+        self.counted.borrow_mut().push((policy_id, bucket));
         counts
     }
 

@@ -2,7 +2,10 @@
 //! `{"error": {"message", "type", "code", "param"}}`.
 
 use serde_json::json;
+use warden_shared::pricing::micros_to_decimal;
 use warden_shared::registry::Provider;
+
+use crate::budget::{OverBudget, RuleSource};
 
 /// Why the proxy answered instead of a provider. `code()` is stable and also the metric
 /// label of the decision.
@@ -20,11 +23,9 @@ pub enum Refusal {
     ManagedKeyMissing(Provider),
     ProviderNotConfigured(Provider),
     ManagedKeyUnavailable(Provider),
-    /// The key's monthly `budget_limit_usd` has no room for the request's estimate.
-    BudgetExceeded {
-        spent_micros: i64,
-        limit_micros: i64,
-    },
+    /// A budget (the key's `budget_limit_usd` or a budget limit) reached its block
+    /// threshold or has no room for the request's estimate.
+    BudgetExceeded(OverBudget),
     /// A policy refused the request (allowlist, blocked provider).
     PolicyViolation {
         policy_id: i64,
@@ -157,15 +158,22 @@ impl Refusal {
             Refusal::ManagedKeyUnavailable(p) => {
                 format!("the managed key for `{}` cannot be read", p.as_str())
             }
-            Refusal::BudgetExceeded {
-                spent_micros,
-                limit_micros,
-            } => format!(
-                "this key's monthly budget of ${} is used up (${} spent or in flight this \
-                 month, and the request's estimated cost does not fit)",
-                warden_shared::pricing::micros_to_decimal(*limit_micros),
-                warden_shared::pricing::micros_to_decimal(*spent_micros)
-            ),
+            Refusal::BudgetExceeded(over) => {
+                let whose = match &over.source {
+                    RuleSource::Key => "this key's monthly budget".to_owned(),
+                    RuleSource::Limit(id) => {
+                        format!("the monthly budget limit {id} of `{}`", over.scope)
+                    }
+                    RuleSource::Policy(id) => format!("budget policy {id} of `{}`", over.scope),
+                };
+                format!(
+                    "{whose} (${}) is used up: ${} spent or in flight this month, and \
+                     requests stop at ${} (the request's estimated cost does not fit)",
+                    micros_to_decimal(over.limit_micros),
+                    micros_to_decimal(over.spent_micros),
+                    micros_to_decimal(over.block_micros)
+                )
+            }
             Refusal::PolicyViolation { policy_id, reason }
             | Refusal::PolicyBudgetExceeded { policy_id, reason } => {
                 format!("refused by policy {policy_id}: {reason}")

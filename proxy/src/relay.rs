@@ -35,6 +35,7 @@ pub async fn relay_stream(
     session: &mut Session,
     exchange: &mut Exchange,
     strip_usage: bool,
+    budget_warning: Option<&str>,
 ) -> Relayed {
     let mut relay = SseRelay::new(strip_usage);
     let outcome = |relay: &SseRelay, complete: bool| Relayed {
@@ -42,7 +43,7 @@ pub async fn relay_stream(
         usage: relay.usage,
         generated_chars: relay.content_chars,
     };
-    let Some(header) = downstream_header(exchange, None) else {
+    let Some(header) = downstream_header(exchange, None, budget_warning) else {
         return outcome(&relay, false);
     };
     if session
@@ -83,6 +84,7 @@ pub async fn relay_whole(
     exchange: &mut Exchange,
     status: u16,
     provider: Provider,
+    budget_warning: Option<&str>,
 ) -> Relayed {
     let mut body = BytesMut::new();
     let mut complete = true;
@@ -119,7 +121,7 @@ pub async fn relay_whole(
         None
     };
     let body = body.freeze();
-    let Some(header) = downstream_header(exchange, Some(body.len())) else {
+    let Some(header) = downstream_header(exchange, Some(body.len()), budget_warning) else {
         return Relayed {
             complete: false,
             usage,
@@ -138,9 +140,16 @@ pub async fn relay_whole(
     }
 }
 
+/// The header that tells the client which budgets passed their warn threshold.
+pub const BUDGET_WARNING_HEADER: &str = "x-warden-budget-warning";
+
 /// The client's response header: the provider's status and relayed headers, framed by
-/// length (whole answers) or chunked (streams).
-fn downstream_header(exchange: &Exchange, length: Option<usize>) -> Option<ResponseHeader> {
+/// length (whole answers) or chunked (streams), and the budget warning if any.
+fn downstream_header(
+    exchange: &Exchange,
+    length: Option<usize>,
+    budget_warning: Option<&str>,
+) -> Option<ResponseHeader> {
     let upstream = exchange.session.response_header();
     let status = upstream.map_or(502, |h| h.status.as_u16());
     let mut header = ResponseHeader::build(status, Some(8)).ok()?;
@@ -153,6 +162,9 @@ fn downstream_header(exchange: &Exchange, length: Option<usize>) -> Option<Respo
                 let _ = header.append_header(name.to_owned(), value.clone());
             }
         }
+    }
+    if let Some(warning) = budget_warning {
+        let _ = header.insert_header(BUDGET_WARNING_HEADER, warning.to_owned());
     }
     match length {
         Some(length) => {

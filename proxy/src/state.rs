@@ -11,8 +11,8 @@ use std::sync::{Arc, RwLock};
 use dashmap::DashMap;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
-    AgentState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState, Snapshot, StreamMessage,
-    TenantState,
+    AgentState, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState,
+    Snapshot, StreamMessage, TenantState,
 };
 
 use warden_shared::policy::{sort_for_evaluation, Policy};
@@ -23,7 +23,7 @@ use crate::budget::Budgets;
 #[derive(Default)]
 pub struct EnforcementState {
     maps: RwLock<Arc<Maps>>,
-    /// Keys' budgets, fed by the stream's spend figures (see `crate::budget`).
+    /// Budgets' counters, fed by the stream's spend figures (see `crate::budget`).
     pub budgets: Arc<Budgets>,
     version: AtomicI64,
     /// Unix ms of the last message from the control plane (0: never).
@@ -44,6 +44,9 @@ struct Maps {
     /// Approvals in force: (agent, policy, provider, model) → until (Unix ms).
     grants: DashMap<GrantKey, i64>,
     grant_keys: DashMap<i64, (String, GrantKey)>,
+    /// Each tenant's enabled budget limits, replaced whole on a change.
+    budget_limits: DashMap<String, Arc<Vec<BudgetLimitState>>>,
+    budget_limit_tenants: DashMap<String, String>,
 }
 
 type GrantKey = (String, i64, Provider, String);
@@ -65,7 +68,7 @@ impl EnforcementState {
             StreamMessage::Snapshot(snapshot) => self.replace(snapshot),
             StreamMessage::Delta(delta) => self.merge(delta),
             StreamMessage::Heartbeat { .. } => {}
-            StreamMessage::Spend { scopes } => self.budgets.apply_ledger(&scopes),
+            StreamMessage::Spend { scopes } => self.budgets.apply_streamed(&scopes),
         }
         self.synced_at_ms.store(now_ms, Ordering::Relaxed);
     }
@@ -109,6 +112,15 @@ impl EnforcementState {
             .filter(|policies| !policies.is_empty())
     }
 
+    /// The tenant's enabled budget limits; `None` when it has none.
+    pub fn budget_limits(&self, tenant_id: &str) -> Option<Arc<Vec<BudgetLimitState>>> {
+        self.maps()
+            .budget_limits
+            .get(tenant_id)
+            .map(|entry| entry.value().clone())
+            .filter(|limits| !limits.is_empty())
+    }
+
     /// Whether a reviewer's approval lets the agent's request through now.
     pub fn approval_granted(
         &self,
@@ -142,7 +154,7 @@ impl EnforcementState {
     }
 
     fn replace(&self, snapshot: Snapshot) {
-        self.budgets.apply_ledger(&snapshot.spend);
+        self.budgets.apply_streamed(&snapshot.spend);
         let maps = Maps::default();
         for tenant in snapshot.tenants {
             maps.upsert(Entity::Tenant(tenant));
@@ -161,6 +173,9 @@ impl EnforcementState {
         }
         for grant in snapshot.grants {
             maps.upsert(Entity::Grant(grant));
+        }
+        for limit in snapshot.budget_limits {
+            maps.upsert(Entity::BudgetLimit(limit));
         }
         let fresh = Arc::new(maps);
         match self.maps.write() {
@@ -231,17 +246,36 @@ impl Maps {
                     .insert(grant.id, (grant.tenant_id, key.clone()));
                 self.grants.insert(key, grant.until);
             }
+            Entity::BudgetLimit(limit) => {
+                self.budget_limit_tenants
+                    .insert(limit.id.clone(), limit.tenant_id.clone());
+                let tenant_id = limit.tenant_id.clone();
+                self.replace_budget_limit(&tenant_id, &limit.id.clone(), Some(limit));
+            }
         }
+    }
+
+    /// Puts `limit` (or, with `None`, nothing) in place of limit `id` in the tenant's list.
+    fn replace_budget_limit(&self, tenant_id: &str, id: &str, limit: Option<BudgetLimitState>) {
+        replace_in_list(
+            &self.budget_limits,
+            tenant_id,
+            |l| l.id != id,
+            limit,
+            |_| {},
+        );
     }
 
     /// Puts `policy` (or, with `None`, nothing) in place of policy `id` in the tenant's
     /// list, kept in evaluation order.
     fn replace_policy(&self, tenant_id: &str, id: i64, policy: Option<Policy>) {
-        let mut entry = self.policies.entry(tenant_id.to_owned()).or_default();
-        let mut policies: Vec<Policy> = entry.iter().filter(|p| p.id != id).cloned().collect();
-        policies.extend(policy);
-        sort_for_evaluation(&mut policies);
-        *entry = Arc::new(policies);
+        replace_in_list(
+            &self.policies,
+            tenant_id,
+            |p| p.id != id,
+            policy,
+            |policies| sort_for_evaluation(policies),
+        );
     }
 
     fn remove(&self, removed: EntityRef) {
@@ -270,6 +304,11 @@ impl Maps {
                     self.grants.remove(&key);
                 }
             }
+            EntityRef::BudgetLimit(id) => {
+                if let Some((_, tenant_id)) = self.budget_limit_tenants.remove(&id) {
+                    self.replace_budget_limit(&tenant_id, &id, None);
+                }
+            }
             EntityRef::ManagedKey(id) => {
                 if let Some((_, slot)) = self.managed_key_slots.remove(&id) {
                     // Only if that slot still holds this key (a newer one may replace it).
@@ -288,6 +327,8 @@ impl Maps {
                     .retain(|_, (tenant, _)| *tenant != id);
                 self.policies.remove(&id);
                 self.policy_tenants.retain(|_, tenant| *tenant != id);
+                self.budget_limits.remove(&id);
+                self.budget_limit_tenants.retain(|_, tenant| *tenant != id);
                 self.grant_keys.retain(|_, (tenant, key)| {
                     if *tenant == id {
                         self.grants.remove(key);
@@ -297,6 +338,22 @@ impl Maps {
             }
         }
     }
+}
+
+/// Replaces a tenant's list whole (requests holding the old `Arc` keep a consistent
+/// one): the items `keep` accepts plus `item`, put in order by `order`.
+fn replace_in_list<T: Clone>(
+    lists: &DashMap<String, Arc<Vec<T>>>,
+    tenant_id: &str,
+    keep: impl Fn(&T) -> bool,
+    item: Option<T>,
+    order: impl FnOnce(&mut Vec<T>),
+) {
+    let mut entry = lists.entry(tenant_id.to_owned()).or_default();
+    let mut items: Vec<T> = entry.iter().filter(|i| keep(i)).cloned().collect();
+    items.extend(item);
+    order(&mut items);
+    *entry = Arc::new(items);
 }
 
 #[cfg(test)]

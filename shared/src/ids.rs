@@ -21,6 +21,7 @@ pub enum IdKind {
     Heartbeat,
     Usage,
     ManagedKey,
+    BudgetLimit,
 }
 
 impl IdKind {
@@ -37,6 +38,7 @@ impl IdKind {
             IdKind::Heartbeat => "hb",
             IdKind::Usage => "use",
             IdKind::ManagedKey => "mk",
+            IdKind::BudgetLimit => "bud",
         }
     }
 }

@@ -4,6 +4,7 @@
 //! database driver or proxy framework, so the control plane and the proxy can both use it
 //! and agree by construction.
 
+pub mod budget;
 pub mod ids;
 pub mod keys;
 pub mod managed;

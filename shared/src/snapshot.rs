@@ -34,7 +34,8 @@ pub enum StreamMessage {
 /// What the ledger has recorded this month for one budget scope.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScopeSpend {
-    /// `key:<api_key_id>` (the scopes budget limits add come later).
+    pub tenant_id: String,
+    /// `tenant`, `team:<id>`, `agent:<id>` or `key:<api_key_id>` (see `crate::budget`).
     pub scope: String,
     /// The month the figure belongs to (see `Timestamp::month_start`).
     pub month: i64,
@@ -57,6 +58,9 @@ pub struct Snapshot {
     /// Approvals that currently let an agent's requests through.
     #[serde(default)]
     pub grants: Vec<ApprovalGrant>,
+    /// Every tenant's enabled budget limits.
+    #[serde(default)]
+    pub budget_limits: Vec<BudgetLimitState>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -76,6 +80,7 @@ pub enum Entity {
     ManagedKey(ManagedKeyState),
     Policy(PolicyState),
     Grant(ApprovalGrant),
+    BudgetLimit(BudgetLimitState),
 }
 
 /// An entity that no longer exists. Removing a tenant removes everything of it.
@@ -90,6 +95,8 @@ pub enum EntityRef {
     Policy(String),
     /// An approval that no longer grants anything (by its id).
     Grant(String),
+    /// A budget limit deleted or disabled (by its id).
+    BudgetLimit(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,6 +174,19 @@ pub struct ApprovalGrant {
     pub provider: Provider,
     pub model: String,
     pub until: i64,
+}
+
+/// An enabled budget limit (spec 2.11): its scope's spend is refused from the block
+/// threshold on and answered with a warning from the warn threshold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetLimitState {
+    pub id: String,
+    pub tenant_id: String,
+    /// `tenant`, `team:<id>` or `agent:<id>`.
+    pub scope: String,
+    pub monthly_limit_micros: i64,
+    pub warn_threshold_pct: i64,
+    pub block_threshold_pct: i64,
 }
 
 #[cfg(test)]

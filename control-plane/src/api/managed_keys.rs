@@ -81,7 +81,7 @@ async fn create_managed_key(
         created_at: now,
     };
     let mut tx = state.db.begin_write().await?;
-    ensure_proxy_plan(&mut tx, &caller.tenant_id).await?;
+    ensure_proxy_plan(&mut tx, &caller.tenant_id, "managed keys").await?;
     let inserted = sqlx::query(
         "INSERT INTO managed_keys (id, tenant_id, provider, label, secret_ref, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",

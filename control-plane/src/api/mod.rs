@@ -12,6 +12,7 @@ mod admin;
 mod agents;
 pub mod approvals;
 mod auth;
+mod budget;
 pub mod cost;
 pub mod health;
 mod internal;
@@ -53,6 +54,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(proxy_stats::router())
         .merge(policies::router())
         .merge(approvals::router())
+        .merge(budget::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

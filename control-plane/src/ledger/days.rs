@@ -1,52 +1,77 @@
-//! Open and closed days of the per-agent daily rollup (`usage_daily`).
+//! Rolled hours, open and closed days of the per-agent daily rollup.
 //!
-//! Each tenant has a first open day (`usage_days_closed.open_from`). Days before it are
-//! closed: `usage_daily` holds their complete sums, and a late record for one of them is
-//! added to its row there. Days from it on are open: batches add to their rows in
-//! `usage_daily_open`, a table of a day or two that stays in a few hot pages.
-//! [`close_days`] closes a day by moving its rows into `usage_daily` with one insert, so
-//! a day's rows there are written once and lie together, instead of being rewritten by
-//! every batch of the day (which left PostgreSQL a month of them scattered over tens of
-//! thousands of sparse pages). The move and the new `open_from` commit together.
+//! Each tenant has two marks in `usage_days_closed`:
+//! - `rolled_until`, an hour boundary: the daily tables hold every hour before it; the
+//!   hours from it on are only in `usage_hourly` (views read them from there). Batches
+//!   add to the daily tables only their late records, of hours before the mark.
+//!   [`close_days`] first rolls each finished hour into `usage_daily_open` with one
+//!   insert, so a batch costs no daily upsert (that upsert cost ingest a quarter of its
+//!   throughput) and views read at most an hour or two of hourly rows past the mark.
+//! - `open_from`, a day boundary no later than `rolled_until`'s day: days before it are
+//!   closed, `usage_daily` holds their complete sums. Days from it on are open, in
+//!   `usage_daily_open`, a table of a day or two that stays in a few hot pages. Closing
+//!   moves a day's rows into `usage_daily` with one insert, so they are written once and
+//!   lie together, instead of being rewritten all day (which left PostgreSQL a month of
+//!   them scattered over tens of thousands of sparse pages).
 //!
-//! Closing must not miss a batch that is still writing the day's hours. On PostgreSQL a
-//! batch holds a share lock on its tenants' rows here from its start to its commit, and
-//! a close takes the row's update lock, so the two never overlap; SQLite runs one write
-//! transaction at a time anyway.
+//! A roll or a close and the mark it advances commit together, and neither may miss a
+//! batch still writing: on PostgreSQL a batch holds a share lock on its tenants' rows
+//! here from its start to its commit, and rolls and closes take the row's update lock,
+//! so they never overlap; SQLite runs one write transaction at a time anyway.
 
 use std::collections::HashMap;
 
 use sqlx::Row;
 use warden_shared::timestamp::Timestamp;
 
-use super::{is_postgres, placeholders, rows_per_statement, start_of_day, DAY_MS};
+use super::{is_postgres, placeholders, rows_per_statement, start_of_day, DAY_MS, HOUR_MS};
 use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 
 /// How long after midnight a day stays open: usage the proxies and agents still hold
 /// for it arrives in the meantime and costs no late update of a daily row.
 pub const CLOSE_GRACE_MS: i64 = 15 * 60 * 1000;
+/// How long after its end an hour is rolled into the daily rows; a record for it that
+/// arrives later is added to its daily row by the batch itself.
+pub const ROLL_GRACE_MS: i64 = 2 * 60 * 1000;
+/// Hours rolled per tenant in one call.
+const MAX_HOURS_PER_CALL: usize = 24 * 45;
 /// Days closed per tenant in one call, so a long backlog never holds one caller for long.
 const MAX_DAYS_PER_CALL: usize = 400;
 
-/// The first open day of each of `tenants`, locked until `tx` ends so that no close
-/// overlaps the batch. `tenants` must be sorted (a fixed lock order rules out
-/// deadlocks between batches). A tenant without a row keeps every day closed: its
-/// daily rows are maintained by each batch, as before days were closed.
-pub(super) async fn lock_open_days(
+/// A tenant's marks (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Marks {
+    pub open_from: i64,
+    pub rolled_until: i64,
+}
+
+impl Marks {
+    /// A tenant without a row: every day closed and every hour rolled, so each batch
+    /// maintains its daily rows itself (as before days were closed).
+    pub const NONE: Marks = Marks {
+        open_from: i64::MAX,
+        rolled_until: i64::MAX,
+    };
+}
+
+/// The marks of each of `tenants`, locked until `tx` ends so that no roll or close
+/// overlaps the batch. `tenants` must be sorted (a fixed lock order rules out deadlocks
+/// between batches).
+pub(super) async fn lock_marks_for_batch(
     tx: &mut WriteTx,
     tenants: &[&str],
-) -> Result<HashMap<String, i64>, sqlx::Error> {
+) -> Result<HashMap<String, Marks>, sqlx::Error> {
     let lock = if is_postgres(tx) { " FOR SHARE" } else { "" };
-    let mut open: HashMap<String, i64> = tenants
+    let mut marks: HashMap<String, Marks> = tenants
         .iter()
-        .map(|tenant_id| ((*tenant_id).to_owned(), i64::MAX))
+        .map(|tenant_id| ((*tenant_id).to_owned(), Marks::NONE))
         .collect();
     for chunk in tenants.chunks(rows_per_statement(tx, 1)) {
         // PostgreSQL locks the rows as the sorted result emits them: in tenant order.
         let sql = format!(
-            "SELECT tenant_id, open_from FROM usage_days_closed WHERE tenant_id IN {} \
-             ORDER BY tenant_id{lock}",
+            "SELECT tenant_id, open_from, rolled_until FROM usage_days_closed \
+             WHERE tenant_id IN {} ORDER BY tenant_id{lock}",
             placeholders(1, chunk.len(), 1)
         );
         let mut query = sqlx::query(&sql);
@@ -54,30 +79,42 @@ pub(super) async fn lock_open_days(
             query = query.bind(*tenant_id);
         }
         for row in query.fetch_all(&mut **tx).await? {
-            open.insert(row.try_get("tenant_id")?, row.try_get("open_from")?);
+            marks.insert(
+                row.try_get("tenant_id")?,
+                Marks {
+                    open_from: row.try_get("open_from")?,
+                    rolled_until: row.try_get("rolled_until")?,
+                },
+            );
         }
     }
-    Ok(open)
+    Ok(marks)
 }
 
-/// Starts a new tenant's days open from the day it was created.
+/// Starts a new tenant's days open from the day it was created, rolled to its hour.
 pub async fn open_for_new_tenant(
     tx: &mut WriteTx,
     tenant_id: &str,
     now: Timestamp,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO usage_days_closed (tenant_id, open_from) VALUES ($1, $2)")
-        .bind(tenant_id)
-        .bind(start_of_day(now.as_millis()))
-        .execute(&mut **tx)
-        .await
-        .map(|_| ())
+    let now = now.as_millis();
+    sqlx::query(
+        "INSERT INTO usage_days_closed (tenant_id, open_from, rolled_until) VALUES ($1, $2, $3)",
+    )
+    .bind(tenant_id)
+    .bind(start_of_day(now))
+    .bind(now - now.rem_euclid(HOUR_MS))
+    .execute(&mut **tx)
+    .await
+    .map(|_| ())
 }
 
-/// Closes every tenant's days that ended at least [`CLOSE_GRACE_MS`] before `now`;
-/// returns how many tenant-days it moved into `usage_daily`. Safe to run from several
-/// control planes at once: each day is closed in its own transaction, under the lock.
+/// Rolls every tenant's hours that ended at least [`ROLL_GRACE_MS`] before `now` into
+/// the daily rows, then closes the days that ended at least [`CLOSE_GRACE_MS`] before
+/// `now`; returns how many tenant-days it moved into `usage_daily`. Safe to run from
+/// several control planes at once: each step is its own transaction, under the lock.
 pub async fn close_days(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error> {
+    roll_hours(db, now).await?;
     let until = start_of_day(now.as_millis() - CLOSE_GRACE_MS);
     let tenants: Vec<String> =
         sqlx::query_scalar("SELECT tenant_id FROM usage_days_closed WHERE open_from < $1")
@@ -88,7 +125,7 @@ pub async fn close_days(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error> {
     for tenant_id in &tenants {
         for _ in 0..MAX_DAYS_PER_CALL {
             match close_next_day(db, tenant_id, until).await? {
-                Step::Closed => closed += 1,
+                Step::Moved => closed += 1,
                 Step::Skipped => {}
                 Step::UpToDate => break,
             }
@@ -126,8 +163,8 @@ pub async fn close_days_every(
 }
 
 enum Step {
-    /// A day with usage was summed into `usage_daily`.
-    Closed,
+    /// An hour or a day with usage was summed into the next daily table.
+    Moved,
     /// Days without usage were closed without writing anything.
     Skipped,
     UpToDate,
@@ -138,18 +175,15 @@ enum Step {
 /// usage.
 async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sqlx::Error> {
     let mut tx = db.begin_write().await?;
-    let sql = if is_postgres(&mut tx) {
-        "SELECT open_from FROM usage_days_closed WHERE tenant_id = $1 FOR UPDATE"
-    } else {
-        "SELECT open_from FROM usage_days_closed WHERE tenant_id = $1"
-    };
-    let open_from: Option<i64> = sqlx::query_scalar(sql)
-        .bind(tenant_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(open_from) = open_from.filter(|open_from| *open_from < until) else {
+    let Some(marks) = lock_marks(&mut tx, tenant_id).await? else {
         return Ok(Step::UpToDate);
     };
+    // A day closes only once all its hours are rolled.
+    let until = until.min(start_of_day(marks.rolled_until));
+    let open_from = marks.open_from;
+    if open_from >= until {
+        return Ok(Step::UpToDate);
+    }
     // The open days' table is keyed by tenant and day, so this is one index probe.
     let first_day: Option<i64> = sqlx::query(
         "SELECT MIN(day) AS first FROM usage_daily_open \
@@ -180,13 +214,116 @@ async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sq
                 .bind(day)
                 .execute(&mut *tx)
                 .await?;
-            (Step::Closed, day + DAY_MS)
+            (Step::Moved, day + DAY_MS)
         }
         None => (Step::Skipped, until),
     };
     sqlx::query("UPDATE usage_days_closed SET open_from = $2 WHERE tenant_id = $1")
         .bind(tenant_id)
         .bind(open_from)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(step)
+}
+
+/// The tenant's marks, locked for update until `tx` ends; `None` without a row.
+pub(super) async fn lock_marks(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+) -> Result<Option<Marks>, sqlx::Error> {
+    let sql = if is_postgres(tx) {
+        "SELECT open_from, rolled_until FROM usage_days_closed WHERE tenant_id = $1 FOR UPDATE"
+    } else {
+        "SELECT open_from, rolled_until FROM usage_days_closed WHERE tenant_id = $1"
+    };
+    let row = sqlx::query(sql)
+        .bind(tenant_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.map(|row| {
+        Ok(Marks {
+            open_from: row.try_get("open_from")?,
+            rolled_until: row.try_get("rolled_until")?,
+        })
+    })
+    .transpose()
+}
+
+/// Rolls every tenant's finished hours (see [`close_days`]); returns how many
+/// tenant-hours with usage it summed into `usage_daily_open`.
+async fn roll_hours(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error> {
+    let until = {
+        let at = now.as_millis() - ROLL_GRACE_MS;
+        at - at.rem_euclid(HOUR_MS)
+    };
+    let tenants: Vec<String> =
+        sqlx::query_scalar("SELECT tenant_id FROM usage_days_closed WHERE rolled_until < $1")
+            .bind(until)
+            .fetch_all(db.pool())
+            .await?;
+    let mut rolled = 0;
+    for tenant_id in &tenants {
+        for _ in 0..MAX_HOURS_PER_CALL {
+            match roll_next_hour(db, tenant_id, until).await? {
+                Step::Moved => rolled += 1,
+                Step::Skipped => {}
+                Step::UpToDate => break,
+            }
+        }
+    }
+    Ok(rolled)
+}
+
+/// Sums the tenant's first unrolled hour before `until` into its day's open rows, or
+/// skips the empty hours before its next hour with usage.
+async fn roll_next_hour(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sqlx::Error> {
+    let mut tx = db.begin_write().await?;
+    let Some(marks) = lock_marks(&mut tx, tenant_id).await? else {
+        return Ok(Step::UpToDate);
+    };
+    let from = marks.rolled_until;
+    if from >= until {
+        return Ok(Step::UpToDate);
+    }
+    let first_hour: Option<i64> = sqlx::query(
+        "SELECT MIN(hour) AS first FROM usage_hourly \
+         WHERE tenant_id = $1 AND hour >= $2 AND hour < $3",
+    )
+    .bind(tenant_id)
+    .bind(from)
+    .bind(until)
+    .fetch_one(&mut *tx)
+    .await?
+    .try_get("first")?;
+    let (step, rolled_until) = match first_hour {
+        Some(hour) if hour > from => (Step::Skipped, hour),
+        Some(hour) => {
+            // The hour's day is open: `open_from` never passes `rolled_until`'s day.
+            sqlx::query(
+                "INSERT INTO usage_daily_open (tenant_id, day, agent_id, team_id, requests, \
+                 input_tokens, output_tokens, cost_micros) \
+                 SELECT tenant_id, $3, agent_id, team_id, SUM(requests), SUM(input_tokens), \
+                 SUM(output_tokens), SUM(cost_micros) FROM usage_hourly \
+                 WHERE tenant_id = $1 AND hour = $2 GROUP BY tenant_id, agent_id, team_id \
+                 ON CONFLICT (tenant_id, day, agent_id, team_id) DO UPDATE SET \
+                 requests = usage_daily_open.requests + excluded.requests, \
+                 input_tokens = usage_daily_open.input_tokens + excluded.input_tokens, \
+                 output_tokens = usage_daily_open.output_tokens + excluded.output_tokens, \
+                 cost_micros = usage_daily_open.cost_micros + excluded.cost_micros",
+            )
+            .bind(tenant_id)
+            .bind(hour)
+            .bind(start_of_day(hour))
+            .execute(&mut *tx)
+            .await?;
+            (Step::Moved, hour + HOUR_MS)
+        }
+        None => (Step::Skipped, until),
+    };
+    sqlx::query("UPDATE usage_days_closed SET rolled_until = $2 WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .bind(rolled_until)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;

@@ -19,11 +19,36 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
 
+/// SQL: the first hour of a tenant's usage not yet rolled into the daily tables (see
+/// `days`), but not before `$from`, as one expression: a single lower bound, so SQLite
+/// bounds its index scan with it (two bounds and it took the first, scanning whole
+/// ranges). `$none` stands for a tenant without marks (no unrolled hours: pass the range's
+/// end, or a value past every hour).
+macro_rules! unrolled_from {
+    ($tenant:literal, $from:literal, $none:literal) => {
+        concat!(
+            "(SELECT CASE WHEN COALESCE(MAX(m.rolled_until), ",
+            $none,
+            ") > ",
+            $from,
+            " THEN COALESCE(MAX(m.rolled_until), ",
+            $none,
+            ") ELSE ",
+            $from,
+            " END FROM usage_days_closed m WHERE m.tenant_id = ",
+            $tenant,
+            ")"
+        )
+    };
+}
+pub(crate) use unrolled_from;
+
+mod alerts;
 mod days;
 mod rollups;
 pub mod spend;
 
-pub use days::{close_days, close_days_every, open_for_new_tenant, CLOSE_GRACE_MS};
+pub use days::{close_days, close_days_every, open_for_new_tenant, CLOSE_GRACE_MS, ROLL_GRACE_MS};
 
 /// Milliseconds in an hour, the rollups' bucket.
 pub const HOUR_MS: i64 = 3_600_000;
@@ -118,7 +143,7 @@ pub async fn record_batch(
     let mut tenants: Vec<&str> = entries.iter().map(|entry| entry.tenant_id).collect();
     tenants.sort_unstable();
     tenants.dedup();
-    let open_days = days::lock_open_days(tx, &tenants).await?;
+    let marks = days::lock_marks_for_batch(tx, &tenants).await?;
     let teams = agent_teams(tx, entries).await?;
     let mut outcomes = Vec::with_capacity(entries.len());
     let mut in_batch: HashSet<(&str, &str)> = HashSet::new();
@@ -164,7 +189,7 @@ pub async fn record_batch(
             recorded.push(candidate.record);
         }
     }
-    rollups::add(tx, &recorded, &open_days).await?;
+    rollups::add(tx, &recorded, &marks).await?;
     let spend = spend::add(tx, &recorded, now).await?;
     Ok(Recorded { outcomes, spend })
 }

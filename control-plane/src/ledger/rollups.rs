@@ -6,7 +6,9 @@
 //! - `usage_daily`: tenant, day, agent, team, for views grouped by agent or team. Only
 //!   for closed days (see `days`): a batch adds to it only its records of those.
 //! - `usage_daily_open`: the same for open days, so today's per-agent sums are one row
-//!   per agent; closing a day moves its rows into `usage_daily`.
+//!   per agent; closing a day moves its rows into `usage_daily`. Finished hours are
+//!   rolled into it in the background: a batch adds to it only its late records (of
+//!   hours before the tenant's `rolled_until`).
 //! - `usage_model_hourly`: tenant, hour, provider, model and source, without the agent,
 //!   for the summary, the by-model view, unfiltered time series and proxy statistics.
 //!
@@ -16,6 +18,7 @@
 
 use std::collections::HashMap;
 
+use super::days::Marks;
 use super::{placeholders, rows_per_statement, Record, DAY_MS, HOUR_MS};
 use crate::db::WriteTx;
 
@@ -76,12 +79,13 @@ impl Level {
         )
     }
 
-    /// Whether the level holds a record of time `at`, given its tenant's first open day
-    /// (see `days`): daily rows are split between closed and open days.
-    fn holds(self, at: i64, open_from: i64) -> bool {
+    /// Whether a batch adds a record of time `at` to the level, given its tenant's marks
+    /// (see `days`): daily rows take only hours already rolled, split between closed and
+    /// open days.
+    fn holds(self, at: i64, marks: Marks) -> bool {
         match self {
-            Level::AgentDaily => at < open_from,
-            Level::AgentDailyOpen => at >= open_from,
+            Level::AgentDaily => at < marks.rolled_until && at < marks.open_from,
+            Level::AgentDailyOpen => at < marks.rolled_until && at >= marks.open_from,
             Level::AgentHourly | Level::ModelHourly => true,
         }
     }
@@ -111,15 +115,17 @@ type Key<'k> = (
     &'static str,
 );
 
-/// Adds `records` to every rollup level.
-/// `open_days` holds each tenant's first open day.
+/// Adds `records` to every rollup level that takes them (`marks`: each tenant's).
 pub(super) async fn add(
     tx: &mut WriteTx,
     records: &[Record<'_, '_>],
-    open_days: &HashMap<String, i64>,
+    marks: &HashMap<String, Marks>,
 ) -> Result<(), sqlx::Error> {
     for level in LEVELS {
-        let sums = sum(level, records, open_days);
+        let sums = sum(level, records, marks);
+        if sums.is_empty() {
+            continue;
+        }
         let rows = rows_per_statement(tx, level.columns());
         for chunk in sums.chunks(rows) {
             let sql = level.upsert_sql(chunk.len());
@@ -147,13 +153,13 @@ pub(super) async fn add(
 fn sum<'r>(
     level: Level,
     records: &'r [Record<'_, '_>],
-    open_days: &HashMap<String, i64>,
+    marks: &HashMap<String, Marks>,
 ) -> Vec<(Key<'r>, [i64; 4])> {
     let mut sums: HashMap<Key<'r>, [i64; 4]> = HashMap::new();
     for (entry, _, team_id, cost_micros, _) in records {
         let at = entry.recorded_at.as_millis();
-        let open_from = open_days.get(entry.tenant_id).copied().unwrap_or(i64::MAX);
-        if !level.holds(at, open_from) {
+        let tenant_marks = marks.get(entry.tenant_id).copied().unwrap_or(Marks::NONE);
+        if !level.holds(at, tenant_marks) {
             continue;
         }
         let (agent_id, team_id) = if level.per_agent() {

@@ -2,25 +2,30 @@
 //! transaction like the rollups. Proxies enforce budgets against it: the control plane
 //! streams rows whose `updated_at` changed (see `crate::proxy_state`).
 //!
-//! Scopes are strings so one table serves every kind of budget: `key:<api_key_id>` for
-//! a proxy key's `budget_limit_usd`.
+//! Scopes are strings so one table serves every kind of budget
+//! (`warden_shared::budget`): `key:<api_key_id>` for every record a proxy key carried,
+//! and `tenant`, `team:<id>` and `agent:<id>` only while a budget limit or a
+//! `budget_limit` policy names them, so a tenant without budgets costs the ledger no
+//! extra rows. [`track_scope`] starts a scope with its month-to-date spend summed from
+//! the daily rollups when a budget first names it.
+//!
+//! A batch reads which scopes are budgeted after it took its tenants' ledger lock
+//! (`days::lock_marks_for_batch`), and [`track_scope`] takes the same lock exclusively: so a
+//! batch either committed before the scope's spend was summed (and is in the sum) or
+//! sees the budget and adds to the scope itself. Never both, never neither.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::Row;
+use warden_shared::budget::{agent_scope, key_scope, team_scope, TENANT_SCOPE};
 use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
 
-use super::{placeholders, rows_per_statement, Record};
+use super::{alerts, days, placeholders, rows_per_statement, Record, DAY_MS};
 use crate::db::WriteTx;
 
 /// Bound values per row: tenant, scope, month, requests, cost, updated_at.
 const COLUMNS: usize = 6;
-
-/// The scope of a proxy key's own budget.
-pub fn key_scope(api_key_id: &str) -> String {
-    format!("key:{api_key_id}")
-}
 
 /// Adds `records` to the spend of their scopes; `now` marks the rows as changed. Returns
 /// the scopes' new totals, which the proxy that sent the batch takes at once (they
@@ -30,17 +35,33 @@ pub(super) async fn add(
     records: &[Record<'_, '_>],
     now: Timestamp,
 ) -> Result<Vec<ScopeSpend>, sqlx::Error> {
+    let mut tenants: Vec<&str> = records.iter().map(|(entry, ..)| entry.tenant_id).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    let budgeted = budgeted_scopes(tx, &tenants).await?;
     let mut sums: HashMap<(&str, String, i64), (i64, i64)> = HashMap::new();
-    for (entry, _, _, cost_micros, _) in records {
-        let Some(api_key_id) = entry.api_key_id else {
+    for (entry, _, team_id, cost_micros, _) in records {
+        let month = entry.recorded_at.month_start();
+        let mut add_to = |scope: String| {
+            let sum = sums.entry((entry.tenant_id, scope, month)).or_default();
+            sum.0 += 1;
+            sum.1 += cost_micros;
+        };
+        if let Some(api_key_id) = entry.api_key_id {
+            add_to(key_scope(api_key_id));
+        }
+        let Some(scopes) = budgeted.get(entry.tenant_id) else {
             continue;
         };
-        let month = entry.recorded_at.month_start();
-        let sum = sums
-            .entry((entry.tenant_id, key_scope(api_key_id), month))
-            .or_default();
-        sum.0 += 1;
-        sum.1 += cost_micros;
+        let mut candidates = vec![TENANT_SCOPE.to_owned(), agent_scope(entry.agent_id)];
+        if let Some(team_id) = team_id {
+            candidates.push(team_scope(team_id));
+        }
+        for scope in candidates {
+            if scopes.contains(&scope) {
+                add_to(scope);
+            }
+        }
     }
     // Key order, so concurrent batches lock shared rows in the same order (no deadlock).
     let mut rows: Vec<_> = sums.into_iter().collect();
@@ -52,7 +73,7 @@ pub(super) async fn add(
              updated_at) VALUES {} ON CONFLICT (tenant_id, scope, month) DO UPDATE SET \
              requests = usage_spend_monthly.requests + excluded.requests, \
              cost_micros = usage_spend_monthly.cost_micros + excluded.cost_micros, \
-             updated_at = excluded.updated_at RETURNING scope, month, cost_micros",
+             updated_at = excluded.updated_at RETURNING tenant_id, scope, month, cost_micros",
             placeholders(chunk.len(), COLUMNS, 1)
         );
         let mut query = sqlx::query(&sql);
@@ -67,11 +88,114 @@ pub(super) async fn add(
         }
         for row in query.fetch_all(&mut **tx).await? {
             totals.push(ScopeSpend {
+                tenant_id: row.try_get("tenant_id")?,
                 scope: row.try_get("scope")?,
                 month: row.try_get("month")?,
                 cost_micros: row.try_get("cost_micros")?,
             });
         }
     }
+    if !budgeted.is_empty() {
+        alerts::record_crossings(tx, &tenants, &totals, now).await?;
+    }
     Ok(totals)
+}
+
+/// The `tenant`, `team:` and `agent:` scopes that `tenants`' budget limits and
+/// `budget_limit` policies name (disabled ones too: enabling one must not find a gap).
+async fn budgeted_scopes<'t>(
+    tx: &mut WriteTx,
+    tenants: &[&'t str],
+) -> Result<HashMap<&'t str, HashSet<String>>, sqlx::Error> {
+    let mut budgeted = HashMap::new();
+    for tenant_id in tenants {
+        let rows = sqlx::query(
+            "SELECT scope FROM budget_limits WHERE tenant_id = $1 \
+             UNION SELECT CASE WHEN scope = 'global' THEN 'tenant' ELSE scope END AS scope \
+             FROM policies WHERE tenant_id = $1 AND policy_type = 'budget_limit'",
+        )
+        .bind(*tenant_id)
+        .fetch_all(&mut **tx)
+        .await?;
+        let scopes = rows
+            .iter()
+            .map(|row| row.try_get("scope"))
+            .collect::<Result<HashSet<String>, _>>()?;
+        if !scopes.is_empty() {
+            budgeted.insert(*tenant_id, scopes);
+        }
+    }
+    Ok(budgeted)
+}
+
+/// The sums of a tenant's usage in `[$2, $3)` (whole days) from the daily rollups
+/// (closed and open days) and the hours not yet rolled into them, with an optional extra
+/// condition on `$4`.
+macro_rules! sum_month {
+    ($filter:literal) => {
+        concat!(
+            "SELECT CAST(COALESCE(SUM(requests), 0) AS BIGINT) AS requests, \
+             CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) AS cost FROM (\
+             SELECT requests, cost_micros FROM usage_daily \
+             WHERE tenant_id = $1 AND day >= $2 AND day < $3",
+            $filter,
+            " UNION ALL SELECT requests, cost_micros FROM usage_daily_open \
+             WHERE tenant_id = $1 AND day >= $2 AND day < $3",
+            $filter,
+            " UNION ALL SELECT requests, cost_micros FROM usage_hourly \
+             WHERE tenant_id = $1 AND hour < $3 AND hour >= ",
+            super::unrolled_from!("$1", "$2", "$3"),
+            $filter,
+            ") d"
+        )
+    };
+}
+
+/// Starts (or re-sums) the spend of `scope` (`tenant`, `team:<id>`, `agent:<id>`) for
+/// the month of `now` from the rollups (see `super::days`). Call it in the transaction that makes a budget name the scope.
+pub async fn track_scope(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    scope: &str,
+    now: Timestamp,
+) -> Result<(), sqlx::Error> {
+    // Waits for the tenant's batches in flight and holds off new ones until commit.
+    days::lock_marks(tx, tenant_id).await?;
+    let month = now.month_start();
+    // The month's last day ends before the next month starts: 31 days always reach past it.
+    let next_month = Timestamp::from_millis(month + 31 * DAY_MS).month_start();
+    let (sql, filter) = if scope == TENANT_SCOPE {
+        (sum_month!(""), None)
+    } else if let Some(team_id) = scope.strip_prefix("team:") {
+        (sum_month!(" AND team_id = $4"), Some(team_id))
+    } else if let Some(agent_id) = scope.strip_prefix("agent:") {
+        (sum_month!(" AND agent_id = $4"), Some(agent_id))
+    } else {
+        return Ok(());
+    };
+    let mut query = sqlx::query(sql)
+        .bind(tenant_id)
+        .bind(month)
+        .bind(next_month);
+    if let Some(filter) = filter {
+        query = query.bind(filter);
+    }
+    let row = query.fetch_one(&mut **tx).await?;
+    let requests: i64 = row.try_get("requests")?;
+    let cost_micros: i64 = row.try_get("cost")?;
+    sqlx::query(
+        "INSERT INTO usage_spend_monthly (tenant_id, scope, month, requests, cost_micros, \
+         updated_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, scope, month) \
+         DO UPDATE SET requests = excluded.requests, cost_micros = excluded.cost_micros, \
+         updated_at = excluded.updated_at",
+    )
+    .bind(tenant_id)
+    .bind(scope)
+    .bind(month)
+    .bind(requests)
+    .bind(cost_micros)
+    .bind(now.as_millis())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

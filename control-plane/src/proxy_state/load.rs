@@ -8,8 +8,8 @@ use sqlx::{AnyPool, Row};
 use warden_shared::policy::PolicyType;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
-    AgentState, ApprovalGrant, Delta, Entity, EntityRef, ManagedKeyState, PolicyState,
-    ProxyKeyState, ScopeSpend, Snapshot, TenantState,
+    AgentState, ApprovalGrant, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState,
+    PolicyState, ProxyKeyState, ScopeSpend, Snapshot, TenantState,
 };
 
 use super::outbox::ChangeKind;
@@ -44,6 +44,13 @@ macro_rules! select_grants {
     () => {
         "SELECT g.id, g.tenant_id, g.agent_id, g.policy_id, g.provider, g.model, g.grant_until \
          FROM approvals g WHERE g.status = 'approved' AND g.grant_until > $1"
+    };
+}
+
+macro_rules! select_budget_limits {
+    () => {
+        "SELECT b.id, b.tenant_id, b.scope, b.monthly_limit_micros, b.warn_threshold_pct, \
+         b.block_threshold_pct FROM budget_limits b WHERE b.enabled = 1"
     };
 }
 
@@ -107,6 +114,12 @@ pub async fn snapshot(pool: &AnyPool, month: i64, now_ms: i64) -> Result<Snapsho
             .await?
             .iter()
             .filter_map(|row| grant_from_row(row).transpose())
+            .collect::<Result<_, _>>()?,
+        budget_limits: sqlx::query(select_budget_limits!())
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(budget_limit_from_row)
             .collect::<Result<_, _>>()?,
     })
 }
@@ -172,18 +185,21 @@ fn grant_from_row(row: &AnyRow) -> Result<Option<ApprovalGrant>, sqlx::Error> {
 }
 
 /// The spend in `month` of every budgeted scope whose row changed at or after
-/// `since_ms` (the writer's clock): today, proxy keys with a `budget_limit_usd`.
+/// `since_ms` (the writer's clock): proxy keys with a `budget_limit_usd`, and the
+/// tenant, team and agent scopes the ledger tracks for budgets (see `crate::ledger`).
 pub async fn spend_since(
     pool: &AnyPool,
     month: i64,
     since_ms: i64,
 ) -> Result<Vec<ScopeSpend>, sqlx::Error> {
-    // The key's id is the scope after `key:`, so the join probes proxy_keys' primary key.
+    // A key's id is the scope after `key:`, so the join probes proxy_keys' primary key.
     sqlx::query(
-        "SELECT s.scope, s.month, s.cost_micros FROM usage_spend_monthly s \
+        "SELECT s.tenant_id, s.scope, s.month, s.cost_micros FROM usage_spend_monthly s \
          JOIN proxy_keys p ON p.api_key_id = substr(s.scope, 5) AND p.tenant_id = s.tenant_id \
          WHERE s.updated_at >= $2 AND s.month = $1 AND s.scope LIKE 'key:%' \
-         AND p.budget_limit_micros IS NOT NULL",
+         AND p.budget_limit_micros IS NOT NULL \
+         UNION ALL SELECT s.tenant_id, s.scope, s.month, s.cost_micros FROM usage_spend_monthly s \
+         WHERE s.updated_at >= $2 AND s.month = $1 AND s.scope NOT LIKE 'key:%'",
     )
     .bind(month)
     .bind(since_ms)
@@ -192,6 +208,7 @@ pub async fn spend_since(
     .iter()
     .map(|row| {
         Ok(ScopeSpend {
+            tenant_id: row.try_get("tenant_id")?,
             scope: row.try_get("scope")?,
             month: row.try_get("month")?,
             cost_micros: row.try_get("cost_micros")?,
@@ -314,6 +331,16 @@ async fn add_current_state(
                 None => delta.removals.push(EntityRef::Grant(id.to_owned())),
             }
         }
+        ChangeKind::BudgetLimit => {
+            let row = sqlx::query(concat!(select_budget_limits!(), " AND b.id = $1"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            match row.as_ref().map(budget_limit_from_row).transpose()? {
+                Some(limit) => delta.upserts.push(Entity::BudgetLimit(limit)),
+                None => delta.removals.push(EntityRef::BudgetLimit(id.to_owned())),
+            }
+        }
         ChangeKind::ManagedKey => {
             let row = sqlx::query(concat!(select_managed_keys!(), " WHERE m.id = $1"))
                 .bind(id)
@@ -401,6 +428,17 @@ fn key_from_row(row: &AnyRow) -> Result<ProxyKeyState, sqlx::Error> {
         budget_limit_micros: row.try_get("budget_limit_micros")?,
         use_managed_key: row.try_get::<i64, _>("use_managed_key")? == 1,
         expires_at: row.try_get("expires_at")?,
+    })
+}
+
+fn budget_limit_from_row(row: &AnyRow) -> Result<BudgetLimitState, sqlx::Error> {
+    Ok(BudgetLimitState {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        scope: row.try_get("scope")?,
+        monthly_limit_micros: row.try_get("monthly_limit_micros")?,
+        warn_threshold_pct: row.try_get("warn_threshold_pct")?,
+        block_threshold_pct: row.try_get("block_threshold_pct")?,
     })
 }
 

@@ -28,6 +28,8 @@ pub enum ChangeKind {
     Policy,
     /// An approval decided: an approved one grants its agent's requests for a while.
     Approval,
+    /// A budget limit created, changed (enabled or not) or deleted.
+    BudgetLimit,
 }
 
 impl ChangeKind {
@@ -39,6 +41,7 @@ impl ChangeKind {
             ChangeKind::Tenant => "tenant",
             ChangeKind::Policy => "policy",
             ChangeKind::Approval => "approval",
+            ChangeKind::BudgetLimit => "budget_limit",
         }
     }
 
@@ -50,6 +53,7 @@ impl ChangeKind {
             ChangeKind::Tenant,
             ChangeKind::Policy,
             ChangeKind::Approval,
+            ChangeKind::BudgetLimit,
         ]
         .into_iter()
         .find(|kind| kind.as_str() == text)

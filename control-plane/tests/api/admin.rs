@@ -168,6 +168,14 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         200,
     )
     .await;
+    // The current hour counts as rolled, so this usage reaches usage_daily_open at once
+    // (otherwise only the ledger's background round, an hour later, puts rows there).
+    sqlx::query("UPDATE usage_days_closed SET rolled_until = $2 WHERE tenant_id = $1")
+        .bind(&tenant_id)
+        .bind(app.clock.now().as_millis() + 3_600_000)
+        .execute(app.db.pool())
+        .await
+        .unwrap();
     let usage = json!({ "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
                         "input_tokens": 10, "output_tokens": 5 });
     expect_status(app.post("/telemetry/usage", &key, usage).await, 201).await;
@@ -259,6 +267,20 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         201,
     )
     .await;
+    // A budget limit, and spend past its thresholds (recorded as alerts).
+    expect_status(
+        app.post(
+            "/budget/limits",
+            &key,
+            json!({ "agent_id": agent_id, "monthly_limit_usd": 0.0001 }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let usage = json!({ "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
+                        "input_tokens": 10, "output_tokens": 5 });
+    expect_status(app.post("/telemetry/usage", &key, usage).await, 201).await;
     let gone = app
         .register_agent(&key, json!({ "name": "soft-deleted" }))
         .await;

@@ -373,9 +373,11 @@ async fn grouped_totals(
 db_test!(
     closing_days_moves_usage_to_daily_rows_without_changing_any_view,
     |app| {
-        // Days are open (their per-agent rows in usage_daily_open) until the ledger moves
-        // them into usage_daily, one row per agent and day; a late record for a closed day is added to its row. Views grouped by
-        // agent or team, and teams' monthly cost, must read the same sums in every state.
+        // Batches write hourly rows; the ledger's round rolls finished hours into open
+        // days' per-agent rows (usage_daily_open) and moves finished days into
+        // usage_daily, one row per agent and day; a late record for a rolled hour or a
+        // closed day is added to its daily row by the batch. Views grouped by agent or
+        // team, and teams' monthly cost, must read the same sums in every state.
         let tenant = app.new_tenant("enterprise").await;
         let key = &tenant.admin_key;
         let a = app
@@ -403,26 +405,33 @@ db_test!(
             0,
             "open days have no daily rows"
         );
-        assert_eq!(app.count_rows("usage_daily_open", &tenant.id).await, 6);
-
-        // Close what ended before the third day (its midnight plus the grace period has
-        // passed): the first two days become one daily row per agent each; the third stays
-        // open.
-        let into_day = app.clock.now().as_millis().rem_euclid(24 * HOUR);
-        app.clock
-            .advance((ledger::CLOSE_GRACE_MS + HOUR - into_day).max(0));
-        let closed = ledger::close_days(&app.db, app.clock.now()).await.unwrap();
-        assert!(closed >= 2, "closed {closed} tenant-days");
-        assert_eq!(app.count_rows("usage_daily", &tenant.id).await, 4);
         assert_eq!(
             app.count_rows("usage_daily_open", &tenant.id).await,
-            2,
-            "the open day's rows stay; the closed days' rows moved"
+            0,
+            "hours are not rolled by batches"
+        );
+
+        // Roll every finished hour and close what ended before the third day (its
+        // midnight plus the grace period has passed): the first two days become one daily
+        // row per agent each; the third stays open, its finished hour rolled.
+        let into_day = app.clock.now().as_millis().rem_euclid(24 * HOUR);
+        let advance = (HOUR + ledger::ROLL_GRACE_MS).max(ledger::CLOSE_GRACE_MS + HOUR - into_day);
+        app.clock.advance(advance);
+        // Late in the day the advance closes the third day too.
+        let third_closed = into_day + advance >= 24 * HOUR + ledger::CLOSE_GRACE_MS;
+        let (daily, open) = if third_closed { (6, 0) } else { (4, 2) };
+        let closed = ledger::close_days(&app.db, app.clock.now()).await.unwrap();
+        assert!(closed >= 2, "closed {closed} tenant-days");
+        assert_eq!(app.count_rows("usage_daily", &tenant.id).await, daily);
+        assert_eq!(
+            app.count_rows("usage_daily_open", &tenant.id).await,
+            open,
+            "the open day's rolled hour has its rows; the closed days' rows moved"
         );
         assert_eq!(grouped_totals(&app, key, &range).await, expected);
         // Closing again finds nothing of this tenant's left to do.
         ledger::close_days(&app.db, app.clock.now()).await.unwrap();
-        assert_eq!(app.count_rows("usage_daily", &tenant.id).await, 4);
+        assert_eq!(app.count_rows("usage_daily", &tenant.id).await, daily);
 
         // A late record for the first (closed) day is added to that day's row.
         let ack = expect_status(
@@ -442,10 +451,31 @@ db_test!(
     )
     .await;
         assert_eq!(ack["data"]["accepted"], json!(1), "{ack}");
-        assert_eq!(app.count_rows("usage_daily", &tenant.id).await, 4);
+        assert_eq!(app.count_rows("usage_daily", &tenant.id).await, daily);
+        // And one for the third (open) day's rolled hour is added to its open row.
+        let ack = expect_status(
+            app.client
+                .post(format!("{}/internal/v1/usage-batches", app.base))
+                .bearer_auth(crate::helpers::SERVICE_TOKEN)
+                .json(&json!({ "batch_id": "late-open", "records": [{
+                    "record_id": "late-2", "tenant_id": tenant.id, "agent_id": b,
+                    "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1,
+                    "output_tokens": 1, "cost_usd": 0.0625,
+                    "recorded_at": warden_shared::timestamp::Timestamp::from_millis(
+                        start + 48 * HOUR + 60_000).to_string(),
+                }] }))
+                .send()
+                .await
+                .unwrap(),
+            200,
+        )
+        .await;
+        assert_eq!(ack["data"]["accepted"], json!(1), "{ack}");
+        assert_eq!(app.count_rows("usage_daily_open", &tenant.id).await, open);
+        assert_eq!(app.count_rows("usage_daily", &tenant.id).await, daily);
         let late = (
-            vec![(json!(b), 1_500_000), (json!(a), 875_000)],
-            vec![(Value::Null, 1_500_000), (json!("night"), 875_000)],
+            vec![(json!(b), 1_562_500), (json!(a), 875_000)],
+            vec![(Value::Null, 1_562_500), (json!("night"), 875_000)],
         );
         assert_eq!(grouped_totals(&app, key, &range).await, late);
 

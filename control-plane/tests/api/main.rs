@@ -11,6 +11,7 @@ mod admin;
 mod agents;
 mod auth;
 mod bad_input;
+mod budgets;
 mod cost;
 mod dev_mode;
 mod health;

@@ -9,10 +9,12 @@ pub mod sse;
 use serde::Serialize;
 use warden_shared::registry::Provider;
 
+use crate::budget::BudgetHold;
+
 pub use extract::Tokens;
 
 /// One request's usage, as the control plane's internal batch endpoint takes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct UsageRecord {
     /// Unique within the tenant, so a batch sent twice counts once.
     pub record_id: String,
@@ -27,14 +29,7 @@ pub struct UsageRecord {
     pub recorded_at: String,
     /// The proxy key the request came with.
     pub api_key_id: String,
-    /// The key budget this record's cost counts against until the ledger has it; not sent.
+    /// The budgets this record's cost is pending in until the ledger has it; not sent.
     #[serde(skip)]
     pub budget: Option<BudgetHold>,
-}
-
-/// A finished request's cost, held against its key's budget (see `crate::budget`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BudgetHold {
-    pub month: i64,
-    pub cost_micros: i64,
 }

@@ -25,7 +25,6 @@ use crate::metrics::ProxyMetrics;
 pub struct UsageSink {
     queue: mpsc::Sender<UsageRecord>,
     metrics: ProxyMetrics,
-    budgets: Arc<Budgets>,
 }
 
 impl UsageSink {
@@ -35,7 +34,7 @@ impl UsageSink {
             Ok(()) => self.metrics.usage_queued.inc(),
             Err(mpsc::error::TrySendError::Full(record)) => {
                 self.metrics.usage_dropped.inc();
-                finished(&self.budgets, &record);
+                finished(&record);
                 tracing::error!(
                     tenant_id = %record.tenant_id,
                     "usage queue full (control plane unreachable for long?); record dropped"
@@ -43,34 +42,23 @@ impl UsageSink {
             }
             Err(mpsc::error::TrySendError::Closed(record)) => {
                 self.metrics.usage_dropped.inc();
-                finished(&self.budgets, &record);
+                finished(&record);
             }
         }
     }
 }
 
-/// Tells the key's budget that the ledger has the record, or will never have it.
-fn finished(budgets: &Budgets, record: &UsageRecord) {
-    if let Some(hold) = record.budget {
-        budgets.finished(&record.api_key_id, hold.cost_micros, hold.month);
+/// Tells the record's budgets that the ledger has it, or will never have it.
+fn finished(record: &UsageRecord) {
+    if let Some(hold) = &record.budget {
+        hold.release();
     }
 }
 
 /// Creates the queue and returns its handle and the flusher to spawn.
-pub fn channel(
-    capacity: usize,
-    metrics: ProxyMetrics,
-    budgets: Arc<Budgets>,
-) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
+pub fn channel(capacity: usize, metrics: ProxyMetrics) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
     let (queue, receiver) = mpsc::channel(capacity.max(1));
-    (
-        UsageSink {
-            queue,
-            metrics,
-            budgets,
-        },
-        receiver,
-    )
+    (UsageSink { queue, metrics }, receiver)
 }
 
 /// Sends batches until every sender is gone and the queue is empty.
@@ -84,13 +72,16 @@ pub async fn flush_forever(
     let mut batch = Vec::with_capacity(target.batch_size);
     while next_batch(&mut receiver, &mut batch, &target).await {
         metrics.usage_queued.sub(batch.len() as i64);
+        for hold in batch.iter_mut().filter_map(|record| record.budget.as_mut()) {
+            hold.sending();
+        }
         if let Some(spend) = send_until_acknowledged(&client, &target, &batch, &metrics).await {
             // The ledger's new totals include this batch: take them before the batch's
-            // costs leave `pending`, so they are never missing from a key's spend.
-            budgets.apply_ledger(&spend);
+            // costs leave `pending`, so they are never missing from a scope's spend.
+            budgets.apply_acknowledged(&spend);
         }
         for record in &batch {
-            finished(&budgets, record);
+            finished(record);
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 
 use super::*;
+use crate::budget::{Thresholds, Verdict};
 
 /// Sorts policies into evaluation order; do it once when they change, not per request.
 pub fn sort_for_evaluation(policies: &mut [Policy]) {
@@ -29,7 +30,7 @@ pub fn evaluate(
         } else {
             (
                 Outcome::Skip,
-                Some("the request is outside the policy's scope".to_owned()),
+                Some(Cow::Borrowed("the request is outside the policy's scope")),
             )
         };
         if result == Outcome::Fail {
@@ -49,7 +50,6 @@ pub fn evaluate(
         }
         evaluation.results.push(PolicyResult {
             policy_id: policy.id,
-            policy_name: policy.name.clone(),
             policy_type: policy.policy_type(),
             result,
             reason,
@@ -66,7 +66,7 @@ fn check(
     request: &RequestFacts<'_>,
     counters: &dyn Counters,
     evaluation: &mut Evaluation,
-) -> (Outcome, Option<String>) {
+) -> (Outcome, Option<Cow<'static, str>>) {
     match &policy.config {
         PolicyConfig::ModelAllowlist { allowed_models } => {
             if allowed_models
@@ -90,11 +90,14 @@ fn check(
         }
         PolicyConfig::RequireApproval(matcher) => {
             if !matcher.matches(request) {
-                (Outcome::Skip, Some("the request does not match".to_owned()))
+                (
+                    Outcome::Skip,
+                    Some(Cow::Borrowed("the request does not match")),
+                )
             } else if counters.approval_granted(policy.id) {
-                (Outcome::Pass, Some("approved by a reviewer".to_owned()))
+                (Outcome::Pass, Some(Cow::Borrowed("approved by a reviewer")))
             } else {
-                fail("requires human approval".to_owned())
+                fail("requires human approval")
             }
         }
         PolicyConfig::BudgetLimit {
@@ -102,18 +105,22 @@ fn check(
             warn_threshold_pct,
             block_threshold_pct,
         } => {
-            let spent = counters.month_spend_micros(&budget_scope(&policy.scope));
-            let after = spent.saturating_add(request.estimated_cost_micros);
-            let threshold = |pct: i64| i128::from(*monthly_limit_micros) * i128::from(pct) / 100;
-            if i128::from(after) >= threshold(*block_threshold_pct) && after > 0 {
-                fail(format!(
-                    "spend this month has reached {block_threshold_pct}% of the budget"
-                ))
-            } else {
-                if i128::from(after) >= threshold(*warn_threshold_pct) {
+            let spent = counters.month_spend_micros(&policy.scope);
+            let thresholds = Thresholds::new(
+                *monthly_limit_micros,
+                *warn_threshold_pct,
+                *block_threshold_pct,
+            );
+            match thresholds.verdict(spent, request.estimated_cost_micros) {
+                Verdict::Block => fail(format!(
+                    "spend this month has reached {block_threshold_pct}% of the budget, or \
+                     the request's estimated cost does not fit below it"
+                )),
+                Verdict::Warn => {
                     evaluation.warnings.push(policy.id);
+                    (Outcome::Pass, None)
                 }
-                (Outcome::Pass, None)
+                Verdict::Within => (Outcome::Pass, None),
             }
         }
         PolicyConfig::RateLimit {
@@ -121,12 +128,11 @@ fn check(
             tokens_per_minute,
             per,
         } => {
-            let bucket = rate_bucket(*per, request);
-            let (requests, tokens) = counters.minute_counts(policy.id, &bucket);
+            let (requests, tokens) = counters.minute_counts(policy.id, *per);
             if requests_per_minute.is_some_and(|limit| requests >= limit) {
-                fail("requests per minute limit reached".to_owned())
+                fail("requests per minute limit reached")
             } else if tokens_per_minute.is_some_and(|limit| tokens >= limit) {
-                fail("tokens per minute limit reached".to_owned())
+                fail("tokens per minute limit reached")
             } else {
                 (Outcome::Pass, None)
             }
@@ -134,24 +140,30 @@ fn check(
         PolicyConfig::RequireHumanReview(matcher) => {
             if matcher.matches(request) {
                 evaluation.review = true;
-                (Outcome::Pass, Some("flagged for human review".to_owned()))
+                (
+                    Outcome::Pass,
+                    Some(Cow::Borrowed("flagged for human review")),
+                )
             } else {
-                (Outcome::Skip, Some("the request does not match".to_owned()))
+                (
+                    Outcome::Skip,
+                    Some(Cow::Borrowed("the request does not match")),
+                )
             }
         }
     }
 }
 
-fn fail(reason: String) -> (Outcome, Option<String>) {
-    (Outcome::Fail, Some(reason))
+fn fail(reason: impl Into<Cow<'static, str>>) -> (Outcome, Option<Cow<'static, str>>) {
+    (Outcome::Fail, Some(reason.into()))
 }
 
 /// The spend a budget policy of `scope` counts: `tenant`, `team:<id>` or `agent:<id>`.
 pub fn budget_scope(scope: &Scope) -> String {
     match scope {
-        Scope::Team(id) => format!("team:{id}"),
-        Scope::Agent(id) => format!("agent:{id}"),
-        Scope::Global | Scope::Environment(_) => "tenant".to_owned(),
+        Scope::Team(id) => crate::budget::team_scope(id),
+        Scope::Agent(id) => crate::budget::agent_scope(id),
+        Scope::Global | Scope::Environment(_) => crate::budget::TENANT_SCOPE.to_owned(),
     }
 }
 
@@ -185,10 +197,10 @@ mod tests {
     }
 
     impl Counters for Fixed {
-        fn month_spend_micros(&self, _: &str) -> i64 {
+        fn month_spend_micros(&self, _: &Scope) -> i64 {
             self.spend
         }
-        fn minute_counts(&self, _: i64, _: &str) -> (i64, i64) {
+        fn minute_counts(&self, _: i64, _: RatePer) -> (i64, i64) {
             (self.requests, 0)
         }
         fn approval_granted(&self, _: i64) -> bool {
@@ -311,8 +323,9 @@ mod tests {
         assert_eq!(at(500).decision, Decision::Allow);
         assert!(at(500).warnings.is_empty());
         assert_eq!(at(750).warnings, [7]);
+        assert_eq!(at(900).decision, Decision::Allow);
         assert!(matches!(
-            at(900).decision,
+            at(901).decision,
             Decision::Refuse { policy_id: 7, .. }
         ));
         let limit = [policy(

@@ -25,17 +25,20 @@
 //!   matches when it matches every list given (an empty or absent list matches
 //!   anything). A match needs a human approval (403 `approval_required`) unless one was
 //!   granted for the agent, policy, provider and model.
-//! - `budget_limit`: `{monthly_limit_usd: number > 0, warn_threshold_pct?: 1-100 (80),
+//! - `budget_limit`: `{monthly_limit_usd: 0-999999, warn_threshold_pct?: 1-100 (80),
 //!   block_threshold_pct?: 1-200 (100)}`, counting the month's spend of the policy's
-//!   scope (tenant for `global`; not allowed on `environment:` scopes). Fails once spend
-//!   plus the request's estimate reaches the block threshold; warns from the warn
-//!   threshold.
+//!   scope (tenant for `global`; not allowed on `environment:` scopes). Fails once the
+//!   spend reached the block threshold or the request's estimate does not fit below it;
+//!   warns from the warn threshold (`crate::budget::Thresholds::verdict`, the rule
+//!   `/budget/limits` share).
 //! - `rate_limit`: `{requests_per_minute?: 1-1,000,000, tokens_per_minute?:
 //!   1-1,000,000,000, per?: "agent" | "team" | "tenant" | "key" ("agent")}`, at least
 //!   one limit. Fails when the current minute's count for the request's `per` bucket
 //!   has reached a limit.
 //! - `require_human_review`: `{models?, providers?, environments?}` as for approvals. A
 //!   match is forwarded, but flagged for review (`pass` with a reason, `review: true`).
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
@@ -247,10 +250,11 @@ pub struct RequestFacts<'a> {
 /// What the stateful policies need to know, read by the caller (the proxy from memory,
 /// the dry run from the ledger) before evaluating.
 pub trait Counters {
-    /// This month's spend of a budget scope (`tenant`, `team:<id>`, `agent:<id>`).
-    fn month_spend_micros(&self, budget_scope: &str) -> i64;
-    /// Requests and tokens counted in the current minute for a policy's bucket.
-    fn minute_counts(&self, policy_id: i64, bucket: &str) -> (i64, i64);
+    /// This month's spend of a budget policy's scope (`budget_scope` names it).
+    fn month_spend_micros(&self, scope: &Scope) -> i64;
+    /// Requests and tokens counted in the current minute for a rate-limit policy, in the
+    /// request's bucket for `per` (`rate_bucket` names it).
+    fn minute_counts(&self, policy_id: i64, per: RatePer) -> (i64, i64);
     /// Whether a human approved this agent's requests for the policy, provider and model.
     fn approval_granted(&self, policy_id: i64) -> bool;
 }
@@ -273,14 +277,15 @@ impl Outcome {
     }
 }
 
-/// One policy's result, as evaluation records and the dry run show it.
+/// One policy's result, as evaluation records and the dry run show it (with the
+/// policy's name, which the caller has: results are in the policies' order).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyResult {
     pub policy_id: i64,
-    pub policy_name: String,
     pub policy_type: PolicyType,
     pub result: Outcome,
-    pub reason: Option<String>,
+    /// Fixed text for passes and skips; a formatted one only for failures (rare).
+    pub reason: Option<Cow<'static, str>>,
 }
 
 /// What the proxy does with the request.

@@ -29,25 +29,35 @@ macro_rules! sums {
 }
 
 /// The per-agent rollup rows of a range: daily rows for its whole days (closed days
-/// from `usage_daily`, open ones from `usage_daily_open`; see `crate::ledger`) and hourly
-/// rows for the hours before the first midnight and after the last. One statement, so a
-/// day closing meanwhile is read from exactly one of the two daily tables. Each part is
-/// its own branch with a plain range on the primary key: as one `OR` of ranges, SQLite
-/// without statistics scanned the tenant's whole hourly rollup (2 s at 10 million
-/// records). Binds `$1` tenant, `$2`..`$7` (see [`bind_agent_range`]).
+/// from `usage_daily`, open ones from `usage_daily_open`; see `crate::ledger`), hourly
+/// rows for those days' hours not yet rolled into them (from the tenant's
+/// `rolled_until`: an hour or two), and hourly rows for the hours before the first
+/// midnight and after the last. One statement, so a day closing or an hour rolling
+/// meanwhile is read from exactly one place. Each part is its own branch with a plain
+/// range on the primary key: as one `OR` of ranges, SQLite without statistics scanned
+/// the tenant's whole hourly rollup (2 s at 10 million records); likewise the unrolled
+/// hours' lower bound is one expression (the later of the range's start and the mark),
+/// not two conditions, or SQLite bounds the scan by the range's start. Binds `$1`
+/// tenant, `$2`..`$7` (see [`bind_agent_range`]).
 macro_rules! agent_rows {
     () => {
-        "(SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-         FROM usage_daily WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
-         UNION ALL \
-         SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-         FROM usage_daily_open WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
-         UNION ALL \
-         SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-         FROM usage_hourly WHERE tenant_id = $1 AND hour >= $4 AND hour < $5 \
-         UNION ALL \
-         SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-         FROM usage_hourly WHERE tenant_id = $1 AND hour >= $6 AND hour < $7) u"
+        concat!(
+            "(SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_daily WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
+             UNION ALL \
+             SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_daily_open WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
+             UNION ALL \
+             SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_hourly WHERE tenant_id = $1 AND hour < $3 AND hour >= ",
+            crate::ledger::unrolled_from!("$1", "$2", "$3"),
+            " UNION ALL \
+             SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_hourly WHERE tenant_id = $1 AND hour >= $4 AND hour < $5 \
+             UNION ALL \
+             SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_hourly WHERE tenant_id = $1 AND hour >= $6 AND hour < $7) u"
+        )
     };
 }
 

@@ -10,13 +10,14 @@ use std::collections::{HashMap, HashSet};
 
 use axum::extract::State;
 use axum::response::Response;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sqlx::{AnyPool, Row};
 use utoipa::ToSchema;
 use warden_shared::policy::{
-    evaluate, rate_bucket, sort_for_evaluation, Counters, Policy, PolicyConfig, PolicyResult,
-    RequestFacts,
+    budget_scope, evaluate, rate_bucket, sort_for_evaluation, Counters, Outcome, Policy,
+    PolicyConfig, PolicyType, RatePer, RequestFacts, Scope,
 };
+use warden_shared::pricing::usd_to_micros;
 use warden_shared::registry::{Environment, Provider};
 use warden_shared::timestamp::Timestamp;
 
@@ -39,6 +40,11 @@ pub struct DryRunInput {
     #[serde(default)]
     #[schema(value_type = Option<String>, example = "production")]
     pub environment: Option<Environment>,
+    /// The request's estimated cost in US dollars, as the proxy would estimate it from
+    /// the body and `max_tokens` (0 to 999999; default 0): budget policies refuse a
+    /// request whose estimate does not fit below their block threshold.
+    #[serde(default)]
+    pub estimated_cost_usd: Option<f64>,
 }
 
 #[utoipa::path(post, path = "/policies/evaluate", tag = "governance", request_body = DryRunInput,
@@ -59,13 +65,33 @@ pub async fn evaluate_policies(
     Ok(envelope::ok(results))
 }
 
+/// One policy's result in the dry run's answer.
+#[derive(Debug, Serialize)]
+pub struct DryRunResult {
+    pub policy_id: i64,
+    pub policy_name: String,
+    pub policy_type: PolicyType,
+    pub result: Outcome,
+    pub reason: Option<String>,
+}
+
 /// The per-policy results the proxy would reach for `input` now.
 pub async fn dry_run(
     pool: &AnyPool,
     tenant_id: &str,
     input: &DryRunInput,
     now: Timestamp,
-) -> ApiResult<Vec<PolicyResult>> {
+) -> ApiResult<Vec<DryRunResult>> {
+    let estimated_cost_micros = match input.estimated_cost_usd {
+        None => 0,
+        Some(usd) if usd.is_finite() && (0.0..=999_999.0).contains(&usd) => usd_to_micros(usd),
+        Some(_) => {
+            return Err(ApiError::validation(
+                "estimated_cost_usd",
+                "estimated_cost_usd: must be a number from 0 to 999999",
+            ))
+        }
+    };
     let agent = sqlx::query(
         "SELECT team_id, environment FROM agents \
          WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
@@ -94,17 +120,29 @@ pub async fn dry_run(
         api_key_id: None,
         provider: input.provider,
         model: input.model.as_str(),
-        estimated_cost_micros: 0,
+        estimated_cost_micros,
     };
     let counters = LedgerCounters::read(pool, &policies, &request, now).await?;
-    Ok(evaluate(&policies, &request, &counters).results)
+    let results = evaluate(&policies, &request, &counters).results;
+    Ok(policies
+        .into_iter()
+        .zip(results)
+        .map(|(policy, result)| DryRunResult {
+            policy_id: result.policy_id,
+            policy_name: policy.name,
+            policy_type: result.policy_type,
+            result: result.result,
+            reason: result.reason.map(|reason| reason.into_owned()),
+        })
+        .collect())
 }
 
 /// The counters of [`Counters`], read from the database before evaluating.
 #[derive(Default)]
 struct LedgerCounters {
     spend: HashMap<String, i64>,
-    minute: HashMap<(i64, String), (i64, i64)>,
+    /// By rate-limit policy: the request's bucket is fixed for a dry run.
+    minute: HashMap<i64, (i64, i64)>,
     granted: HashSet<i64>,
 }
 
@@ -120,7 +158,7 @@ impl LedgerCounters {
         for policy in policies {
             match &policy.config {
                 PolicyConfig::BudgetLimit { .. } => {
-                    let scope = warden_shared::policy::budget_scope(&policy.scope);
+                    let scope = budget_scope(&policy.scope);
                     let spent: Option<i64> = sqlx::query_scalar(
                         "SELECT cost_micros FROM usage_spend_monthly \
                          WHERE tenant_id = $1 AND scope = $2 AND month = $3",
@@ -149,7 +187,7 @@ impl LedgerCounters {
                     .fetch_one(pool)
                     .await?;
                     counters.minute.insert(
-                        (policy.id, bucket),
+                        policy.id,
                         (row.try_get("requests")?, row.try_get("tokens")?),
                     );
                 }
@@ -179,15 +217,12 @@ impl LedgerCounters {
 }
 
 impl Counters for LedgerCounters {
-    fn month_spend_micros(&self, budget_scope: &str) -> i64 {
-        self.spend.get(budget_scope).copied().unwrap_or(0)
+    fn month_spend_micros(&self, scope: &Scope) -> i64 {
+        self.spend.get(&budget_scope(scope)).copied().unwrap_or(0)
     }
 
-    fn minute_counts(&self, policy_id: i64, bucket: &str) -> (i64, i64) {
-        self.minute
-            .get(&(policy_id, bucket.to_owned()))
-            .copied()
-            .unwrap_or((0, 0))
+    fn minute_counts(&self, policy_id: i64, _per: RatePer) -> (i64, i64) {
+        self.minute.get(&policy_id).copied().unwrap_or((0, 0))
     }
 
     fn approval_granted(&self, policy_id: i64) -> bool {

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+use warden_shared::policy::{budget_scope, PolicyType, Scope};
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope};
@@ -25,6 +26,7 @@ use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized, Caller};
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
+use crate::ledger::spend::track_scope;
 use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
@@ -136,7 +138,19 @@ async fn insert(tx: &mut WriteTx, caller: &Caller, mut policy: Policy) -> ApiRes
     )
     .await?;
     outbox::record(tx, ChangeKind::Policy, &id, policy.created_at).await?;
+    track_budget_scope(tx, &caller.tenant_id, &policy).await?;
     Ok(policy)
+}
+
+/// A `budget_limit` policy needs the ledger to keep its scope's spend.
+async fn track_budget_scope(tx: &mut WriteTx, tenant_id: &str, policy: &Policy) -> ApiResult<()> {
+    if policy.policy_type != PolicyType::BudgetLimit.as_str() {
+        return Ok(());
+    }
+    if let Some(scope) = Scope::parse(&policy.scope) {
+        track_scope(tx, tenant_id, &budget_scope(&scope), policy.updated_at).await?;
+    }
+    Ok(())
 }
 
 #[utoipa::path(get, path = "/policies/{policy_id}", tag = "governance",
@@ -178,7 +192,7 @@ async fn update_policy(
     }
     let policy_type = match input.policy_type {
         Some(policy_type) => policy_type,
-        None => warden_shared::policy::PolicyType::parse(&policy.policy_type)
+        None => PolicyType::parse(&policy.policy_type)
             .ok_or_else(|| ApiError::internal("a stored policy has an unknown type"))?,
     };
     let config = input.config.as_ref().unwrap_or(&policy.config);
@@ -220,6 +234,7 @@ async fn update_policy(
     )
     .await?;
     outbox::record(&mut tx, ChangeKind::Policy, &target_id, now).await?;
+    track_budget_scope(&mut tx, &caller.tenant_id, &policy).await?;
     tx.commit().await?;
     Ok(envelope::ok(policy))
 }

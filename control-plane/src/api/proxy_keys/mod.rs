@@ -83,7 +83,7 @@ async fn create_proxy_key(
     let settings = input.validate()?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
-    ensure_proxy_plan(&mut tx, &caller.tenant_id).await?;
+    ensure_proxy_plan(&mut tx, &caller.tenant_id, "proxy keys").await?;
     let (agent_id, team_id) = agent_behind_key(&state, &mut tx, &caller, &input).await?;
     let expires_at = input
         .expires_in_days
@@ -192,8 +192,9 @@ async fn delete_proxy_key(
     Ok(envelope::no_content())
 }
 
-/// 402 unless the tenant's plan includes the proxy (Starter or above).
-pub async fn ensure_proxy_plan(tx: &mut WriteTx, tenant_id: &str) -> ApiResult<()> {
+/// 402 unless the tenant's plan includes the proxy (Starter or above), which enforces
+/// whatever needs it (`what`: "proxy keys", "budget limits", ...).
+pub async fn ensure_proxy_plan(tx: &mut WriteTx, tenant_id: &str, what: &str) -> ApiResult<()> {
     let plan: String = sqlx::query_scalar("SELECT plan FROM tenants WHERE id = $1")
         .bind(tenant_id)
         .fetch_one(&mut **tx)
@@ -202,7 +203,7 @@ pub async fn ensure_proxy_plan(tx: &mut WriteTx, tenant_id: &str) -> ApiResult<(
         return Err(ApiError::new(
             StatusCode::PAYMENT_REQUIRED,
             "plan_upgrade_required",
-            "the proxy needs the Starter plan or above",
+            format!("{what} need the proxy, which needs the Starter plan or above"),
         ));
     }
     Ok(())

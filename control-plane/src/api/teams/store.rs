@@ -10,8 +10,8 @@ use crate::api::envelope::Page;
 
 /// `SELECT` of a team's columns followed by the given clauses, as one static string.
 /// `$month` names the parameter holding the start of the month for the team's spend:
-/// its closed days from `usage_daily`, its open days from `usage_daily_open` (see
-/// `crate::ledger`).
+/// its closed days from `usage_daily`, its open days from `usage_daily_open`, and the
+/// hours not yet rolled into them from `usage_hourly` (see `crate::ledger`).
 macro_rules! select_teams {
     ($month:literal, $clauses:expr) => {
         concat!(
@@ -26,6 +26,10 @@ macro_rules! select_teams {
              (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_daily_open u \
               WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.day >= ",
             $month,
+            ") + \
+             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_hourly u \
+              WHERE u.tenant_id = t.tenant_id AND u.team_id = t.id AND u.hour >= ",
+            crate::ledger::unrolled_from!("t.tenant_id", $month, "9223372036854775807"),
             ") AS monthly_cost_micros \
              FROM teams t ",
             $clauses

@@ -128,3 +128,313 @@ db_test!(
         assert_eq!(answer.status(), 402);
     }
 );
+
+/// 64 concurrent requests spread over `proxies`; returns how many were served.
+async fn burst(proxies: &[&TestProxy], raw: &str) -> i64 {
+    let answers = futures_util::future::join_all((0..64).map(|i| async move {
+        let proxy = proxies[i % proxies.len()];
+        proxy.chat(raw, small_request()).await.status().as_u16()
+    }))
+    .await;
+    assert!(
+        answers.iter().all(|s| *s == 200 || *s == 402),
+        "{answers:?}"
+    );
+    answers.iter().filter(|s| **s == 200).count() as i64
+}
+
+/// Creates a budget limit and waits for the proxies to have heard of it.
+async fn create_limit(app: &TestApp, admin_key: &str, body: Value) -> String {
+    let created = expect_status(app.post("/budget/limits", admin_key, body).await, 201).await;
+    // The publisher polls its outbox every 100 ms; a second covers a loaded machine.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    created["data"]["id"].as_str().unwrap().to_owned()
+}
+
+db_test!(a_budget_limit_warns_then_blocks_through_the_proxy, |app| {
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (tenant, raw, key) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "agent" }))
+        .await;
+    let agent_id = key["agent_id"].as_str().unwrap();
+    let limit_id = create_limit(
+        &app,
+        &tenant.admin_key,
+        json!({ "agent_id": agent_id, "monthly_limit_usd": 0.001, "warn_threshold_pct": 50 }),
+    )
+    .await;
+
+    // Requests pass, those past half the budget with a warning header, until the next
+    // estimate no longer fits: then 402, in OpenAI's shape, naming the limit.
+    let mut warned = 0;
+    let mut served = 0;
+    let refusal = loop {
+        let answer = proxy.chat(&raw, small_request()).await;
+        if answer.status() == 402 {
+            break answer.json::<Value>().await.unwrap();
+        }
+        assert_eq!(answer.status(), 200);
+        served += 1;
+        assert!(served < 20, "the budget never ran out");
+        if let Some(warning) = answer.headers().get("x-warden-budget-warning") {
+            let warning = warning.to_str().unwrap();
+            assert!(
+                warning.starts_with(&format!("agent:{agent_id}=")),
+                "{warning}"
+            );
+            warned += 1;
+        }
+    };
+    assert!(
+        served >= 3 && warned >= 1 && warned < served,
+        "served {served}, warned {warned}"
+    );
+    assert_eq!(
+        refusal["error"]["code"],
+        json!("budget_exceeded"),
+        "{refusal}"
+    );
+    assert_eq!(refusal["error"]["type"], json!("insufficient_quota"));
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&limit_id),
+        "{refusal}"
+    );
+
+    // The ledger has every served request; the status shows it; the warning crossing
+    // was recorded once.
+    let spent = eventually(Duration::from_secs(5), || async {
+        let spent = ledger_spend(&app, &tenant.admin_key).await;
+        (spent >= served * 97).then_some(spent)
+    })
+    .await;
+    assert!(spent <= 1_000, "spent {spent}");
+    let status = expect_status(app.get("/budget/status", &tenant.admin_key).await, 200).await;
+    let scope = &status["data"]["scopes"][0];
+    assert_eq!(scope["scope"], json!(format!("agent:{agent_id}")));
+    assert_eq!(
+        (scope["current_spend_usd"].as_f64().unwrap() * 1e6).round() as i64,
+        spent
+    );
+    let events = app.audit_events(&tenant.id, &limit_id).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| *e == "budget.warn_threshold_reached")
+            .count(),
+        1,
+        "{events:?}"
+    );
+
+    // Disabled, the limit stops blocking within a second.
+    expect_status(
+        app.patch(
+            &format!("/budget/limits/{limit_id}"),
+            &tenant.admin_key,
+            json!({ "enabled": false }),
+        )
+        .await,
+        200,
+    )
+    .await;
+    eventually(Duration::from_secs(3), || async {
+        (proxy.chat(&raw, small_request()).await.status() == 200).then_some(())
+    })
+    .await;
+});
+
+db_test!(
+    sixty_four_concurrent_requests_do_not_overshoot_a_nearly_spent_budget,
+    |app| {
+        // Room for three estimates (about 150 µ$ each; each really costs 97.5 µ$) after
+        // 1,500 µ$ of a 2,000 µ$ tenant budget already spent.
+        let provider = MockProvider::start().await;
+        let first = TestProxy::start(&app, &provider).await;
+        let second = TestProxy::start(&app, &provider).await;
+        let limit_micros = 2_000;
+        for proxies in [vec![&first], vec![&first, &second]] {
+            let (tenant, raw, key) = first
+                .tenant_with_key(&app, json!({ "developer_label": "burst" }))
+                .await;
+            create_limit(
+                &app,
+                &tenant.admin_key,
+                json!({ "monthly_limit_usd": 0.002 }),
+            )
+            .await;
+            expect_status(
+                app.post(
+                    "/telemetry/usage",
+                    &tenant.admin_key,
+                    json!({ "agent_id": key["agent_id"], "model_provider": "openai",
+                        "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1,
+                        "cost_usd": 0.0015 }),
+                )
+                .await,
+                201,
+            )
+            .await;
+            // The spend stream carries the figure to the proxies within a second.
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            let replicas = proxies.len() as i64;
+            let served = burst(&proxies, &raw).await;
+            // One proxy admits only what fits: three estimates at once, up to five as
+            // finished requests' real (smaller) costs replace their estimates. N proxies
+            // each admit what fits by their own count before they hear of the others'.
+            assert!(
+                (1..=5 * replicas).contains(&served),
+                "served {served} through {replicas}"
+            );
+            let spent = eventually(Duration::from_secs(5), || async {
+                let spent = ledger_spend(&app, &tenant.admin_key).await;
+                (spent >= 1_500 + served * 97).then_some(spent)
+            })
+            .await;
+            // The documented bound: the threshold, plus for N proxies (N - 1) times the
+            // headroom each saw (500 µ$).
+            let bound = limit_micros + (replicas - 1) * 500;
+            assert!(
+                spent <= bound,
+                "spent {spent} > {bound} through {replicas} proxies"
+            );
+        }
+    }
+);
+
+db_test!(a_budget_limit_policy_blocks_on_the_scopes_spend, |app| {
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (tenant, raw, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "policy" }))
+        .await;
+    let policy = expect_status(
+        app.post(
+            "/policies",
+            &tenant.admin_key,
+            json!({ "name": "monthly guard", "policy_type": "budget_limit",
+                    "config": { "monthly_limit_usd": 0.0006 } }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let policy_id = policy["data"]["id"].as_i64().unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let mut served = 0;
+    let refusal = loop {
+        let answer = proxy.chat(&raw, small_request()).await;
+        if answer.status() != 200 {
+            assert_eq!(answer.status(), 402);
+            break answer.json::<Value>().await.unwrap();
+        }
+        served += 1;
+        assert!(served < 20, "the policy's budget never ran out");
+    };
+    assert!(served >= 2, "served {served}");
+    assert_eq!(
+        refusal["error"]["code"],
+        json!("budget_exceeded"),
+        "{refusal}"
+    );
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("policy {policy_id}")),
+        "{refusal}"
+    );
+    let spent = eventually(Duration::from_secs(5), || async {
+        let spent = ledger_spend(&app, &tenant.admin_key).await;
+        (spent >= served * 97).then_some(spent)
+    })
+    .await;
+    assert!(spent <= 600, "spent {spent}");
+    // The dry run sees the same spend: a request estimated to reach the limit exactly
+    // passes, one a micro-dollar dearer fails.
+    let agent_id = first_agent(&app, &tenant).await;
+    for (extra, verdict) in [(0, "pass"), (1, "fail")] {
+        let estimate = (600 - spent + extra) as f64 / 1e6;
+        let dry = expect_status(
+            app.post(
+                "/policies/evaluate",
+                &tenant.admin_key,
+                json!({ "agent_id": agent_id, "provider": "openai", "model": "gpt-4o",
+                        "estimated_cost_usd": estimate }),
+            )
+            .await,
+            200,
+        )
+        .await;
+        let result = dry["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["policy_id"] == json!(policy_id))
+            .cloned()
+            .unwrap();
+        assert_eq!(result["result"], json!(verdict), "spent {spent}: {dry}");
+    }
+});
+
+async fn first_agent(app: &TestApp, tenant: &crate::helpers::TestTenant) -> String {
+    let agents = expect_status(app.get("/agents", &tenant.admin_key).await, 200).await;
+    agents["data"][0]["id"].as_str().unwrap().to_owned()
+}
+
+db_test!(
+    a_request_a_budget_refuses_does_not_use_up_a_rate_limit,
+    |app| {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start(&app, &provider).await;
+        let (tenant, raw, key) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "both" }))
+            .await;
+        expect_status(
+            app.post(
+                "/policies",
+                &tenant.admin_key,
+                json!({ "name": "two a minute", "policy_type": "rate_limit",
+                    "config": { "requests_per_minute": 2, "per": "key" } }),
+            )
+            .await,
+            201,
+        )
+        .await;
+        // Room for one request.
+        let limit_id = create_limit(
+            &app,
+            &tenant.admin_key,
+            json!({ "agent_id": key["agent_id"], "monthly_limit_usd": 0.0002 }),
+        )
+        .await;
+        // The whole exchange must fall within one UTC minute of the rate window.
+        let second_of_minute = crate::helpers::now_ms().rem_euclid(60_000);
+        if second_of_minute > 45_000 {
+            tokio::time::sleep(Duration::from_millis(
+                (60_000 - second_of_minute + 200) as u64,
+            ))
+            .await;
+        }
+        assert_eq!(proxy.chat(&raw, small_request()).await.status(), 200);
+        for _ in 0..3 {
+            assert_eq!(proxy.chat(&raw, small_request()).await.status(), 402);
+        }
+        expect_status(
+            app.patch(
+                &format!("/budget/limits/{limit_id}"),
+                &tenant.admin_key,
+                json!({ "monthly_limit_usd": 10 }),
+            )
+            .await,
+            200,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        // The three refused requests counted nothing: the second of two passes, a third not.
+        assert_eq!(proxy.chat(&raw, small_request()).await.status(), 200);
+        assert_eq!(proxy.chat(&raw, small_request()).await.status(), 429);
+    }
+);
