@@ -96,6 +96,9 @@ async fn agent_health(
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     let now = state.clock.now();
+    // Checked before the cache too: an agent deleted within the cache's five minutes is
+    // a 404 at once.
+    ensure_agent_exists(&state, &caller.tenant_id, &agent_id).await?;
     let key = (caller.tenant_id.clone(), agent_id.clone());
     if let Some(mut hit) = cached(&state.health_cache, &key, now) {
         hit.cached = true;
@@ -117,26 +120,31 @@ fn cached(cache: &HealthCache, key: &(String, String), now: Timestamp) -> Option
         .cloned()
 }
 
+/// 404 unless `agent_id` is a live agent of the tenant.
+async fn ensure_agent_exists(state: &AppState, tenant_id: &str, agent_id: &str) -> ApiResult<()> {
+    if !is_valid_id(IdKind::Agent, agent_id) {
+        return Err(ApiError::not_found("agent"));
+    }
+    let exists: Option<String> = sqlx::query_scalar(
+        "SELECT id FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(agent_id)
+    .fetch_optional(state.db.pool())
+    .await?;
+    match exists {
+        Some(_) => Ok(()),
+        None => Err(ApiError::not_found("agent")),
+    }
+}
+
 async fn compute(
     state: &AppState,
     tenant_id: &str,
     agent_id: &str,
     now: Timestamp,
 ) -> ApiResult<HealthScore> {
-    if !is_valid_id(IdKind::Agent, agent_id) {
-        return Err(ApiError::not_found("agent"));
-    }
     let pool = state.db.pool();
-    let exists: Option<String> = sqlx::query_scalar(
-        "SELECT id FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(tenant_id)
-    .bind(agent_id)
-    .fetch_optional(pool)
-    .await?;
-    if exists.is_none() {
-        return Err(ApiError::not_found("agent"));
-    }
     let since = now.as_millis() - DAY_MS;
     let beats = sqlx::query(
         "SELECT status, latency_ms, received_at FROM heartbeats \

@@ -245,6 +245,18 @@ db_test!(budget_limits_need_a_plan_with_enforcement, |app| {
         "plan_upgrade_required",
     )
     .await;
+    // The plan is checked before the body's figures.
+    expect_error(
+        app.post(
+            "/budget/limits",
+            &free.admin_key,
+            json!({ "monthly_limit_usd": -1, "warn_threshold_pct": 500 }),
+        )
+        .await,
+        402,
+        "plan_upgrade_required",
+    )
+    .await;
     assert_eq!(app.count_rows("budget_limits", &free.id).await, 0);
     // Reading is allowed (an empty list), and a downgraded tenant cannot update.
     let listed = expect_status(app.get("/budget/limits", &free.admin_key).await, 200).await;

@@ -248,6 +248,10 @@ db_test!(cost_queries_default_and_reject_bad_dates, |app| {
         "/cost/summary?from=2026-06-02&to=2026-06-01",
         "/cost/by-agent?from=2020-01-01&to=2026-01-01",
         "/cost/by-agent?limit=101",
+        // The team and model breakdowns are whole lists: paging them is an error, not
+        // a silently ignored parameter.
+        "/cost/by-team?limit=5",
+        "/cost/by-model?page=2",
         "/cost/timeseries?granularity=minute",
         "/cost/timeseries?from=2026-01-01&to=2026-12-31&granularity=hour",
     ] {

@@ -78,6 +78,18 @@ db_test!(health_scores_follow_the_formula_and_are_cached, |app| {
             > 0.0
     );
 
+    // A cached score does not outlive its agent.
+    let doomed = app.register_agent(key, json!({ "name": "doomed" })).await;
+    let doomed = doomed["id"].as_str().unwrap();
+    expect_status(app.get(&format!("/agents/{doomed}/health"), key).await, 200).await;
+    expect_status(app.delete(&format!("/agents/{doomed}"), key).await, 204).await;
+    expect_error(
+        app.get(&format!("/agents/{doomed}/health"), key).await,
+        404,
+        "not_found",
+    )
+    .await;
+
     // Another tenant's agent, or none at all, is a 404.
     let other = app.new_tenant("starter").await;
     expect_error(

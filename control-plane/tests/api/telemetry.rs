@@ -75,8 +75,14 @@ db_test!(status_follows_heartbeat_age_at_each_threshold, |app| {
     app.clock.advance(1);
     assert_eq!(status_everywhere(&app, &tenant, id).await, "down");
 
-    // A heartbeat brings it back at once.
-    heartbeat(&app, &tenant.admin_key, json!({ "agent_id": id })).await;
+    // A heartbeat brings it back at once, whatever status the 2.12 object carries.
+    let answer = heartbeat(
+        &app,
+        &tenant.admin_key,
+        json!({ "agent_id": id, "status": "down", "metadata": {} }),
+    )
+    .await;
+    assert_eq!(answer["data"]["status"], json!("healthy"));
     assert_eq!(status_everywhere(&app, &tenant, id).await, "healthy");
     let read = expect_status(
         app.get(&format!("/agents/{id}"), &tenant.admin_key).await,
@@ -163,6 +169,7 @@ db_test!(bad_heartbeats_are_refused_and_record_nothing, |app| {
         json!({ "agent_id": id, "latency_ms": -1 }),
         json!({ "agent_id": id, "latency_ms": 3_600_001 }),
         json!({ "agent_id": id, "metadata": "x" }),
+        json!({ "agent_id": id, "status": "asleep" }),
     ] {
         expect_error(
             app.post("/telemetry/heartbeat", key, body).await,

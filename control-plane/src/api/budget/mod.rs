@@ -133,6 +133,10 @@ async fn create_limit(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<CreateBudgetLimitInput>,
 ) -> ApiResult<Response> {
+    let now = state.clock.now();
+    let mut tx = state.db.begin_write().await?;
+    // The plan first: a free tenant learns it needs an upgrade, not how to fix its body.
+    ensure_proxy_plan(&mut tx, &caller.tenant_id, "budget limits").await?;
     let amounts = input.amounts()?;
     let scope = match (&input.team_id, &input.agent_id) {
         (Some(_), Some(_)) => {
@@ -145,9 +149,6 @@ async fn create_limit(
         (None, Some(agent_id)) => agent_scope(agent_id),
         (None, None) => TENANT_SCOPE.to_owned(),
     };
-    let now = state.clock.now();
-    let mut tx = state.db.begin_write().await?;
-    ensure_proxy_plan(&mut tx, &caller.tenant_id, "budget limits").await?;
     if let Some(team_id) = &input.team_id {
         if !store::live_target_exists(&mut tx, &caller.tenant_id, team_id, false).await? {
             return Err(ApiError::validation(

@@ -107,6 +107,17 @@ pub struct BreakdownQuery {
     pub limit: Option<i64>,
 }
 
+/// `from` and `to` of the unpaged breakdowns (`by-team`, `by-model`: every row at once).
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RangeQuery {
+    /// Default: the start of the current month.
+    pub from: Option<String>,
+    /// Default: today (inclusive).
+    pub to: Option<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentCost {
     pub agent_id: String,
@@ -132,7 +143,7 @@ async fn cost_by_agent(
         limit: query.limit,
     }
     .try_into()?;
-    let range = month_range(&state, &query)?;
+    let range = month_range(&state, query.from.as_deref(), query.to.as_deref())?;
     let (rows, total) = store::by_agent(state.db.pool(), &caller.tenant_id, range, page).await?;
     let agents = rows
         .into_iter()
@@ -162,15 +173,15 @@ pub struct TeamCost {
 }
 
 /// Spend per team the usage was attributed to when it was recorded.
-#[utoipa::path(get, path = "/cost/by-team", tag = "cost", params(BreakdownQuery),
+#[utoipa::path(get, path = "/cost/by-team", tag = "cost", params(RangeQuery),
     security(("bearer" = ["cost:read"])),
     responses((status = 200, description = "Teams by cost", body = Envelope<Vec<TeamCost>>)))]
 async fn cost_by_team(
     caller: Authorized<require::CostRead>,
     State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<BreakdownQuery>,
+    ApiQuery(query): ApiQuery<RangeQuery>,
 ) -> ApiResult<Response> {
-    let range = month_range(&state, &query)?;
+    let range = month_range(&state, query.from.as_deref(), query.to.as_deref())?;
     let rows = store::by_team(state.db.pool(), &caller.tenant_id, range).await?;
     let teams: Vec<TeamCost> = rows
         .into_iter()
@@ -196,15 +207,15 @@ pub struct ModelCost {
     pub requests: i64,
 }
 
-#[utoipa::path(get, path = "/cost/by-model", tag = "cost", params(BreakdownQuery),
+#[utoipa::path(get, path = "/cost/by-model", tag = "cost", params(RangeQuery),
     security(("bearer" = ["cost:read"])),
     responses((status = 200, description = "Models by cost", body = Envelope<Vec<ModelCost>>)))]
 async fn cost_by_model(
     caller: Authorized<require::CostRead>,
     State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<BreakdownQuery>,
+    ApiQuery(query): ApiQuery<RangeQuery>,
 ) -> ApiResult<Response> {
-    let range = month_range(&state, &query)?;
+    let range = month_range(&state, query.from.as_deref(), query.to.as_deref())?;
     let rows = store::by_model(state.db.pool(), &caller.tenant_id, range).await?;
     let models: Vec<ModelCost> = rows
         .into_iter()
@@ -335,14 +346,9 @@ fn point(at: i64, totals: Totals) -> CostPoint {
 }
 
 /// The range of the breakdown views: this month up to today unless given.
-fn month_range(state: &AppState, query: &BreakdownQuery) -> ApiResult<Range> {
+fn month_range(state: &AppState, from: Option<&str>, to: Option<&str>) -> ApiResult<Range> {
     let now = state.clock.now();
-    range_of(
-        query.from.as_deref(),
-        query.to.as_deref(),
-        Period::Month.start(now),
-        now,
-    )
+    range_of(from, to, Period::Month.start(now), now)
 }
 
 /// Resolves `from` / `to` with their defaults: `default_from`, and the end of today.

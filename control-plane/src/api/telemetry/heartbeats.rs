@@ -27,6 +27,13 @@ const MAX_LATENCY_MS: i64 = 3_600_000;
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatInput {
     pub agent_id: String,
+    /// Accepted so the heartbeat object of spec 2.12 can be sent as it is (`healthy`,
+    /// `degraded`, `down` or `unknown`), but a single heartbeat always makes the agent
+    /// `healthy` (spec 3.1); send a batch to report another status.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    #[allow(dead_code, reason = "validated when parsed, then not used: see above")]
+    pub status: Option<AgentStatus>,
     /// 0 to 3,600,000.
     #[serde(default)]
     pub latency_ms: Option<i64>,
