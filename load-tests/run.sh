@@ -65,7 +65,7 @@ export WARDEN_SERVICE_TOKEN="load-test-service-token-0123456789"
 export WARDEN_BOOTSTRAP_PLATFORM_KEY="wdn_loadtest_platform_key_0123456789"
 export WARDEN_LOG_FORMAT=json RUST_LOG=error
 WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
-  "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & PIDS+=($!)
+  "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & CP_PID=$!; PIDS+=($CP_PID)
 wait_http "http://$API/healthz"
 echo "seeding $KEYS_COUNT proxy keys..."
 "$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt"
@@ -105,17 +105,17 @@ for stream in 0 1; do
   label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
   read -r d_rps d_p50 d_p99 _ d_bad < <(run direct "http://$MOCK/v1/chat/completions" "$stream")
   read -r n_rps n_p50 n_p99 _ n_bad < <(run nginx "http://$NGINX/v1/chat/completions" "$stream")
-  before=$(cpu_ticks "$PROXY_PID")
+  before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
   read -r w_rps w_p50 w_p99 w_total w_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
-  after=$(cpu_ticks "$PROXY_PID")
+  after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
   WARDEN_RPS[$label]=$w_rps
   printf '%-28s %12s %10s %10s %9s\n' "direct ($label)" "$d_rps" "$d_p50" "$d_p99" "$d_bad"
   printf '%-28s %12s %10s %10s %9s\n' "nginx ($label)" "$n_rps" "$n_p50" "$n_p99" "$n_bad"
   printf '%-28s %12s %10s %10s %9s\n' "warden ($label)" "$w_rps" "$w_p50" "$w_p99" "$w_bad"
   awk -v w="$w_rps" -v n="$n_rps" -v wp="$w_p99" -v dp="$d_p99" -v t="$w_total" \
-      -v c="$((after - before))" -v hz="$(getconf CLK_TCK)" -v label="$label" 'BEGIN {
-    printf "  warden/nginx throughput %.2f; added p99 over direct %.3f ms; proxy CPU %.1f us/request (%s)\n",
-      w / n, wp - dp, (c / hz) / t * 1e6, label }'
+      -v c="$((after - before))" -v cp="$((cp_after - cp_before))" -v hz="$(getconf CLK_TCK)" -v label="$label" 'BEGIN {
+    printf "  warden/nginx throughput %.2f; added p99 over direct %.3f ms; proxy CPU %.1f us/request, control plane (ingesting its usage) %.1f us/request (%s)\n",
+      w / n, wp - dp, (c / hz) / t * 1e6, (cp / hz) / t * 1e6, label }'
 done
 echo "proxy resident memory after the runs: $(rss_mib $PROXY_PID) MiB"
 

@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use warden_shared::secret::Secret;
 
+use crate::buffered_io::BufferedIo;
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::decisions::{self, DecisionReport};
 use crate::flush::FlushTarget;
@@ -203,7 +204,7 @@ impl ProxyApp {
                     let proxy = proxy.clone();
                     let stopping = stopping.clone();
                     connections.spawn(async move {
-                        let mut stream: Stream = Box::new(L4Stream::from(tcp));
+                        let mut stream: Stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
                         // A kept-alive connection comes back for its next request.
                         while let Some(reused) = proxy.process_new(stream, &stopping).await {
                             if *stopping.borrow() {

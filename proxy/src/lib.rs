@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod app;
 pub mod budget;
+pub mod buffered_io;
 pub mod config;
 pub mod decisions;
 pub mod flush;
