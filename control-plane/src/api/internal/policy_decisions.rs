@@ -6,6 +6,8 @@
 //! agent or policy deleted meanwhile, a malformed item) is reported in `errors` and the
 //! rest are written.
 
+use std::collections::HashMap;
+
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -84,6 +86,9 @@ pub async fn ingest_policy_decisions(
         errors: Vec::new(),
     };
     let mut tx = state.db.begin_write().await?;
+    // A batch is mostly a few agents' requests: each agent is looked up once.
+    let mut teams: HashMap<(String, String), Option<Option<String>>> = HashMap::new();
+    let mut placed: Vec<(usize, ProxyDecision, Option<String>)> = Vec::new();
     for (index, raw) in batch.decisions.into_iter().enumerate() {
         let decision = match parse_value::<ProxyDecision>(raw) {
             Ok(decision) => decision,
@@ -92,14 +97,24 @@ pub async fn ingest_policy_decisions(
                 continue;
             }
         };
-        let tenant_id = decision.tenant_id.as_str();
-        let report = &decision.evaluation;
-        let team_id: Option<Option<String>> =
-            sqlx::query_scalar("SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant_id)
-                .bind(report.agent_id.as_str())
+        let key = (
+            decision.tenant_id.as_str().to_owned(),
+            decision.evaluation.agent_id.as_str().to_owned(),
+        );
+        let team_id = match teams.get(&key) {
+            Some(found) => found.clone(),
+            None => {
+                let found: Option<Option<String>> = sqlx::query_scalar(
+                    "SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2",
+                )
+                .bind(&key.0)
+                .bind(&key.1)
                 .fetch_optional(&mut *tx)
                 .await?;
+                teams.insert(key, found.clone());
+                found
+            }
+        };
         let Some(team_id) = team_id else {
             ack.errors.push(ItemError::from_api_error(
                 index,
@@ -110,10 +125,19 @@ pub async fn ingest_policy_decisions(
             ));
             continue;
         };
-        ack.evaluations_written += record_evaluations(&mut tx, tenant_id, report).await?;
+        placed.push((index, decision, team_id));
+    }
+    let reports: Vec<(&str, &EvaluationReport)> = placed
+        .iter()
+        .map(|(_, decision, _)| (decision.tenant_id.as_str(), &decision.evaluation))
+        .collect();
+    ack.evaluations_written = record_evaluations(&mut tx, &reports).await?;
+    for (index, decision, team_id) in &placed {
         let Some(ask) = &decision.approval else {
             continue;
         };
+        let tenant_id = decision.tenant_id.as_str();
+        let report = &decision.evaluation;
         let policy_exists: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM policies WHERE tenant_id = $1 AND id = $2")
                 .bind(tenant_id)
@@ -122,7 +146,7 @@ pub async fn ingest_policy_decisions(
                 .await?;
         if policy_exists == 0 || !ask.request_context.is_object() {
             ack.errors.push(ItemError::from_api_error(
-                index,
+                *index,
                 ApiError::validation(
                     "approval",
                     "approval: no such policy in the tenant, or a request_context that is not an object",
@@ -146,6 +170,7 @@ pub async fn ingest_policy_decisions(
             ack.approvals_created += 1;
         }
     }
+    ack.errors.sort_by_key(|error| error.index);
     tx.commit().await?;
     ack.rejected = ack.errors.len();
     Ok(envelope::ok(ack))

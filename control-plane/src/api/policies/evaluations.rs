@@ -3,6 +3,8 @@
 //! `fail` also writes a `policy.violated` audit event, once: a resent report finds its
 //! evaluation ids taken and writes nothing.
 
+use std::collections::HashSet;
+
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -50,65 +52,98 @@ pub struct ReportedResult {
     pub reason: Option<Text<0, 1000>>,
 }
 
-/// Writes `report`'s results for `tenant_id`; returns how many were new.
+/// Bound values per evaluation row.
+const COLUMNS: usize = 12;
+
+/// Writes the results of `reports` (each with its tenant id) with a few multi-row
+/// inserts; returns how many were new. A proxy under load reports every policy of every
+/// request, so one statement per row could not keep up (its bounded queue then dropped
+/// reports).
 pub async fn record_evaluations(
     tx: &mut WriteTx,
-    tenant_id: &str,
-    report: &EvaluationReport,
+    reports: &[(&str, &EvaluationReport)],
 ) -> Result<usize, sqlx::Error> {
+    let rows: Vec<(&str, String, &EvaluationReport, &ReportedResult)> = reports
+        .iter()
+        .flat_map(|(tenant_id, report)| {
+            report.results.iter().map(move |result| {
+                let evaluation_id = format!("{}:{}", report.request_id.as_str(), result.policy_id);
+                (*tenant_id, evaluation_id, *report, result)
+            })
+        })
+        .collect();
     let mut written = 0;
-    for result in &report.results {
-        let evaluation_id = format!("{}:{}", report.request_id.as_str(), result.policy_id);
-        let outcome = result.result.as_str();
-        let inserted: Option<i64> = sqlx::query_scalar(
+    let per_statement = crate::ledger::rows_per_statement(tx, COLUMNS);
+    for chunk in rows.chunks(per_statement) {
+        let sql = format!(
             "INSERT INTO policy_evaluations (tenant_id, evaluation_id, request_id, policy_id, \
              policy_name, policy_type, agent_id, provider, model, result, reason, evaluated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-             ON CONFLICT (tenant_id, evaluation_id) DO NOTHING RETURNING id",
-        )
-        .bind(tenant_id)
-        .bind(&evaluation_id)
-        .bind(report.request_id.as_str())
-        .bind(result.policy_id)
-        .bind(result.policy_name.as_str())
-        .bind(result.policy_type.as_str())
-        .bind(report.agent_id.as_str())
-        .bind(report.provider.as_str())
-        .bind(report.model.as_str())
-        .bind(outcome)
-        .bind(result.reason.as_ref().map(Text::as_str))
-        .bind(report.evaluated_at.as_millis())
-        .fetch_optional(&mut **tx)
-        .await?;
-        if inserted.is_none() {
-            continue;
+             VALUES {} ON CONFLICT (tenant_id, evaluation_id) DO NOTHING \
+             RETURNING tenant_id, evaluation_id",
+            crate::ledger::placeholders(chunk.len(), COLUMNS, 1)
+        );
+        let mut query = sqlx::query(&sql);
+        for (tenant_id, evaluation_id, report, result) in chunk {
+            query = query
+                .bind(*tenant_id)
+                .bind(evaluation_id.as_str())
+                .bind(report.request_id.as_str())
+                .bind(result.policy_id)
+                .bind(result.policy_name.as_str())
+                .bind(result.policy_type.as_str())
+                .bind(report.agent_id.as_str())
+                .bind(report.provider.as_str())
+                .bind(report.model.as_str())
+                .bind(result.result.as_str())
+                .bind(result.reason.as_ref().map(Text::as_str))
+                .bind(report.evaluated_at.as_millis());
         }
-        written += 1;
-        if result.result == Outcome::Fail {
-            audit::record(
-                tx,
-                tenant_id,
-                "proxy",
-                report.evaluated_at,
-                AuditEvent {
-                    event_type: "policy.violated",
-                    target_type: "policy",
-                    target_id: &result.policy_id.to_string(),
-                    details: json!({
-                        "policy_name": result.policy_name,
-                        "policy_type": result.policy_type.as_str(),
-                        "reason": result.reason,
-                        "agent_id": report.agent_id,
-                        "provider": report.provider.as_str(),
-                        "model": report.model,
-                        "request_id": report.request_id,
-                    }),
-                },
-            )
-            .await?;
+        let inserted: HashSet<(String, String)> = query
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("evaluation_id")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        written += inserted.len();
+        // A new `fail` is audited once; a resent report's rows were not inserted.
+        for (tenant_id, evaluation_id, report, result) in chunk {
+            if result.result == Outcome::Fail
+                && inserted.contains(&((*tenant_id).to_owned(), evaluation_id.clone()))
+            {
+                audit_violation(tx, tenant_id, report, result).await?;
+            }
         }
     }
     Ok(written)
+}
+
+async fn audit_violation(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    report: &EvaluationReport,
+    result: &ReportedResult,
+) -> Result<(), sqlx::Error> {
+    audit::record(
+        tx,
+        tenant_id,
+        "proxy",
+        report.evaluated_at,
+        AuditEvent {
+            event_type: "policy.violated",
+            target_type: "policy",
+            target_id: &result.policy_id.to_string(),
+            details: json!({
+                "policy_name": result.policy_name,
+                "policy_type": result.policy_type.as_str(),
+                "reason": result.reason,
+                "agent_id": report.agent_id,
+                "provider": report.provider.as_str(),
+                "model": report.model,
+                "request_id": report.request_id,
+            }),
+        },
+    )
+    .await
 }
 
 /// An evaluation record as the API shows it.
