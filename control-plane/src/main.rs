@@ -12,11 +12,6 @@ use warden_control_plane::startup::{self, Application};
 use warden_control_plane::telemetry;
 use warden_proxy::{ProxyApp, ProxySettings};
 
-/// mimalloc instead of glibc's malloc: the proxy allocates small buffers per request on
-/// every runtime thread, and glibc's arena locks showed up in its profile under load.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(name = "warden", version, about = "Governance for fleets of AI agents")]
 struct Cli {
