@@ -60,10 +60,11 @@ pub fn start_of_day(ms: i64) -> i64 {
     ms - ms.rem_euclid(DAY_MS)
 }
 
-/// Bound parameters per multi-row statement on SQLite. SQLite resolves each `$N`
-/// parameter by a linear search of the statement's parameter names, so binding costs
-/// grow with the square of a statement's size; a few hundred keeps that negligible.
-const SQLITE_PARAMS_PER_STATEMENT: usize = 480;
+/// Bound parameters per multi-row statement on SQLite. SQLite looks each named
+/// parameter (`$N`) up by a linear search of the statement's names, so binding n of them
+/// costs n²; bulk statements therefore go to SQLite with anonymous `?` parameters
+/// ([`for_backend`]), bound in order at constant cost each, and can be large.
+const SQLITE_PARAMS_PER_STATEMENT: usize = 4_800;
 /// On PostgreSQL binding is linear and each statement is a round trip, so a 1,000-record
 /// batch goes in a handful of statements (the protocol allows 65,535 parameters).
 const POSTGRES_PARAMS_PER_STATEMENT: usize = 16_000;
@@ -232,6 +233,41 @@ pub(crate) fn is_postgres(tx: &mut WriteTx) -> bool {
     tx.backend_name() == "PostgreSQL"
 }
 
+/// `sql` as `tx`'s backend binds it fastest: on SQLite, a statement whose parameters
+/// are `$1` to `$n`, each once and in that order, gets anonymous `?` instead (bound at
+/// constant cost each; see [`SQLITE_PARAMS_PER_STATEMENT`]); anything else is kept as it
+/// is, since `?` would then bind values to the wrong places.
+pub(crate) fn for_backend(tx: &mut WriteTx, sql: String) -> String {
+    if is_postgres(tx) {
+        return sql;
+    }
+    anonymous_parameters(&sql).unwrap_or(sql)
+}
+
+/// `sql` with `$1`..`$n` (in textual order, each once) replaced by `?`; `None` when the
+/// parameters are numbered any other way. Our bulk statements hold no `$` in literals.
+fn anonymous_parameters(sql: &str) -> Option<String> {
+    let mut out = String::with_capacity(sql.len());
+    let mut expected = 1usize;
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        let number: usize = rest[at + 1..at + 1 + digits].parse().ok()?;
+        if number != expected {
+            return None;
+        }
+        expected += 1;
+        out.push('?');
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 /// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.
 pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String {
     let mut sql = String::with_capacity(rows * columns * 5);
@@ -268,9 +304,12 @@ async fn agent_teams(
     for (tenant_id, agents) in by_tenant {
         let agents: Vec<&str> = agents.into_iter().collect();
         for chunk in agents.chunks(rows_per_statement(tx, 1) - 1) {
-            let sql = format!(
-                "SELECT id, team_id, deleted_at FROM agents WHERE tenant_id = $1 AND id IN {}",
-                placeholders(1, chunk.len(), 2)
+            let sql = for_backend(
+                tx,
+                format!(
+                    "SELECT id, team_id, deleted_at FROM agents WHERE tenant_id = $1 AND id IN {}",
+                    placeholders(1, chunk.len(), 2)
+                ),
             );
             let mut query = sqlx::query(&sql).bind(tenant_id);
             for agent in chunk {
@@ -298,12 +337,15 @@ async fn insert_records(
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut inserted = HashSet::with_capacity(records.len());
     for chunk in records.chunks(rows_per_statement(tx, 16)) {
-        let sql = format!(
-            "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
-             model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
-             recorded_at, source, record_id, batch_id, api_key_id) VALUES {} \
-             ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING id",
-            placeholders(chunk.len(), 16, 1)
+        let sql = for_backend(
+            tx,
+            format!(
+                "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
+                 model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
+                 recorded_at, source, record_id, batch_id, api_key_id) VALUES {} \
+                 ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING id",
+                placeholders(chunk.len(), 16, 1)
+            ),
         );
         let mut query = sqlx::query(&sql);
         for Candidate {
@@ -338,11 +380,19 @@ async fn insert_records(
 
 #[cfg(test)]
 mod tests {
-    use super::placeholders;
+    use super::{anonymous_parameters, placeholders};
 
     #[test]
     fn placeholders_number_rows_after_the_first_parameter() {
         assert_eq!(placeholders(2, 2, 1), "($1, $2), ($3, $4)");
         assert_eq!(placeholders(1, 3, 2), "($2, $3, $4)");
+        assert_eq!(
+            anonymous_parameters("SELECT a FROM t WHERE x = $1 AND y IN ($2, $3)").as_deref(),
+            Some("SELECT a FROM t WHERE x = ? AND y IN (?, ?)")
+        );
+        // Reused or out of order: `?` would bind the wrong values, so it is kept.
+        assert_eq!(anonymous_parameters("x = $1 OR y = $1"), None);
+        assert_eq!(anonymous_parameters("x = $2 AND y = $1"), None);
+        assert_eq!(anonymous_parameters("x = $ AND y = $1"), None);
     }
 }

@@ -128,7 +128,7 @@ pub(super) async fn add(
         }
         let rows = rows_per_statement(tx, level.columns());
         for chunk in sums.chunks(rows) {
-            let sql = level.upsert_sql(chunk.len());
+            let sql = super::for_backend(tx, level.upsert_sql(chunk.len()));
             let mut query = sqlx::query(&sql);
             for ((tenant_id, bucket, agent_id, team_id, provider, model, source), sum) in chunk {
                 query = query.bind(*tenant_id).bind(*bucket);

@@ -68,13 +68,16 @@ pub(super) async fn add(
     rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut totals = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(rows_per_statement(tx, COLUMNS)) {
-        let sql = format!(
-            "INSERT INTO usage_spend_monthly (tenant_id, scope, month, requests, cost_micros, \
+        let sql = super::for_backend(
+            tx,
+            format!(
+                "INSERT INTO usage_spend_monthly (tenant_id, scope, month, requests, cost_micros, \
              updated_at) VALUES {} ON CONFLICT (tenant_id, scope, month) DO UPDATE SET \
              requests = usage_spend_monthly.requests + excluded.requests, \
              cost_micros = usage_spend_monthly.cost_micros + excluded.cost_micros, \
              updated_at = excluded.updated_at RETURNING tenant_id, scope, month, cost_micros",
-            placeholders(chunk.len(), COLUMNS, 1)
+                placeholders(chunk.len(), COLUMNS, 1)
+            ),
         );
         let mut query = sqlx::query(&sql);
         for ((tenant_id, scope, month), (requests, cost_micros)) in chunk {

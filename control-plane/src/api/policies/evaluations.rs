@@ -75,12 +75,15 @@ pub async fn record_evaluations(
     let mut written = 0;
     let per_statement = crate::ledger::rows_per_statement(tx, COLUMNS);
     for chunk in rows.chunks(per_statement) {
-        let sql = format!(
-            "INSERT INTO policy_evaluations (tenant_id, evaluation_id, request_id, policy_id, \
+        let sql = crate::ledger::for_backend(
+            tx,
+            format!(
+                "INSERT INTO policy_evaluations (tenant_id, evaluation_id, request_id, policy_id, \
              policy_name, policy_type, agent_id, provider, model, result, reason, evaluated_at) \
              VALUES {} ON CONFLICT (tenant_id, evaluation_id) DO NOTHING \
              RETURNING tenant_id, evaluation_id",
-            crate::ledger::placeholders(chunk.len(), COLUMNS, 1)
+                crate::ledger::placeholders(chunk.len(), COLUMNS, 1)
+            ),
         );
         let mut query = sqlx::query(&sql);
         for (tenant_id, evaluation_id, report, result) in chunk {
