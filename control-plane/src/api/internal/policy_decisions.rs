@@ -11,13 +11,14 @@ use std::collections::HashMap;
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::ServiceCaller;
 use crate::api::approvals::{store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS};
 use crate::api::envelope::{self, Envelope};
-use crate::api::extract::{parse_value, ApiJson};
+use crate::api::extract::{parse_raw, ApiJson};
 use crate::api::policies::{record_evaluations, EvaluationReport};
 use crate::api::telemetry::ItemError;
 use crate::api::validate::Text;
@@ -32,7 +33,7 @@ pub const MAX_DECISIONS: usize = 1000;
 pub struct DecisionBatch {
     pub batch_id: Text<1, 100>,
     #[schema(value_type = Vec<ProxyDecision>)]
-    pub decisions: Vec<Value>,
+    pub decisions: Vec<Box<RawValue>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -90,7 +91,7 @@ pub async fn ingest_policy_decisions(
     let mut teams: HashMap<(String, String), Option<Option<String>>> = HashMap::new();
     let mut placed: Vec<(usize, ProxyDecision, Option<String>)> = Vec::new();
     for (index, raw) in batch.decisions.into_iter().enumerate() {
-        let decision = match parse_value::<ProxyDecision>(raw) {
+        let decision = match parse_raw::<ProxyDecision>(&raw) {
             Ok(decision) => decision,
             Err(error) => {
                 ack.errors.push(ItemError::from_api_error(index, error));

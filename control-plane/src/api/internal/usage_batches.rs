@@ -8,7 +8,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::ScopeSpend;
@@ -16,7 +16,7 @@ use warden_shared::timestamp::Timestamp;
 
 use super::ServiceCaller;
 use crate::api::envelope::{self, Envelope};
-use crate::api::extract::{parse_value, ApiJson};
+use crate::api::extract::{parse_raw, ApiJson};
 use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
 use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
@@ -33,7 +33,7 @@ const MAX_SKEW_MS: i64 = 300_000;
 pub struct UsageBatch {
     pub batch_id: Text<1, 100>,
     #[schema(value_type = Vec<ProxyUsageRecord>)]
-    pub records: Vec<Value>,
+    pub records: Vec<Box<RawValue>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -97,7 +97,7 @@ pub async fn ingest_usage_batch(
     };
     let mut parsed = Vec::new();
     for (index, raw) in batch.records.into_iter().enumerate() {
-        match parse_value::<ProxyUsageRecord>(raw).and_then(|r| check_time(r, now)) {
+        match parse_raw::<ProxyUsageRecord>(&raw).and_then(|r| check_time(r, now)) {
             Ok(record) => parsed.push((index, record.into_input())),
             Err(error) => ack.errors.push(ItemError::from_api_error(index, error)),
         }

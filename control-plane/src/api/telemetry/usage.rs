@@ -6,14 +6,14 @@
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use warden_shared::pricing;
 use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope};
-use crate::api::extract::{parse_value, ApiJson};
+use crate::api::extract::{parse_raw, ApiJson};
 use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
@@ -64,7 +64,7 @@ pub struct StoredUsage {
 #[serde(deny_unknown_fields)]
 pub struct UsageBatchInput {
     #[schema(value_type = Vec<UsageInput>)]
-    pub usages: Vec<Value>,
+    pub usages: Vec<Box<RawValue>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -138,7 +138,7 @@ pub async fn record_usages(
     let mut errors = Vec::new();
     let mut valid = Vec::new();
     for (index, raw) in input.usages.into_iter().enumerate() {
-        match parse_value::<UsageInput>(raw) {
+        match parse_raw::<UsageInput>(&raw) {
             Ok(item) => valid.push((index, item)),
             Err(error) => errors.push(ItemError::from_api_error(index, error)),
         }
