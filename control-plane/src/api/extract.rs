@@ -134,11 +134,6 @@ fn path_error(error: serde_path_to_error::Error<serde_json::Error>) -> ApiError 
     field_error(&path, &error.into_inner().to_string())
 }
 
-/// Deserializes an already parsed JSON value; a wrong shape is a 422 naming the field.
-pub fn parse_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(value).map_err(path_error)
-}
-
 /// A 422 naming the field; serde names a missing field only in its message.
 fn field_error(path: &str, message: &str) -> ApiError {
     let message = strip_position(message);
