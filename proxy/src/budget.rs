@@ -94,6 +94,15 @@ impl Counters {
     }
 }
 
+/// Where a ledger figure reached the proxy from (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FigureSource {
+    /// The state stream: a snapshot or a spend message.
+    Stream,
+    /// The acknowledgement of one of this proxy's usage batches.
+    Acknowledgement,
+}
+
 /// One budget a request must fit in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetRule {
@@ -157,9 +166,11 @@ impl Budgets {
         found
     }
 
-    /// Takes the ledger's figures from the state stream (a snapshot or a spend message),
-    /// holding back those of scopes with a batch awaiting its acknowledgement.
-    pub fn apply_streamed(&self, scopes: &[ScopeSpend]) {
+    /// Takes the ledger's figures. A streamed figure (a snapshot or a spend message)
+    /// for a scope with a batch awaiting its acknowledgement is held back; an
+    /// acknowledgement's figures include its batch (release the batch's holds right
+    /// after).
+    pub fn apply_ledger(&self, scopes: &[ScopeSpend], from: FigureSource) {
         for spend in scopes {
             let counters = self.counters(&spend.tenant_id, &spend.scope);
             let mut counters = lock(&counters);
@@ -167,22 +178,9 @@ impl Budgets {
             if spend.month != counters.month {
                 continue;
             }
-            if counters.sending > 0 {
+            if from == FigureSource::Stream && counters.sending > 0 {
                 counters.held_back = counters.held_back.max(spend.cost_micros);
             } else {
-                counters.take_ledger(spend.cost_micros);
-            }
-        }
-    }
-
-    /// Takes the figures the ledger acknowledged a batch of this proxy's with: they
-    /// include the batch. Release the batch's holds right after.
-    pub fn apply_acknowledged(&self, scopes: &[ScopeSpend]) {
-        for spend in scopes {
-            let counters = self.counters(&spend.tenant_id, &spend.scope);
-            let mut counters = lock(&counters);
-            counters.roll_to(spend.month);
-            if spend.month == counters.month {
                 counters.take_ledger(spend.cost_micros);
             }
         }
@@ -325,7 +323,7 @@ impl BudgetHold {
         }
     }
 
-    /// The ledger acknowledged the cost (after `Budgets::apply_acknowledged` took the
+    /// The ledger acknowledged the cost (after `Budgets::apply_ledger` took the
     /// figures that include it) or will never have it: it leaves `pending`, and a figure
     /// held back while it was being sent is taken.
     pub fn release(&self) {
@@ -386,12 +384,15 @@ mod tests {
     const TENANT: &str = "ten_1";
 
     fn streamed(budgets: &Budgets, scope: &str, cost_micros: i64) {
-        budgets.apply_streamed(&[ScopeSpend {
-            tenant_id: TENANT.into(),
-            scope: scope.into(),
-            month: MONTH,
-            cost_micros,
-        }]);
+        budgets.apply_ledger(
+            &[ScopeSpend {
+                tenant_id: TENANT.into(),
+                scope: scope.into(),
+                month: MONTH,
+                cost_micros,
+            }],
+            FigureSource::Stream,
+        );
     }
 
     fn rule(scope: &str, limit_micros: i64) -> BudgetRule {
@@ -461,12 +462,15 @@ mod tests {
         // The batch committed (100 + 300) and the stream told us before the ack did.
         streamed(&budgets, "key:ak_1", 400);
         assert_eq!(budgets.spent(TENANT, "key:ak_1", MONTH), 400);
-        budgets.apply_acknowledged(&[ScopeSpend {
-            tenant_id: TENANT.into(),
-            scope: "key:ak_1".into(),
-            month: MONTH,
-            cost_micros: 400,
-        }]);
+        budgets.apply_ledger(
+            &[ScopeSpend {
+                tenant_id: TENANT.into(),
+                scope: "key:ak_1".into(),
+                month: MONTH,
+                cost_micros: 400,
+            }],
+            FigureSource::Acknowledgement,
+        );
         hold.release();
         assert_eq!(budgets.spent(TENANT, "key:ak_1", MONTH), 400);
         // Another proxy's spend, streamed while a batch was out, is taken after its ack.

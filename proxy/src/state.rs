@@ -17,7 +17,7 @@ use warden_shared::snapshot::{
 
 use warden_shared::policy::{sort_for_evaluation, Policy};
 
-use crate::budget::Budgets;
+use crate::budget::{Budgets, FigureSource};
 
 /// The enforcement state and when it last heard from the control plane.
 #[derive(Default)]
@@ -68,7 +68,9 @@ impl EnforcementState {
             StreamMessage::Snapshot(snapshot) => self.replace(snapshot),
             StreamMessage::Delta(delta) => self.merge(delta),
             StreamMessage::Heartbeat { .. } => {}
-            StreamMessage::Spend { scopes } => self.budgets.apply_streamed(&scopes),
+            StreamMessage::Spend { scopes } => {
+                self.budgets.apply_ledger(&scopes, FigureSource::Stream)
+            }
         }
         self.synced_at_ms.store(now_ms, Ordering::Relaxed);
     }
@@ -154,7 +156,8 @@ impl EnforcementState {
     }
 
     fn replace(&self, snapshot: Snapshot) {
-        self.budgets.apply_streamed(&snapshot.spend);
+        self.budgets
+            .apply_ledger(&snapshot.spend, FigureSource::Stream);
         let maps = Maps::default();
         for tenant in snapshot.tenants {
             maps.upsert(Entity::Tenant(tenant));

@@ -16,7 +16,7 @@ use warden_shared::ids::{new_id, IdKind};
 use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
-use crate::budget::Budgets;
+use crate::budget::{Budgets, FigureSource};
 use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
@@ -78,7 +78,7 @@ pub async fn flush_forever(
         if let Some(spend) = send_until_acknowledged(&client, &target, &batch, &metrics).await {
             // The ledger's new totals include this batch: take them before the batch's
             // costs leave `pending`, so they are never missing from a scope's spend.
-            budgets.apply_acknowledged(&spend);
+            budgets.apply_ledger(&spend, FigureSource::Acknowledgement);
         }
         for record in &batch {
             finished(record);
