@@ -353,3 +353,25 @@ async fn postgres_test_database() -> &'static str {
     })
     .await
 }
+
+/// Creates a policy through the API; returns its `data`.
+pub async fn create_policy(app: &TestApp, key: &str, body: Value) -> Value {
+    expect_status(app.post("/policies", key, body).await, 201).await["data"].clone()
+}
+
+/// Posts `decisions` to `/internal/v1/policy-decisions` as a proxy would; returns the
+/// acknowledgement's `data`.
+pub async fn report_decisions(app: &TestApp, batch_id: &str, decisions: &[Value]) -> Value {
+    expect_status(
+        app.client
+            .post(format!("{}/internal/v1/policy-decisions", app.base))
+            .bearer_auth(SERVICE_TOKEN)
+            .json(&json!({ "batch_id": batch_id, "decisions": decisions }))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await["data"]
+        .clone()
+}

@@ -9,6 +9,7 @@ mod helpers;
 
 mod admin;
 mod agents;
+mod approvals;
 mod auth;
 mod bad_input;
 mod budgets;
@@ -20,6 +21,7 @@ mod isolation;
 mod kill_switch;
 mod ops;
 mod policies;
+mod policy_decisions;
 mod proxy;
 mod proxy_keys;
 mod proxy_state;

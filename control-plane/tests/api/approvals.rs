@@ -1,0 +1,265 @@
+//! The approval queue: the dry run naming an approval, the proxy's held request queued
+//! once, decisions, grants, denials and expiry.
+
+use serde_json::{json, Value};
+
+use crate::helpers::{create_policy, expect_error, expect_status, report_decisions, TestApp};
+
+/// Sends one decision report of `tenant_id` as a proxy would.
+async fn report(app: &TestApp, tenant_id: &str, decision: Value) -> Value {
+    let mut decision = decision;
+    decision["tenant_id"] = json!(tenant_id);
+    report_decisions(app, "b1", &[decision]).await
+}
+
+db_test!(approvals_queue_once_decide_once_and_expire, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let agent = app
+        .register_agent(key, json!({ "name": "needs-approval" }))
+        .await;
+    let agent_id = agent["id"].as_str().unwrap();
+    let policy = create_policy(
+        &app,
+        key,
+        json!({
+            "name": "prod approval", "policy_type": "require_approval",
+            "config": { "models": ["gpt-4o"] },
+        }),
+    )
+    .await;
+    let policy_id = policy["id"].as_i64().unwrap();
+
+    // The dry run names the approval, without queueing one.
+    let dry = json!({ "agent_id": agent_id, "provider": "openai", "model": "gpt-4o" });
+    let results = expect_status(app.post("/policies/evaluate", key, dry.clone()).await, 200).await;
+    assert_eq!(results["data"][0]["result"], json!("fail"), "{results}");
+    assert_eq!(results["data"][0]["policy_id"], json!(policy_id));
+    let other_model = json!({ "agent_id": agent_id, "provider": "openai", "model": "gpt-4o-mini" });
+    let results = expect_status(app.post("/policies/evaluate", key, other_model).await, 200).await;
+    assert_eq!(results["data"][0]["result"], json!("skip"));
+    assert_eq!(app.count_rows("approvals", &tenant.id).await, 0);
+    expect_error(
+        app.post(
+            "/policies/evaluate",
+            key,
+            json!({ "agent_id": "agt_nobody", "provider": "openai", "model": "x" }),
+        )
+        .await,
+        404,
+        "not_found",
+    )
+    .await;
+    expect_error(
+        app.post(
+            "/policies/evaluate",
+            key,
+            json!({ "agent_id": agent_id, "provider": "acme", "model": "x" }),
+        )
+        .await,
+        422,
+        "validation_failed",
+    )
+    .await;
+
+    // The proxy reports the held request twice (two retries): one pending approval, and
+    // one evaluation record and violation event per request.
+    let held = |request_id: &str| {
+        json!({
+            "evaluation": { "request_id": request_id, "agent_id": agent_id, "provider": "openai",
+                "model": "gpt-4o", "evaluated_at": "2026-11-23T10:00:00Z",
+                "results": [{ "policy_id": policy_id, "policy_name": "prod approval",
+                    "policy_type": "require_approval", "result": "fail", "reason": "requires human approval" }] },
+            "approval": { "policy_id": policy_id, "request_context": { "provider": "openai", "model": "gpt-4o" } },
+        })
+    };
+    let ack = report(&app, &tenant.id, held("req-1")).await;
+    assert_eq!(
+        (
+            ack["evaluations_written"].clone(),
+            ack["approvals_created"].clone()
+        ),
+        (json!(1), json!(1)),
+        "{ack}"
+    );
+    let ack = report(&app, &tenant.id, held("req-1")).await;
+    assert_eq!(
+        (
+            ack["evaluations_written"].clone(),
+            ack["approvals_created"].clone()
+        ),
+        (json!(0), json!(0)),
+        "a resent report counts once"
+    );
+    report(&app, &tenant.id, held("req-2")).await;
+    assert_eq!(app.count_rows("approvals", &tenant.id).await, 1);
+    let violations = app.audit_events(&tenant.id, &policy_id.to_string()).await;
+    assert_eq!(
+        violations
+            .iter()
+            .filter(|e| *e == "policy.violated")
+            .count(),
+        2
+    );
+    let evaluations = expect_status(
+        app.get(
+            &format!("/policy-evaluations?policy_id={policy_id}&result=fail"),
+            key,
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(evaluations["meta"]["total"], json!(2));
+    let none = expect_status(app.get("/policy-evaluations?result=pass", key).await, 200).await;
+    assert_eq!(none["meta"]["total"], json!(0));
+    expect_error(
+        app.get("/policy-evaluations?result=maybe", key).await,
+        422,
+        "validation_failed",
+    )
+    .await;
+
+    let pending = expect_status(app.get("/approvals?status=pending", key).await, 200).await;
+    let approval = pending["data"][0].clone();
+    assert_eq!(approval["request_context"]["model"], json!("gpt-4o"));
+    assert_eq!(approval["status"], json!("pending"));
+    let count = expect_status(app.get("/approvals/pending/count", key).await, 200).await;
+    assert_eq!(count["data"]["count"], json!(1));
+    let id = approval["id"].as_i64().unwrap();
+
+    // Deciding: reviewer rules, then once only.
+    let decide = format!("/approvals/{id}/decide");
+    expect_error(
+        app.post(
+            &decide,
+            key,
+            json!({ "reviewer_id": "", "decision": "approved" }),
+        )
+        .await,
+        422,
+        "validation_failed",
+    )
+    .await;
+    expect_error(
+        app.post(
+            &decide,
+            key,
+            json!({ "reviewer_id": "x".repeat(101), "decision": "approved" }),
+        )
+        .await,
+        422,
+        "validation_failed",
+    )
+    .await;
+    expect_error(
+        app.post(
+            &decide,
+            key,
+            json!({ "reviewer_id": "ana", "decision": "maybe" }),
+        )
+        .await,
+        422,
+        "validation_failed",
+    )
+    .await;
+    let other = app.new_tenant("starter").await;
+    expect_error(
+        app.post(
+            &decide,
+            &other.admin_key,
+            json!({ "reviewer_id": "eve", "decision": "approved" }),
+        )
+        .await,
+        404,
+        "not_found",
+    )
+    .await;
+    expect_status(
+        app.post(
+            &decide,
+            key,
+            json!({ "reviewer_id": "ana", "decision": "approved", "reason": "ok for the demo" }),
+        )
+        .await,
+        204,
+    )
+    .await;
+    expect_error(
+        app.post(
+            &decide,
+            key,
+            json!({ "reviewer_id": "ana", "decision": "denied" }),
+        )
+        .await,
+        409,
+        "approval_not_pending",
+    )
+    .await;
+    let decided = expect_status(app.get(&format!("/approvals/{id}"), key).await, 200).await;
+    assert_eq!(decided["data"]["status"], json!("approved"));
+    assert!(decided["data"]["granted_until"].is_string());
+    let events = app.audit_events(&tenant.id, &id.to_string()).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.starts_with("approval."))
+            .collect::<Vec<_>>(),
+        ["approval.approved"]
+    );
+    // The grant lets the dry run pass too.
+    let results = expect_status(app.post("/policies/evaluate", key, dry.clone()).await, 200).await;
+    assert_eq!(results["data"][0]["result"], json!("pass"), "{results}");
+
+    // A new request after the grant window queues a new approval, which expires unanswered.
+    app.clock.advance(2 * 3_600_000);
+    report(&app, &tenant.id, held("req-3")).await;
+    let pending = expect_status(app.get("/approvals?status=pending", key).await, 200).await;
+    let second = pending["data"][0]["id"].as_i64().unwrap();
+    assert_ne!(second, id);
+    app.clock.advance(24 * 3_600_000);
+    let expired = expect_status(app.get(&format!("/approvals/{second}"), key).await, 200).await;
+    assert_eq!(expired["data"]["status"], json!("expired"));
+    let count = expect_status(app.get("/approvals/pending/count", key).await, 200).await;
+    assert_eq!(count["data"]["count"], json!(0));
+    let listed = expect_status(app.get("/approvals?status=expired", key).await, 200).await;
+    assert_eq!(listed["meta"]["total"], json!(1));
+    expect_error(
+        app.post(
+            &format!("/approvals/{second}/decide"),
+            key,
+            json!({ "reviewer_id": "ana", "decision": "approved" }),
+        )
+        .await,
+        409,
+        "approval_not_pending",
+    )
+    .await;
+
+    // Denied: no new approval for the same request while the denial holds.
+    report(&app, &tenant.id, held("req-4")).await;
+    let pending = expect_status(app.get("/approvals?status=pending", key).await, 200).await;
+    let third = pending["data"][0]["id"].as_i64().unwrap();
+    expect_status(
+        app.post(
+            &format!("/approvals/{third}/decide"),
+            key,
+            json!({ "reviewer_id": "ana", "decision": "denied" }),
+        )
+        .await,
+        204,
+    )
+    .await;
+    let ack = report(&app, &tenant.id, held("req-5")).await;
+    assert_eq!(ack["approvals_created"], json!(0));
+    let results = expect_status(app.post("/policies/evaluate", key, dry).await, 200).await;
+    assert_eq!(results["data"][0]["result"], json!("fail"));
+    expect_error(
+        app.get("/approvals?status=lost", key).await,
+        422,
+        "validation_failed",
+    )
+    .await;
+    let theirs = expect_status(app.get("/approvals", &other.admin_key).await, 200).await;
+    assert_eq!(theirs["meta"]["total"], json!(0));
+});
