@@ -98,8 +98,11 @@ pub(super) async fn add(
             });
         }
     }
-    if !budgeted.is_empty() {
-        alerts::record_crossings(tx, &tenants, &totals, now).await?;
+    // Only tenants with a budget can cross a threshold (in tenant order, like the rest).
+    let mut budgeted_tenants: Vec<&str> = budgeted.keys().copied().collect();
+    if !budgeted_tenants.is_empty() {
+        budgeted_tenants.sort_unstable();
+        alerts::record_crossings(tx, &budgeted_tenants, &totals, now).await?;
     }
     Ok(totals)
 }
