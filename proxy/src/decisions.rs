@@ -6,7 +6,7 @@
 //! batch harmless). A full queue drops reports, counted, never blocking a request.
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use warden_shared::ids::{new_id, IdKind};
@@ -14,7 +14,7 @@ use warden_shared::ids::{new_id, IdKind};
 use warden_shared::policy::{Outcome, Policy, PolicyResult, PolicyType};
 use warden_shared::registry::Provider;
 
-use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
+use crate::flush::{next_batch, now_ms, post_until_answered, Batch, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// One request's decision, as the internal endpoint takes it.
@@ -122,15 +122,27 @@ pub async fn flush_forever(
 ) {
     let mut batch = Vec::with_capacity(target.batch_size);
     while next_batch(&mut receiver, &mut batch, &target).await {
-        let body = json!({ "batch_id": new_id(IdKind::Usage, now_ms()), "decisions": batch });
-        let answered = post_until_answered(
-            &client,
-            &target,
-            &body,
-            "policy decisions",
-            &metrics.decisions_flush_failures,
-        )
-        .await;
+        let batch_id = new_id(IdKind::Usage, now_ms());
+        let body = Batch {
+            batch_id: &batch_id,
+            field: "decisions",
+            items: &batch,
+        }
+        .to_body();
+        let answered: Option<serde::de::IgnoredAny> = match body {
+            Some(body) => {
+                post_until_answered(
+                    &client,
+                    &target,
+                    &batch_id,
+                    body,
+                    "policy decisions",
+                    &metrics.decisions_flush_failures,
+                )
+                .await
+            }
+            None => None,
+        };
         if answered.is_none() {
             metrics.decisions_dropped.inc_by(batch.len() as u64);
         }

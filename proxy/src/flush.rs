@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use prometheus::IntCounter;
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 /// Where and how a reporter sends its batches.
@@ -37,29 +39,64 @@ pub async fn next_batch<T>(
     true
 }
 
-/// Posts `body` until the control plane answers for it, with backoff (the very same body
-/// each time: the endpoints are idempotent). Returns the acknowledgement's JSON, or
-/// `None` when the batch itself was refused (a 4xx other than 401 and 429: no retry can
-/// succeed). Each failed attempt counts in `failures`; `what` names the batch in logs.
-pub async fn post_until_answered(
+/// A batch as the internal endpoints take it: its id and its items under `field`
+/// (`records`, `decisions`), serialized once, straight from the items.
+pub struct Batch<'a, T> {
+    pub batch_id: &'a str,
+    pub field: &'static str,
+    pub items: &'a [T],
+}
+
+impl<T: Serialize> Batch<'_, T> {
+    /// The request body; `None` only if an item cannot be serialized (it always can).
+    pub fn to_body(&self) -> Option<Bytes> {
+        use serde::ser::SerializeMap;
+        struct Wire<'b, 'a, T>(&'b Batch<'a, T>);
+        impl<T: Serialize> Serialize for Wire<'_, '_, T> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(2))?;
+                map.serialize_entry("batch_id", self.0.batch_id)?;
+                map.serialize_entry(self.0.field, self.0.items)?;
+                map.end()
+            }
+        }
+        serde_json::to_vec(&Wire(self)).ok().map(Bytes::from)
+    }
+}
+
+/// The `data` of an acknowledgement: each reporter reads the fields it needs.
+#[derive(serde::Deserialize)]
+struct Acknowledged<A> {
+    data: A,
+}
+
+/// Posts `body` (batch `batch_id`) until the control plane answers for it, with backoff
+/// (the very same body each time: the endpoints are idempotent). Returns the
+/// acknowledgement's `data`, or `None` when the batch itself was refused (a 4xx other
+/// than 401 and 429: no retry can succeed). Each failed attempt counts in `failures`;
+/// `what` names the batch in logs.
+pub async fn post_until_answered<A: DeserializeOwned + Default>(
     client: &reqwest::Client,
     target: &FlushTarget,
-    body: &Value,
+    batch_id: &str,
+    body: Bytes,
     what: &'static str,
     failures: &IntCounter,
-) -> Option<Value> {
+) -> Option<A> {
     let mut backoff = Duration::from_millis(250);
     loop {
         let sent = client
             .post(&target.url)
             .bearer_auth(&target.service_token)
-            .json(body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
             .timeout(Duration::from_secs(30))
             .send()
             .await;
         match sent {
             Ok(response) if response.status().is_success() => {
-                return Some(response.json().await.unwrap_or_default());
+                let ack = response.json::<Acknowledged<A>>().await;
+                return Some(ack.map(|ack| ack.data).unwrap_or_default());
             }
             Ok(response)
                 if response.status().is_client_error()
@@ -67,16 +104,16 @@ pub async fn post_until_answered(
                     && response.status() != 429 =>
             {
                 failures.inc();
-                tracing::error!(batch_id = %body["batch_id"], status = %response.status(), "control plane refused a {what} batch; dropped");
+                tracing::error!(%batch_id, status = %response.status(), "control plane refused a {what} batch; dropped");
                 return None;
             }
             Ok(response) => {
                 failures.inc();
-                tracing::warn!(batch_id = %body["batch_id"], status = %response.status(), retry_in = ?backoff, "{what} batch not accepted; retrying");
+                tracing::warn!(%batch_id, status = %response.status(), retry_in = ?backoff, "{what} batch not accepted; retrying");
             }
             Err(error) => {
                 failures.inc();
-                tracing::warn!(batch_id = %body["batch_id"], %error, retry_in = ?backoff, "cannot reach the control plane for a {what} batch; retrying");
+                tracing::warn!(%batch_id, %error, retry_in = ?backoff, "cannot reach the control plane for a {what} batch; retrying");
             }
         }
         tokio::time::sleep(backoff).await;

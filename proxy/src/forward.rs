@@ -2,25 +2,26 @@
 //! to the provider (`upstream_request` builds what is sent), relay the answer (`relay`),
 //! and queue its usage.
 
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use warden_shared::budget::{key_scope, TENANT_SCOPE};
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::pricing::{self, micros_to_decimal};
+use warden_shared::pricing::{self, micros_to_decimal, ModelPrice};
+use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
-use crate::admission::{self, Admitted};
+use crate::admission;
 use crate::budget::{self, Admission, BudgetHold, BudgetRule, BudgetWarning, RuleSource};
 use crate::flush::now_ms;
 use crate::metrics::{model_label, status_class};
 use crate::policy_gate;
 use crate::refusal::Refusal;
 use crate::relay::{relay_stream, relay_whole};
+use crate::request_body::{rewrite, Peek};
+use crate::routing::Route;
 use crate::service::ProxyService;
 use crate::state::KeyView;
 use crate::upstream_request::{credential, upstream_header, UpstreamBody};
@@ -47,27 +48,6 @@ impl Endpoint {
             Endpoint::Embeddings => "embeddings",
         }
     }
-}
-
-/// The fields the proxy reads from a request body; the rest is skipped unparsed.
-#[derive(Deserialize)]
-struct Peek<'a> {
-    #[serde(borrow, default)]
-    model: Option<Cow<'a, str>>,
-    #[serde(default)]
-    stream: Option<bool>,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    max_tokens: Option<i64>,
-    #[serde(default)]
-    max_completion_tokens: Option<i64>,
-}
-
-#[derive(Deserialize)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: Option<bool>,
 }
 
 pub async fn forward(
@@ -121,22 +101,30 @@ pub async fn forward(
     };
     drop(peek);
     let credential = credential(service, &view, provider).await?;
-    let header = upstream_header(
-        service,
-        session,
-        &admitted,
-        endpoint,
-        UpstreamBody {
-            length: upstream_body.len(),
-            streaming,
-        },
-        credential.expose(),
-    )?;
+    let user_agent = session
+        .req_header()
+        .headers
+        .get(http::header::USER_AGENT)
+        .cloned();
+    let body_facts = UpstreamBody {
+        length: upstream_body.len(),
+        streaming,
+    };
+    let build_header = || {
+        upstream_header(
+            service,
+            user_agent.as_ref(),
+            &admitted,
+            endpoint,
+            &body_facts,
+            credential.expose(),
+        )
+    };
     let mut overhead = work.elapsed();
 
     let mut exchange = service
         .upstreams
-        .send(provider, header, upstream_body)
+        .send(provider, &build_header, upstream_body)
         .await?;
     let status = exchange
         .session
@@ -169,10 +157,11 @@ pub async fn forward(
     });
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(&service.rates, tokens.input + tokens.output);
+    let price = admitted.price;
     record_usage(
         service,
         &view,
-        &admitted,
+        admitted.route,
         endpoint,
         tokens,
         admission.reservation.settle(cost_micros),
@@ -183,7 +172,8 @@ pub async fn forward(
     overhead += work.elapsed();
     observe(
         service,
-        &admitted,
+        provider,
+        price,
         Outcome {
             status,
             tokens,
@@ -248,25 +238,6 @@ async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Refusal> 
             Err(_) => return Err(Refusal::BadRequest("cannot read the request body".into())),
         }
     }
-}
-
-/// The body with the provider's model name and, for streams, usage reporting requested.
-fn rewrite(body: &[u8], upstream_model: &str, inject_usage: bool) -> Result<Bytes, Refusal> {
-    let mut value: Value = serde_json::from_slice(body)
-        .map_err(|_| Refusal::BadRequest("the body must be a JSON object".into()))?;
-    let object = value
-        .as_object_mut()
-        .ok_or_else(|| Refusal::BadRequest("the body must be a JSON object".into()))?;
-    object.insert("model".into(), Value::String(upstream_model.to_owned()));
-    if inject_usage {
-        let options = object.entry("stream_options").or_insert_with(|| json!({}));
-        if let Some(options) = options.as_object_mut() {
-            options.insert("include_usage".into(), Value::Bool(true));
-        }
-    }
-    serde_json::to_vec(&value)
-        .map(Bytes::from)
-        .map_err(|_| Refusal::BadRequest("the body cannot be re-encoded".into()))
 }
 
 /// Holds the request's estimated cost in every budget that covers it: the key's own,
@@ -348,7 +319,7 @@ fn budget_warning_header(warnings: &[BudgetWarning]) -> Option<String> {
 fn record_usage(
     service: &ProxyService,
     view: &KeyView,
-    admitted: &Admitted,
+    route: Route,
     endpoint: Endpoint,
     tokens: Tokens,
     budget: Option<BudgetHold>,
@@ -356,15 +327,13 @@ fn record_usage(
     let now = now_ms();
     service.usage.record(UsageRecord {
         record_id: new_id(IdKind::Usage, now),
-        tenant_id: view.key.tenant_id.clone(),
-        agent_id: view.key.agent_id.clone(),
-        model_provider: admitted.route.provider,
-        model_name: admitted.route.upstream_model.clone(),
+        key: view.key.clone(),
+        model_provider: route.provider,
+        model_name: route.upstream_model,
         request_type: endpoint.request_type(),
         input_tokens: tokens.input,
         output_tokens: tokens.output,
-        recorded_at: Timestamp::from_millis(now).to_string(),
-        api_key_id: view.key.id.clone(),
+        recorded_at: Timestamp::from_millis(now),
         budget,
     });
 }
@@ -378,7 +347,8 @@ struct Outcome {
 
 fn observe(
     service: &ProxyService,
-    admitted: &Admitted,
+    provider: Provider,
+    price: Option<&'static ModelPrice>,
     Outcome {
         status,
         tokens,
@@ -387,36 +357,24 @@ fn observe(
     total: Duration,
     overhead: Duration,
 ) {
-    let provider = admitted.route.provider;
     let metrics = &service.metrics;
     metrics
         .requests
         .with_label_values(&[
             provider.as_str(),
-            model_label(admitted.price),
+            model_label(price),
             status_class(status),
             "forwarded",
         ])
         .inc();
-    metrics
-        .duration
-        .with_label_values(&[provider.as_str()])
-        .observe(total.as_secs_f64());
+    let per_provider = metrics.provider(provider);
+    per_provider.duration.observe(total.as_secs_f64());
     metrics.overhead.observe(overhead.as_secs_f64());
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
-    metrics
-        .tokens
-        .with_label_values(&[provider.as_str(), "input"])
-        .inc_by(count(tokens.input));
-    metrics
-        .tokens
-        .with_label_values(&[provider.as_str(), "output"])
-        .inc_by(count(tokens.output));
-    if admitted.price.is_some() {
-        metrics
-            .cost_micros
-            .with_label_values(&[provider.as_str()])
-            .inc_by(count(cost_micros));
+    per_provider.input_tokens.inc_by(count(tokens.input));
+    per_provider.output_tokens.inc_by(count(tokens.output));
+    if price.is_some() {
+        per_provider.cost_micros.inc_by(count(cost_micros));
     }
 }
 

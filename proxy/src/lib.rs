@@ -20,6 +20,7 @@ pub mod policy_gate;
 pub mod rate_limit;
 pub mod refusal;
 pub mod relay;
+pub mod request_body;
 pub mod routing;
 pub mod service;
 pub mod state;

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use warden_shared::registry::Provider;
+
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -31,6 +33,17 @@ pub struct ProxyMetrics {
     pub managed_key_reads: IntCounterVec,
     pub decisions_dropped: IntCounter,
     pub decisions_flush_failures: IntCounter,
+    /// Each provider's series of `duration`, `tokens` and `cost_micros`, looked up once
+    /// here rather than by label on every request.
+    by_provider: Arc<[ProviderMetrics; 5]>,
+}
+
+/// One provider's children of the per-provider metric families.
+pub struct ProviderMetrics {
+    pub duration: Histogram,
+    pub input_tokens: IntCounter,
+    pub output_tokens: IntCounter,
+    pub cost_micros: IntCounter,
 }
 
 impl ProxyMetrics {
@@ -126,6 +139,15 @@ impl ProxyMetrics {
                 ),
                 &["outcome"],
             )?,
+            by_provider: Arc::new(Provider::ALL.map(|provider| {
+                let name = provider.as_str();
+                ProviderMetrics {
+                    duration: duration.with_label_values(&[name]),
+                    input_tokens: tokens.with_label_values(&[name, "input"]),
+                    output_tokens: tokens.with_label_values(&[name, "output"]),
+                    cost_micros: cost_micros.with_label_values(&[name]),
+                }
+            })),
             registry: Arc::new(registry),
             requests,
             duration,
@@ -165,6 +187,14 @@ impl ProxyMetrics {
             r.register(Box::new(counter.clone()))?;
         }
         Ok(())
+    }
+
+    pub fn provider(&self, provider: Provider) -> &ProviderMetrics {
+        let index = Provider::ALL
+            .iter()
+            .position(|p| *p == provider)
+            .unwrap_or(0);
+        &self.by_provider[index]
     }
 
     /// The text exposition of every metric.

@@ -152,7 +152,7 @@ fn downstream_header(
 ) -> Option<ResponseHeader> {
     let upstream = exchange.session.response_header();
     let status = upstream.map_or(502, |h| h.status.as_u16());
-    let mut header = ResponseHeader::build(status, Some(8)).ok()?;
+    let mut header = ResponseHeader::build_no_case(status, Some(8)).ok()?;
     if let Some(upstream) = upstream {
         for (name, value) in &upstream.headers {
             let name = name.as_str();

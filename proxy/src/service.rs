@@ -147,7 +147,7 @@ impl ProxyService {
 /// Answers with `refusal`'s status and body (and `Retry-After` when it has one).
 pub async fn respond_refusal(session: &mut Session, refusal: &Refusal) {
     let body = Bytes::from(refusal.body());
-    let Ok(mut header) = ResponseHeader::build(refusal.status(), Some(4)) else {
+    let Ok(mut header) = ResponseHeader::build_no_case(refusal.status(), Some(4)) else {
         return;
     };
     let _ = header.insert_header(http::header::CONTENT_TYPE, "application/json");
@@ -165,7 +165,7 @@ pub async fn respond_refusal(session: &mut Session, refusal: &Refusal) {
 }
 
 pub async fn respond(session: &mut Session, status: u16, content_type: &str, body: Bytes) {
-    let Ok(mut header) = ResponseHeader::build(status, Some(3)) else {
+    let Ok(mut header) = ResponseHeader::build_no_case(status, Some(3)) else {
         return;
     };
     let _ = header.insert_header(http::header::CONTENT_TYPE, content_type);

@@ -113,12 +113,14 @@ impl Upstreams {
         self.targets.get(&provider)
     }
 
-    /// Sends `header` and `body` to `provider` and waits for the response header. A pooled
-    /// connection the provider closed meanwhile is retried once on a fresh one.
+    /// Sends the header `build` makes and `body` to `provider` and waits for the response
+    /// header. A pooled connection the provider closed meanwhile is retried once on a
+    /// fresh one, with a header built anew (pingora keeps the one it wrote; building is
+    /// cheaper than cloning one for every request in case of a retry).
     pub async fn send(
         &self,
         provider: Provider,
-        header: RequestHeader,
+        build: &(dyn Fn() -> Result<RequestHeader, Refusal> + Sync),
         body: Bytes,
     ) -> Result<Exchange, Refusal> {
         let target = self
@@ -140,7 +142,7 @@ impl Upstreams {
             // session (pingora's proxy phases do); a pooled session keeps the last ones.
             session.set_read_timeout(Some(self.first_byte_timeout));
             session.set_write_timeout(Some(self.idle_timeout));
-            match exchange(&mut session, header.clone(), body.clone()).await {
+            match exchange(&mut session, build()?, body.clone()).await {
                 Ok(()) => {
                     session.set_read_timeout(Some(self.idle_timeout));
                     return Ok(Exchange { session, peer });

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use http::HeaderValue;
 use pingora::http::RequestHeader;
-use pingora::proxy::Session;
 use warden_shared::registry::Provider;
 use warden_shared::secret::Secret;
 
@@ -22,10 +22,10 @@ pub struct UpstreamBody {
 
 pub fn upstream_header(
     service: &ProxyService,
-    session: &Session,
+    user_agent: Option<&HeaderValue>,
     admitted: &Admitted,
     endpoint: Endpoint,
-    UpstreamBody { length, streaming }: UpstreamBody,
+    &UpstreamBody { length, streaming }: &UpstreamBody,
     credential: &str,
 ) -> Result<RequestHeader, Refusal> {
     let provider = admitted.route.provider;
@@ -36,17 +36,21 @@ pub fn upstream_header(
     let path = format!("{}{}", target.path_prefix, endpoint.path());
     let build = |header: &mut RequestHeader| -> pingora::Result<()> {
         header.insert_header(http::header::HOST, target.authority())?;
-        header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+        // pingora copies a `&str` value; static values are shared instead.
+        header.insert_header(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )?;
         header.insert_header(http::header::CONTENT_LENGTH, length.to_string())?;
         header.insert_header(
             http::header::ACCEPT,
-            if streaming {
+            HeaderValue::from_static(if streaming {
                 "text/event-stream"
             } else {
                 "application/json"
-            },
+            }),
         )?;
-        if let Some(agent) = session.req_header().headers.get(http::header::USER_AGENT) {
+        if let Some(agent) = user_agent {
             header.insert_header(http::header::USER_AGENT, agent.clone())?;
         }
         match provider {
@@ -60,7 +64,7 @@ pub fn upstream_header(
         }
         Ok(())
     };
-    let mut header = RequestHeader::build("POST", path.as_bytes(), Some(8))
+    let mut header = RequestHeader::build_no_case("POST", path.as_bytes(), Some(8))
         .map_err(|_| Refusal::BadRequest("cannot build the upstream request".into()))?;
     build(&mut header)
         .map_err(|_| Refusal::BadRequest("cannot build the upstream request".into()))?;

@@ -1,6 +1,8 @@
 //! Token usage from a provider's answer: the `usage` object of a JSON response, or of the
 //! final chunk of a server-sent-events stream.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 /// Tokens of one request.
@@ -50,25 +52,26 @@ pub fn from_json(body: &[u8]) -> Option<Tokens> {
         .map(|usage| usage.tokens())
 }
 
-/// A stream chunk, read only as far as usage and the text it carries.
+/// A stream chunk, read only as far as usage and the text it carries (borrowed from
+/// the event unless it has escapes).
 #[derive(Deserialize)]
-struct Chunk {
+struct Chunk<'a> {
     #[serde(default)]
     usage: Option<UsageField>,
-    #[serde(default)]
-    choices: Option<Vec<Choice>>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<Choice<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct Choice {
-    #[serde(default)]
-    delta: Option<ChoiceDelta>,
+struct Choice<'a> {
+    #[serde(borrow, default)]
+    delta: Option<ChoiceDelta<'a>>,
 }
 
 #[derive(Deserialize)]
-struct ChoiceDelta {
-    #[serde(default)]
-    content: Option<String>,
+struct ChoiceDelta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
 }
 
 /// What one stream event says.
@@ -155,6 +158,8 @@ mod tests {
                 content_chars: 0
             })
         );
+        let escaped = chunk_facts(br#"{"choices":[{"delta":{"content":"a\"b\u00e9"}}]}"#);
+        assert_eq!(escaped.map(|facts| facts.content_chars), Some(4));
         assert_eq!(chunk_facts(b"[DONE]"), None);
     }
 }

@@ -10,14 +10,13 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio::sync::mpsc;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
 use crate::budget::{Budgets, FigureSource};
-use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
+use crate::flush::{next_batch, now_ms, post_until_answered, Batch, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// The request path's handle on the queue.
@@ -36,7 +35,7 @@ impl UsageSink {
                 self.metrics.usage_dropped.inc();
                 finished(&record);
                 tracing::error!(
-                    tenant_id = %record.tenant_id,
+                    tenant_id = %record.key.tenant_id,
                     "usage queue full (control plane unreachable for long?); record dropped"
                 );
             }
@@ -86,6 +85,17 @@ pub async fn flush_forever(
     }
 }
 
+/// The parts of the ledger's acknowledgement the proxy reads.
+#[derive(Default, serde::Deserialize)]
+struct UsageAck {
+    #[serde(default)]
+    rejected: i64,
+    #[serde(default)]
+    errors: serde_json::Value,
+    #[serde(default)]
+    spend: Vec<ScopeSpend>,
+}
+
 /// Sends `batch` until the ledger answers for it; returns the budget scopes' new totals
 /// it acknowledged with (`None`: the batch was refused whole).
 async fn send_until_acknowledged(
@@ -95,12 +105,18 @@ async fn send_until_acknowledged(
     metrics: &ProxyMetrics,
 ) -> Option<Vec<ScopeSpend>> {
     let batch_id = new_id(IdKind::Usage, now_ms());
-    let body = json!({ "batch_id": batch_id, "records": batch });
+    let body = Batch {
+        batch_id: &batch_id,
+        field: "records",
+        items: batch,
+    }
+    .to_body()?;
     metrics.usage_in_flight.set(batch.len() as i64);
-    let ack = post_until_answered(
+    let ack: Option<UsageAck> = post_until_answered(
         client,
         target,
-        &body,
+        &batch_id,
+        body,
         "usage",
         &metrics.usage_flush_failures,
     )
@@ -110,12 +126,11 @@ async fn send_until_acknowledged(
         metrics.usage_dropped.inc_by(batch.len() as u64);
         return None;
     };
-    let rejected = ack["data"]["rejected"].as_i64().unwrap_or(0);
-    if rejected > 0 {
+    if ack.rejected > 0 {
         // Refused records (an agent deleted meanwhile, say) would be refused again: log
         // them instead of retrying forever.
-        tracing::warn!(%batch_id, rejected, errors = %ack["data"]["errors"], "ledger refused usage records");
+        tracing::warn!(%batch_id, rejected = ack.rejected, errors = %ack.errors, "ledger refused usage records");
     }
     metrics.usage_flushed.inc_by(batch.len() as u64);
-    Some(serde_json::from_value(ack["data"]["spend"].clone()).unwrap_or_default())
+    Some(ack.spend)
 }

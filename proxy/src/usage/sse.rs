@@ -27,17 +27,31 @@ impl SseRelay {
     }
 
     /// Takes bytes from the provider and returns what to send on: every complete event,
-    /// byte for byte, except a stripped usage chunk. An incomplete event waits.
-    pub fn push(&mut self, chunk: &[u8]) -> Bytes {
-        self.pending.extend_from_slice(chunk);
-        let mut out = BytesMut::new();
-        while let Some(end) = event_end(&self.pending) {
-            let event = self.pending.split_to(end);
-            if self.keep(&event) {
-                out.extend_from_slice(&event);
+    /// byte for byte, except a stripped usage chunk. An incomplete event waits. When the
+    /// chunk holds whole events that all pass (the usual case), the provider's own bytes
+    /// are passed on without a copy.
+    pub fn push(&mut self, chunk: &Bytes) -> Bytes {
+        let input = if self.pending.is_empty() {
+            chunk.clone()
+        } else {
+            self.pending.extend_from_slice(chunk);
+            self.pending.split().freeze()
+        };
+        let mut at = 0;
+        // The kept events' bytes, gathered only once an event is stripped.
+        let mut gathered: Option<BytesMut> = None;
+        while let Some(end) = event_end(&input[at..]) {
+            let event = &input[at..at + end];
+            let keep = self.keep(event);
+            match (&mut gathered, keep) {
+                (Some(out), true) => out.extend_from_slice(event),
+                (None, false) => gathered = Some(BytesMut::from(&input[..at])),
+                _ => {}
             }
+            at += end;
         }
-        out.freeze()
+        self.pending.extend_from_slice(&input[at..]);
+        gathered.map_or_else(|| input.slice(..at), BytesMut::freeze)
     }
 
     /// The rest at the end of the stream (an event without its final blank line).
@@ -71,20 +85,19 @@ impl SseRelay {
     }
 }
 
-/// The length of the first complete event (up to and including its blank line).
+/// The length of the first complete event (up to and including the blank line that
+/// ends it; lines end in LF or CRLF).
 fn event_end(buffer: &[u8]) -> Option<usize> {
-    let lf = buffer
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .map(|at| at + 2);
-    let crlf = buffer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|at| at + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    let mut from = 0;
+    while let Some(offset) = buffer[from..].iter().position(|b| *b == b'\n') {
+        let at = from + offset;
+        match buffer.get(at + 1) {
+            Some(b'\n') => return Some(at + 2),
+            Some(b'\r') if buffer.get(at + 2) == Some(&b'\n') => return Some(at + 3),
+            _ => from = at + 1,
+        }
     }
+    None
 }
 
 #[cfg(test)]
@@ -101,7 +114,7 @@ mod tests {
     fn relay_in_pieces(relay: &mut SseRelay, size: usize) -> Vec<u8> {
         let mut out = Vec::new();
         for piece in STREAM.as_bytes().chunks(size) {
-            out.extend_from_slice(&relay.push(piece));
+            out.extend_from_slice(&relay.push(&Bytes::copy_from_slice(piece)));
         }
         out.extend_from_slice(&relay.finish());
         out
@@ -125,25 +138,47 @@ mod tests {
 
     #[test]
     fn the_injected_usage_chunk_is_removed() {
-        let mut relay = SseRelay::new(true);
-        let out = String::from_utf8(relay_in_pieces(&mut relay, 5)).unwrap_or_default();
-        assert!(!out.contains("prompt_tokens"), "{out}");
-        assert!(out.contains("\"Hel\"") && out.ends_with("data: [DONE]\n\n"));
+        for size in [1, 5, 64, 4096] {
+            let mut relay = SseRelay::new(true);
+            let out = String::from_utf8(relay_in_pieces(&mut relay, size)).unwrap_or_default();
+            assert!(!out.contains("prompt_tokens"), "{out}");
+            assert!(out.contains("\"Hel\"") && out.ends_with("data: [DONE]\n\n"));
+            assert_eq!(
+                out.len(),
+                STREAM.len() - STREAM.lines().nth(4).map_or(0, |l| l.len() + 2)
+            );
+            assert_eq!(
+                relay.usage,
+                Some(Tokens {
+                    input: 7,
+                    output: 2
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn whole_events_that_all_pass_are_relayed_without_a_copy() {
+        let mut relay = SseRelay::new(false);
+        let chunk = Bytes::from_static(STREAM.as_bytes());
+        let out = relay.push(&chunk);
+        assert_eq!(out.as_ptr(), chunk.as_ptr());
+        assert_eq!(out.len(), chunk.len());
+        // An event cut in two waits for its end, then goes on whole.
+        let mut relay = SseRelay::new(false);
+        assert!(relay.push(&Bytes::from_static(b"data: [DO")).is_empty());
         assert_eq!(
-            relay.usage,
-            Some(Tokens {
-                input: 7,
-                output: 2
-            })
+            &relay.push(&Bytes::from_static(b"NE]\n\n"))[..],
+            b"data: [DONE]\n\n"
         );
     }
 
     #[test]
     fn crlf_events_are_understood() {
         let mut relay = SseRelay::new(true);
-        let out = relay.push(
+        let out = relay.push(&Bytes::from_static(
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\r\n\r\ndata: [DONE]\r\n\r\n",
-        );
+        ));
         assert_eq!(&out[..], b"data: [DONE]\r\n\r\n");
         assert!(relay.usage.is_some());
     }
