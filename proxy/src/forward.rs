@@ -127,11 +127,9 @@ pub async fn forward(
         .send(provider, &build_header, upstream_body)
         .await?;
     let status = exchange
-        .session
         .response_header()
         .map_or(502, |h| h.status.as_u16());
     let is_event_stream = exchange
-        .session
         .response_header()
         .and_then(|h| h.headers.get(http::header::CONTENT_TYPE))
         .and_then(|v| v.to_str().ok())

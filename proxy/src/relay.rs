@@ -54,7 +54,7 @@ pub async fn relay_stream(
         return outcome(&relay, false);
     }
     loop {
-        match exchange.session.read_response_body().await {
+        match exchange.read_body().await {
             Ok(Some(chunk)) => {
                 let out = relay.push(&chunk);
                 if !out.is_empty() && session.write_response_body(Some(out), false).await.is_err() {
@@ -89,7 +89,7 @@ pub async fn relay_whole(
     let mut body = BytesMut::new();
     let mut complete = true;
     loop {
-        match exchange.session.read_response_body().await {
+        match exchange.read_body().await {
             Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RESPONSE_BYTES => {
                 body.extend_from_slice(&chunk);
             }
@@ -150,7 +150,7 @@ fn downstream_header(
     length: Option<usize>,
     budget_warning: Option<&str>,
 ) -> Option<ResponseHeader> {
-    let upstream = exchange.session.response_header();
+    let upstream = exchange.response_header();
     let status = upstream.map_or(502, |h| h.status.as_u16());
     let mut header = ResponseHeader::build_no_case(status, Some(8)).ok()?;
     if let Some(upstream) = upstream {

@@ -1,7 +1,8 @@
 //! When things go wrong upstream or downstream: timeouts, unreachable providers, a client
 //! that hangs up mid-stream (the provider is cancelled, the usage still counted).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -73,5 +74,87 @@ db_test!(
         .await;
         assert!(summary["data"]["total_input_tokens"].as_i64().unwrap() > 0);
         assert!(summary["data"]["total_output_tokens"].as_i64().unwrap() > 0);
+    }
+);
+
+/// A provider that answers the first request on each connection and keeps it alive, but
+/// drops the connection, unanswered, when a second request arrives on it: what a proxy
+/// sees when a provider closes an idle pooled connection just as it is reused.
+async fn provider_dropping_reused_connections() -> (MockProvider, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                for answered in 0.. {
+                    // Read one request: its header, then `content-length` bytes.
+                    let mut buffer = Vec::new();
+                    let header_end = loop {
+                        let mut chunk = [0u8; 4096];
+                        let n = socket.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..header_end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|line| line.strip_prefix("content-length:"))
+                        .and_then(|value| value.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buffer.len() < header_end + length {
+                        let mut chunk = [0u8; 4096];
+                        let n = socket.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                    }
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    if answered == 1 {
+                        return; // dropped, unanswered
+                    }
+                    let body = r#"{"id":"c","object":"chat.completion","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    socket.write_all(response.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    });
+    let provider = MockProvider {
+        base,
+        received: Default::default(),
+        abandoned: Default::default(),
+    };
+    (provider, requests)
+}
+
+db_test!(
+    a_pooled_connection_the_provider_drops_is_retried_once_on_a_new_one,
+    |app| {
+        let (provider, requests) = provider_dropping_reused_connections().await;
+        let proxy = TestProxy::start(&app, &provider).await;
+        let (_, raw_key, _) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "pooled" }))
+            .await;
+        for _ in 0..2 {
+            let response = proxy.chat(&raw_key, simple_chat("gpt-4o-mini")).await;
+            assert_eq!(response.status().as_u16(), 200);
+        }
+        // The second request reached the provider twice: on the pooled connection it
+        // dropped, then on a new one.
+        assert_eq!(requests.load(Ordering::SeqCst), 3);
     }
 );
