@@ -181,7 +181,9 @@ pub async fn insert_api_key(
 pub const TENANT_TABLES: &[&str] = &[
     "budget_alerts",
     "budget_limits",
-    "policy_evaluations",
+    "policy_decisions",
+    "policy_result_set_members",
+    "policy_result_sets",
     "approvals",
     "policies",
     "proxy_keys",
@@ -228,7 +230,9 @@ fn delete_statement(table: &str) -> &'static str {
     match table {
         "budget_alerts" => "DELETE FROM budget_alerts WHERE tenant_id = $1",
         "budget_limits" => "DELETE FROM budget_limits WHERE tenant_id = $1",
-        "policy_evaluations" => "DELETE FROM policy_evaluations WHERE tenant_id = $1",
+        "policy_decisions" => "DELETE FROM policy_decisions WHERE tenant_id = $1",
+        "policy_result_set_members" => "DELETE FROM policy_result_set_members WHERE tenant_id = $1",
+        "policy_result_sets" => "DELETE FROM policy_result_sets WHERE tenant_id = $1",
         "approvals" => "DELETE FROM approvals WHERE tenant_id = $1",
         "policies" => "DELETE FROM policies WHERE tenant_id = $1",
         "proxy_keys" => "DELETE FROM proxy_keys WHERE tenant_id = $1",

@@ -46,8 +46,31 @@ db_test!(
             .map(|e| e["index"].as_i64().unwrap())
             .collect();
         assert_eq!(indexes, [7, 257, 507, 757]);
-        let fails = expect_status(app.get("/policy-evaluations?result=fail", key).await, 200).await;
+        let fails = expect_status(
+            app.get("/policy-evaluations?result=fail&limit=100", key)
+                .await,
+            200,
+        )
+        .await;
         assert_eq!(fails["meta"]["total"], json!(10));
+        let mut failed: Vec<&str> = fails["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["request_id"].as_str().unwrap())
+            .collect();
+        failed.sort_unstable();
+        let mut expected: Vec<String> = (0..10).map(|i| format!("req-{}", i * 100)).collect();
+        expected.sort_unstable();
+        assert_eq!(failed, expected);
+        // Decisions that came out alike share their results: two sets for 995 decisions.
+        let sets: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM policy_result_sets WHERE tenant_id = $1")
+                .bind(&tenant.id)
+                .fetch_one(app.db.pool())
+                .await
+                .unwrap();
+        assert_eq!(sets, 2);
         assert_eq!(
             app.audit_events(&tenant.id, "1")
                 .await
@@ -59,8 +82,18 @@ db_test!(
         // The same batch again (a retried flush) writes nothing and audits nothing.
         let again = send().await;
         assert_eq!(again["evaluations_written"], json!(0), "{again}");
-        let all = expect_status(app.get("/policy-evaluations", key).await, 200).await;
+        let all = expect_status(app.get("/policy-evaluations?limit=6", key).await, 200).await;
         assert_eq!(all["meta"]["total"], json!(3 * 995));
+        // Each record is its own: ids unique, results in the policies' order.
+        let page = all["data"].as_array().unwrap();
+        let ids: std::collections::HashSet<i64> =
+            page.iter().map(|e| e["id"].as_i64().unwrap()).collect();
+        assert_eq!(ids.len(), 6);
+        let policies: Vec<i64> = page
+            .iter()
+            .map(|e| e["policy_id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(policies, [1, 2, 3, 1, 2, 3]);
         assert_eq!(app.audit_events(&tenant.id, "1").await.len(), 10);
     }
 );

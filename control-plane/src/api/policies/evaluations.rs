@@ -1,9 +1,11 @@
-//! Policy evaluation records (`/policy-evaluations`): one row per policy per proxy
-//! decision, reported by the proxies after the fact (never on the request path). A
+//! Policy evaluation records (`/policy-evaluations`): per-policy results of proxy
+//! decisions, reported by the proxies after the fact (never on the request path). Each
+//! decision is a row pointing at a result set that identical decisions share (see
+//! migration 0017); the records listed are a decision's set's members. A
 //! `fail` also writes a `policy.violated` audit event, once: a resent report finds its
 //! evaluation ids taken and writes nothing.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use axum::extract::State;
 use axum::response::Response;
@@ -52,72 +54,236 @@ pub struct ReportedResult {
     pub reason: Option<Text<0, 1000>>,
 }
 
-/// Bound values per evaluation row.
-const COLUMNS: usize = 12;
+/// Bound values per decision row and per result set member.
+const DECISION_COLUMNS: usize = 7;
+const MEMBER_COLUMNS: usize = 8;
 
-/// Writes the results of `reports` (each with its tenant id) with a few multi-row
-/// inserts; returns how many were new. A proxy under load reports every policy of every
-/// request, so one statement per row could not keep up (its bounded queue then dropped
-/// reports).
+/// The API id of a decision's result: unique, and in the order results were recorded.
+const POSITIONS_PER_DECISION: i64 = 1 << 20;
+
+/// Writes `reports` (each with its tenant id): a decision row each, pointing at the
+/// tenant's result set for its results (created the first time those results are seen).
+/// Returns how many results were new. A report whose request id the tenant already has
+/// (a resent batch) writes nothing, so its failures are not audited twice.
 pub async fn record_evaluations(
     tx: &mut WriteTx,
     reports: &[(&str, &EvaluationReport)],
 ) -> Result<usize, sqlx::Error> {
-    let rows: Vec<(&str, String, &EvaluationReport, &ReportedResult)> = reports
+    let digests: Vec<String> = reports
         .iter()
-        .flat_map(|(tenant_id, report)| {
-            report.results.iter().map(move |result| {
-                let evaluation_id = format!("{}:{}", report.request_id.as_str(), result.policy_id);
-                (*tenant_id, evaluation_id, *report, result)
-            })
+        .map(|(_, report)| digest(&report.results))
+        .collect();
+    let sets = result_sets(tx, reports, &digests).await?;
+    let mut inserted: HashSet<(String, String)> = HashSet::new();
+    let rows: Vec<(&str, &EvaluationReport, i64)> = reports
+        .iter()
+        .zip(&digests)
+        .filter_map(|((tenant_id, report), digest)| {
+            let set_id = sets.get(&(*tenant_id, digest.as_str()))?;
+            Some((*tenant_id, *report, *set_id))
         })
         .collect();
-    let mut written = 0;
-    let per_statement = crate::ledger::rows_per_statement(tx, COLUMNS);
-    for chunk in rows.chunks(per_statement) {
+    for chunk in rows.chunks(crate::ledger::rows_per_statement(tx, DECISION_COLUMNS)) {
         let sql = crate::ledger::for_backend(
             tx,
             format!(
-                "INSERT INTO policy_evaluations (tenant_id, evaluation_id, request_id, policy_id, \
-             policy_name, policy_type, agent_id, provider, model, result, reason, evaluated_at) \
-             VALUES {} ON CONFLICT (tenant_id, evaluation_id) DO NOTHING \
-             RETURNING tenant_id, evaluation_id",
-                crate::ledger::placeholders(chunk.len(), COLUMNS, 1)
+                "INSERT INTO policy_decisions (tenant_id, request_id, agent_id, provider, model, \
+                 evaluated_at, result_set_id) VALUES {} \
+                 ON CONFLICT (tenant_id, request_id) DO NOTHING RETURNING tenant_id, request_id",
+                crate::ledger::placeholders(chunk.len(), DECISION_COLUMNS, 1)
             ),
         );
         let mut query = sqlx::query(&sql);
-        for (tenant_id, evaluation_id, report, result) in chunk {
+        for (tenant_id, report, set_id) in chunk {
             query = query
                 .bind(*tenant_id)
-                .bind(evaluation_id.as_str())
                 .bind(report.request_id.as_str())
-                .bind(result.policy_id)
-                .bind(result.policy_name.as_str())
-                .bind(result.policy_type.as_str())
                 .bind(report.agent_id.as_str())
                 .bind(report.provider.as_str())
                 .bind(report.model.as_str())
-                .bind(result.result.as_str())
-                .bind(result.reason.as_ref().map(Text::as_str))
-                .bind(report.evaluated_at.as_millis());
+                .bind(report.evaluated_at.as_millis())
+                .bind(*set_id);
         }
-        let inserted: HashSet<(String, String)> = query
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("evaluation_id")?)))
-            .collect::<Result<_, sqlx::Error>>()?;
-        written += inserted.len();
-        // A new `fail` is audited once; a resent report's rows were not inserted.
-        for (tenant_id, evaluation_id, report, result) in chunk {
-            if result.result == Outcome::Fail
-                && inserted.contains(&((*tenant_id).to_owned(), evaluation_id.clone()))
-            {
-                audit_violation(tx, tenant_id, report, result).await?;
-            }
+        for row in query.fetch_all(&mut **tx).await? {
+            inserted.insert((row.try_get("tenant_id")?, row.try_get("request_id")?));
+        }
+    }
+    let mut written = 0;
+    for (tenant_id, report) in reports {
+        // Each new decision once: a batch may carry the same request twice.
+        let key = (
+            (*tenant_id).to_owned(),
+            report.request_id.as_str().to_owned(),
+        );
+        if !inserted.remove(&key) {
+            continue;
+        }
+        written += report.results.len();
+        for result in report.results.iter().filter(|r| r.result == Outcome::Fail) {
+            audit_violation(tx, tenant_id, report, result).await?;
         }
     }
     Ok(written)
+}
+
+/// A stable digest of a decision's results, in order: decisions that came out the same
+/// share a result set.
+fn digest(results: &[ReportedResult]) -> String {
+    use std::fmt::Write;
+    let mut canonical = String::with_capacity(results.len() * 64);
+    for result in results {
+        let reason = result.reason.as_ref().map(Text::as_str);
+        let _ = write!(canonical, "{}:", result.policy_id);
+        // Each text after its length, so no two different lists encode alike.
+        for field in [
+            result.policy_name.as_str(),
+            result.policy_type.as_str(),
+            result.result.as_str(),
+            reason.unwrap_or(""),
+        ] {
+            let _ = write!(canonical, "{}:{field}", field.len());
+        }
+        canonical.push(if reason.is_some() { '+' } else { '-' });
+    }
+    warden_shared::keys::hash_credential(&canonical)
+}
+
+/// The result set id of every `(tenant, digest)` in the batch, creating (with their
+/// members) the sets not seen before. Another replica may create the same set at the
+/// same time: the unique digest decides, and the loser reads the winner's id.
+async fn result_sets<'a>(
+    tx: &mut WriteTx,
+    reports: &[(&'a str, &EvaluationReport)],
+    digests: &'a [String],
+) -> Result<HashMap<(&'a str, &'a str), i64>, sqlx::Error> {
+    // The first report of each distinct set, for its results.
+    let mut wanted: HashMap<(&str, &str), &EvaluationReport> = HashMap::new();
+    for ((tenant_id, report), digest) in reports.iter().zip(digests) {
+        wanted
+            .entry((*tenant_id, digest.as_str()))
+            .or_insert(*report);
+    }
+    let mut found: HashMap<(&str, &str), i64> = HashMap::new();
+    let mut keys: Vec<(&str, &str)> = wanted.keys().copied().collect();
+    keys.sort_unstable();
+    // Existing sets, then the missing ones created, then those another writer created.
+    for create in [false, true, false] {
+        let missing: Vec<(&str, &str)> = keys
+            .iter()
+            .copied()
+            .filter(|key| !found.contains_key(key))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        let ids = if create {
+            create_sets(tx, &missing, &wanted).await?
+        } else {
+            find_sets(tx, &missing).await?
+        };
+        for (key, id) in ids {
+            if let Some(key) = missing
+                .iter()
+                .find(|k| **k == (key.0.as_str(), key.1.as_str()))
+            {
+                found.insert(*key, id);
+            }
+        }
+    }
+    Ok(found)
+}
+
+async fn find_sets(
+    tx: &mut WriteTx,
+    keys: &[(&str, &str)],
+) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
+    let mut ids = Vec::new();
+    for chunk in keys.chunks(crate::ledger::rows_per_statement(tx, 2)) {
+        let sql = crate::ledger::for_backend(
+            tx,
+            format!(
+                "SELECT id, tenant_id, digest FROM policy_result_sets \
+                 WHERE (tenant_id, digest) IN (VALUES {})",
+                crate::ledger::placeholders(chunk.len(), 2, 1)
+            ),
+        );
+        let mut query = sqlx::query(&sql);
+        for (tenant_id, digest) in chunk {
+            query = query.bind(*tenant_id).bind(*digest);
+        }
+        for row in query.fetch_all(&mut **tx).await? {
+            ids.push((
+                (row.try_get("tenant_id")?, row.try_get("digest")?),
+                row.try_get("id")?,
+            ));
+        }
+    }
+    Ok(ids)
+}
+
+async fn create_sets(
+    tx: &mut WriteTx,
+    keys: &[(&str, &str)],
+    wanted: &HashMap<(&str, &str), &EvaluationReport>,
+) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
+    let mut created = Vec::new();
+    for chunk in keys.chunks(crate::ledger::rows_per_statement(tx, 2)) {
+        let sql = crate::ledger::for_backend(
+            tx,
+            format!(
+                "INSERT INTO policy_result_sets (tenant_id, digest) VALUES {} \
+                 ON CONFLICT (tenant_id, digest) DO NOTHING RETURNING id, tenant_id, digest",
+                crate::ledger::placeholders(chunk.len(), 2, 1)
+            ),
+        );
+        let mut query = sqlx::query(&sql);
+        for (tenant_id, digest) in chunk {
+            query = query.bind(*tenant_id).bind(*digest);
+        }
+        for row in query.fetch_all(&mut **tx).await? {
+            created.push((
+                (row.try_get("tenant_id")?, row.try_get("digest")?),
+                row.try_get("id")?,
+            ));
+        }
+    }
+    let mut members: Vec<(i64, &str, i64, &ReportedResult)> = Vec::new();
+    for ((tenant_id, digest), set_id) in &created {
+        let Some((tenant_id, report)) = wanted
+            .iter()
+            .find(|((t, d), _)| t == tenant_id && d == digest)
+            .map(|((t, _), report)| (*t, *report))
+        else {
+            continue;
+        };
+        for (position, result) in (0..).zip(&report.results) {
+            members.push((*set_id, tenant_id, position, result));
+        }
+    }
+    for chunk in members.chunks(crate::ledger::rows_per_statement(tx, MEMBER_COLUMNS)) {
+        let sql = crate::ledger::for_backend(
+            tx,
+            format!(
+                "INSERT INTO policy_result_set_members (set_id, position, tenant_id, policy_id, \
+                 policy_name, policy_type, result, reason) VALUES {}",
+                crate::ledger::placeholders(chunk.len(), MEMBER_COLUMNS, 1)
+            ),
+        );
+        let mut query = sqlx::query(&sql);
+        for (set_id, tenant_id, position, result) in chunk {
+            query = query
+                .bind(*set_id)
+                .bind(*position)
+                .bind(*tenant_id)
+                .bind(result.policy_id)
+                .bind(result.policy_name.as_str())
+                .bind(result.policy_type.as_str())
+                .bind(result.result.as_str())
+                .bind(result.reason.as_ref().map(Text::as_str));
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(created)
 }
 
 async fn audit_violation(
@@ -152,6 +318,7 @@ async fn audit_violation(
 /// An evaluation record as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PolicyEvaluation {
+    /// Unique and stable: the decision's id times 2^20 plus the result's position in it.
     pub id: i64,
     pub policy_id: i64,
     pub policy_name: String,
@@ -195,13 +362,15 @@ pub async fn list_evaluations(
     .try_into()?;
     let result = query.result.map(Outcome::as_str);
     let agent_id = query.agent_id.as_ref().map(Text::as_str);
-    const FILTER: &str = "WHERE tenant_id = $1 AND ($2 IS NULL OR policy_id = $2) \
-         AND ($3 IS NULL OR agent_id = $3) AND ($4 IS NULL OR result = $4)";
+    const FROM: &str = "FROM policy_decisions d \
+         JOIN policy_result_set_members r ON r.set_id = d.result_set_id \
+         WHERE d.tenant_id = $1 AND ($2 IS NULL OR r.policy_id = $2) \
+         AND ($3 IS NULL OR d.agent_id = $3) AND ($4 IS NULL OR r.result = $4)";
     let pool = state.db.pool();
     let rows = sqlx::query(&format!(
-        "SELECT id, policy_id, policy_name, policy_type, result, reason, agent_id, provider, \
-         model, request_id, evaluated_at FROM policy_evaluations {FILTER} \
-         ORDER BY evaluated_at DESC, id DESC LIMIT $5 OFFSET $6"
+        "SELECT d.id AS decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
+         r.result, r.reason, d.agent_id, d.provider, d.model, d.request_id, d.evaluated_at \
+         {FROM} ORDER BY d.evaluated_at DESC, d.id DESC, r.position LIMIT $5 OFFSET $6"
     ))
     .bind(&caller.tenant_id)
     .bind(query.policy_id)
@@ -211,14 +380,13 @@ pub async fn list_evaluations(
     .bind(page.offset())
     .fetch_all(pool)
     .await?;
-    let total: i64 =
-        sqlx::query_scalar(&format!("SELECT COUNT(*) FROM policy_evaluations {FILTER}"))
-            .bind(&caller.tenant_id)
-            .bind(query.policy_id)
-            .bind(agent_id)
-            .bind(result)
-            .fetch_one(pool)
-            .await?;
+    let total: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) {FROM}"))
+        .bind(&caller.tenant_id)
+        .bind(query.policy_id)
+        .bind(agent_id)
+        .bind(result)
+        .fetch_one(pool)
+        .await?;
     let evaluations = rows
         .iter()
         .map(evaluation_from_row)
@@ -228,7 +396,8 @@ pub async fn list_evaluations(
 
 fn evaluation_from_row(row: &AnyRow) -> Result<PolicyEvaluation, sqlx::Error> {
     Ok(PolicyEvaluation {
-        id: row.try_get("id")?,
+        id: row.try_get::<i64, _>("decision_id")? * POSITIONS_PER_DECISION
+            + row.try_get::<i64, _>("position")?,
         policy_id: row.try_get("policy_id")?,
         policy_name: row.try_get("policy_name")?,
         policy_type: row.try_get("policy_type")?,
