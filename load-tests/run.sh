@@ -145,9 +145,13 @@ sleep 2
 printf '\nwith 10 policies and a budget limit:\n'
 for stream in 0 1; do
   label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
-  read -r p_rps p_p50 p_p99 _ p_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
+  before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
+  read -r p_rps p_p50 p_p99 p_total p_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
+  after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
   printf '%-28s %12s %10s %10s %9s\n' "warden+policies ($label)" "$p_rps" "$p_p50" "$p_p99" "$p_bad"
-  awk -v p="$p_rps" -v w="${WARDEN_RPS[$label]}" -v label="$label" 'BEGIN {
-    printf "  with/without policies throughput %.2f (target at least 0.90) (%s)\n", p / w, label }'
+  awk -v p="$p_rps" -v w="${WARDEN_RPS[$label]}" -v t="$p_total" -v c="$((after - before))" \
+      -v cp="$((cp_after - cp_before))" -v hz="$(getconf CLK_TCK)" -v label="$label" 'BEGIN {
+    printf "  with/without policies throughput %.2f (target at least 0.90); proxy CPU %.1f us/request, control plane %.1f us/request (%s)\n",
+      p / w, (c / hz) / t * 1e6, (cp / hz) / t * 1e6, label }'
 done
 echo "decision reports dropped by the proxy: $(curl -s "http://$PROXY/metrics" | awk '/^warden_proxy_policy_decisions_dropped_total/ {print $2}')"
