@@ -13,6 +13,7 @@ use warden_shared::ids::{new_id, IdKind};
 
 use warden_shared::policy::{Outcome, Policy, PolicyResult, PolicyType};
 use warden_shared::registry::Provider;
+use warden_shared::timestamp::Timestamp;
 
 use crate::flush::{next_batch, now_ms, post_until_answered, Batch, FlushTarget};
 use crate::metrics::ProxyMetrics;
@@ -35,8 +36,8 @@ pub struct EvaluationReport {
     pub agent_id: String,
     pub provider: Provider,
     pub model: String,
-    /// RFC 3339.
-    pub evaluated_at: String,
+    /// Written as RFC 3339 when the batch is serialized, off the request path.
+    pub evaluated_at: Timestamp,
     /// What was evaluated; `results[i]` is `policies[i]`'s.
     pub policies: Arc<Vec<Policy>>,
     pub results: Vec<PolicyResult>,
@@ -52,33 +53,38 @@ impl Serialize for EvaluationReport {
             result: Outcome,
             reason: Option<&'a str>,
         }
+        /// The results with their policies' names, written as they are read.
+        struct Results<'a>(&'a EvaluationReport);
+        impl Serialize for Results<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let report = self.0;
+                serializer.collect_seq(report.policies.iter().zip(&report.results).map(
+                    |(policy, result)| Named {
+                        policy_id: result.policy_id,
+                        policy_name: &policy.name,
+                        policy_type: result.policy_type,
+                        result: result.result,
+                        reason: result.reason.as_deref(),
+                    },
+                ))
+            }
+        }
         #[derive(Serialize)]
         struct Wire<'a> {
             request_id: &'a str,
             agent_id: &'a str,
             provider: Provider,
             model: &'a str,
-            evaluated_at: &'a str,
-            results: Vec<Named<'a>>,
+            evaluated_at: Timestamp,
+            results: Results<'a>,
         }
         Wire {
             request_id: &self.request_id,
             agent_id: &self.agent_id,
             provider: self.provider,
             model: &self.model,
-            evaluated_at: &self.evaluated_at,
-            results: self
-                .policies
-                .iter()
-                .zip(&self.results)
-                .map(|(policy, result)| Named {
-                    policy_id: result.policy_id,
-                    policy_name: &policy.name,
-                    policy_type: result.policy_type,
-                    result: result.result,
-                    reason: result.reason.as_deref(),
-                })
-                .collect(),
+            evaluated_at: self.evaluated_at,
+            results: Results(self),
         }
         .serialize(serializer)
     }

@@ -142,7 +142,7 @@ pub fn check(
             agent_id: agent.id.clone(),
             provider: request.provider,
             model: admitted.requested_model.clone(),
-            evaluated_at: Timestamp::from_millis(now_ms).to_string(),
+            evaluated_at: Timestamp::from_millis(now_ms),
             policies,
             results: evaluation.results,
         },

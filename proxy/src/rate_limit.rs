@@ -16,9 +16,11 @@ use std::sync::Mutex;
 
 use dashmap::DashMap;
 
+/// Windows by policy, then by bucket: a lookup borrows the bucket name (the request path
+/// allocates a key only for a bucket's first request).
 #[derive(Default)]
 pub struct RateWindows {
-    windows: DashMap<(i64, String), Mutex<Window>>,
+    windows: DashMap<i64, DashMap<String, Mutex<Window>>>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -55,41 +57,56 @@ impl RateWindows {
     /// The counts before this request, and counts the request in the same step.
     pub fn count_request(&self, policy_id: i64, bucket: &str, now_ms: i64) -> (i64, i64) {
         let minute = minute_of(now_ms);
-        let entry = self
-            .windows
-            .entry((policy_id, bucket.to_owned()))
-            .or_default();
-        let mut window = lock(&entry);
-        let window = window.at(minute);
-        let before = (window.requests, window.tokens);
-        window.requests += 1;
-        before
+        let count = |window: &Mutex<Window>| {
+            let mut window = lock(window);
+            let window = window.at(minute);
+            let before = (window.requests, window.tokens);
+            window.requests += 1;
+            before
+        };
+        if let Some(buckets) = self.windows.get(&policy_id) {
+            if let Some(window) = buckets.get(bucket) {
+                return count(&window);
+            }
+        }
+        let buckets = self.windows.entry(policy_id).or_default();
+        let window = buckets.entry(bucket.to_owned()).or_default();
+        count(&window)
+    }
+
+    /// The window of `policy_id` and `bucket`, if it was ever counted.
+    fn with_window(&self, policy_id: i64, bucket: &str, f: impl FnOnce(&mut Window)) {
+        if let Some(buckets) = self.windows.get(&policy_id) {
+            if let Some(window) = buckets.get(bucket) {
+                f(&mut lock(&window));
+            }
+        }
     }
 
     /// Gives back a request counted by [`RateWindows::count_request`] in `minute`.
     pub fn uncount_request(&self, policy_id: i64, bucket: &str, minute: i64) {
-        if let Some(entry) = self.windows.get(&(policy_id, bucket.to_owned())) {
-            let mut window = lock(&entry);
+        self.with_window(policy_id, bucket, |window| {
             if window.minute == minute {
                 window.requests -= 1;
             }
-        }
+        });
     }
 
     /// Adds a finished request's tokens to the minute it started in.
     pub fn add_tokens(&self, policy_id: i64, bucket: &str, minute: i64, tokens: i64) {
-        if let Some(entry) = self.windows.get(&(policy_id, bucket.to_owned())) {
-            let mut window = lock(&entry);
+        self.with_window(policy_id, bucket, |window| {
             if window.minute == minute {
                 window.tokens += tokens;
             }
-        }
+        });
     }
 
     /// Drops windows of minutes before `minute` (called now and then, not per request).
     pub fn forget_before(&self, minute: i64) {
-        self.windows
-            .retain(|_, window| lock(window).minute >= minute);
+        self.windows.retain(|_, buckets| {
+            buckets.retain(|_, window| lock(window).minute >= minute);
+            !buckets.is_empty()
+        });
     }
 }
 
