@@ -131,11 +131,29 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// Deserializes one item of a batch, kept as text (`RawValue`) until now so that each
 /// item can fail alone; a wrong shape is a 422 naming the field.
 pub fn parse_raw<T: DeserializeOwned>(raw: &serde_json::value::RawValue) -> Result<T, ApiError> {
+    parse_raw_at(raw, "")
+}
+
+/// As [`parse_raw`], for a value found at `prefix` within its item (errors name
+/// `prefix` and the path below it).
+pub fn parse_raw_at<T: DeserializeOwned>(
+    raw: &serde_json::value::RawValue,
+    prefix: &str,
+) -> Result<T, ApiError> {
     if let Ok(value) = serde_json::from_str(raw.get()) {
         return Ok(value);
     }
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    serde_path_to_error::deserialize(&mut deserializer).map_err(path_error)
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let path = match (prefix, path.as_str()) {
+            ("", _) => path,
+            (_, "." | "") => prefix.to_owned(),
+            (_, below) if below.starts_with('[') => format!("{prefix}{below}"),
+            (_, below) => format!("{prefix}.{below}"),
+        };
+        field_error(&path, &error.into_inner().to_string())
+    })
 }
 
 fn path_error(error: serde_path_to_error::Error<serde_json::Error>) -> ApiError {

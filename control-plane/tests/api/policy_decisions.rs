@@ -97,3 +97,41 @@ db_test!(
         assert_eq!(app.audit_events(&tenant.id, "1").await.len(), 10);
     }
 );
+
+db_test!(
+    a_decision_with_malformed_results_is_refused_alone_naming_the_field,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": "odd" }))
+            .await;
+        let decision = |request: &str, result: &str| {
+            json!({ "tenant_id": tenant.id, "evaluation": {
+                "request_id": request, "agent_id": agent["id"], "provider": "openai",
+                "model": "gpt-4o", "evaluated_at": "2026-11-23T10:00:00Z",
+                "results": [{ "policy_id": 1, "policy_name": "one",
+                    "policy_type": "model_allowlist", "result": result, "reason": null }] } })
+        };
+        let ack = report_decisions(
+            &app,
+            "mixed",
+            &[
+                decision("a", "maybe"),
+                decision("b", "pass"),
+                decision("c", "maybe"),
+            ],
+        )
+        .await;
+        assert_eq!(ack["evaluations_written"], json!(1), "{ack}");
+        let errors = ack["errors"].as_array().unwrap();
+        assert_eq!(errors.len(), 2, "{ack}");
+        assert_eq!(errors[0]["index"], json!(0));
+        assert_eq!(errors[1]["index"], json!(2));
+        assert!(
+            errors[0]
+                .to_string()
+                .contains("evaluation.results[0].result"),
+            "{ack}"
+        );
+    }
+);

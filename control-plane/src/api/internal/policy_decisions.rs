@@ -19,7 +19,7 @@ use super::ServiceCaller;
 use crate::api::approvals::{store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS};
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_raw, ApiJson};
-use crate::api::policies::{record_evaluations, EvaluationReport};
+use crate::api::policies::{record_evaluations, EvaluationReport, ResultList};
 use crate::api::telemetry::ItemError;
 use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
@@ -89,7 +89,11 @@ pub async fn ingest_policy_decisions(
     let mut tx = state.db.begin_write().await?;
     // A batch is mostly a few agents' requests: each agent is looked up once.
     let mut teams: HashMap<(String, String), Option<Option<String>>> = HashMap::new();
-    let mut placed: Vec<(usize, ProxyDecision, Option<String>)> = Vec::new();
+    let mut placed: Vec<(usize, ProxyDecision, Option<String>, usize)> = Vec::new();
+    // Each distinct results list is parsed and checked once: most decisions of a batch
+    // carry the same one.
+    let mut lists: Vec<ResultList> = Vec::new();
+    let mut list_of_text: HashMap<String, usize> = HashMap::new();
     for (index, raw) in batch.decisions.into_iter().enumerate() {
         let decision = match parse_raw::<ProxyDecision>(&raw) {
             Ok(decision) => decision,
@@ -97,6 +101,21 @@ pub async fn ingest_policy_decisions(
                 ack.errors.push(ItemError::from_api_error(index, error));
                 continue;
             }
+        };
+        let text = decision.evaluation.results.get();
+        let list = match list_of_text.get(text) {
+            Some(list) => *list,
+            None => match ResultList::parse(&decision.evaluation.results) {
+                Ok(parsed) => {
+                    lists.push(parsed);
+                    list_of_text.insert(text.to_owned(), lists.len() - 1);
+                    lists.len() - 1
+                }
+                Err(error) => {
+                    ack.errors.push(ItemError::from_api_error(index, error));
+                    continue;
+                }
+            },
         };
         let key = (
             decision.tenant_id.as_str().to_owned(),
@@ -126,14 +145,20 @@ pub async fn ingest_policy_decisions(
             ));
             continue;
         };
-        placed.push((index, decision, team_id));
+        placed.push((index, decision, team_id, list));
     }
-    let reports: Vec<(&str, &EvaluationReport)> = placed
+    let reports: Vec<(&str, &EvaluationReport, &ResultList)> = placed
         .iter()
-        .map(|(_, decision, _)| (decision.tenant_id.as_str(), &decision.evaluation))
+        .map(|(_, decision, _, list)| {
+            (
+                decision.tenant_id.as_str(),
+                &decision.evaluation,
+                &lists[*list],
+            )
+        })
         .collect();
     ack.evaluations_written = record_evaluations(&mut tx, &reports).await?;
-    for (index, decision, team_id) in &placed {
+    for (index, decision, team_id, _) in &placed {
         let Some(ask) = &decision.approval else {
             continue;
         };

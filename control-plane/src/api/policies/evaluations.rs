@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use serde_json::value::RawValue;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 use utoipa::{IntoParams, ToSchema};
@@ -19,12 +20,12 @@ use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Page, PageQuery, Paged};
-use crate::api::extract::ApiQuery;
+use crate::api::extract::{parse_raw_at, ApiQuery};
 use crate::api::validate::Text;
 use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
 use crate::db::WriteTx;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// One proxy decision: who asked for what, and every policy's result.
@@ -38,7 +39,28 @@ pub struct EvaluationReport {
     pub model: Text<1, 200>,
     #[schema(value_type = String, format = DateTime)]
     pub evaluated_at: Timestamp,
+    /// Kept as text: most of a batch's decisions carry the same list, which is parsed
+    /// and checked once per batch ([`ResultList::parse`]).
+    #[schema(value_type = Vec<ReportedResult>)]
+    pub results: Box<RawValue>,
+}
+
+/// A decision's results, parsed and checked, with the digest that names its result set.
+#[derive(Debug)]
+pub struct ResultList {
     pub results: Vec<ReportedResult>,
+    pub digest: String,
+}
+
+impl ResultList {
+    /// Parses a report's `results`; a wrong shape is a 422 naming the field.
+    pub fn parse(raw: &RawValue) -> Result<ResultList, ApiError> {
+        let results: Vec<ReportedResult> = parse_raw_at(raw, "evaluation.results")?;
+        Ok(ResultList {
+            digest: digest(&results),
+            results,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -67,19 +89,14 @@ const POSITIONS_PER_DECISION: i64 = 1 << 20;
 /// (a resent batch) writes nothing, so its failures are not audited twice.
 pub async fn record_evaluations(
     tx: &mut WriteTx,
-    reports: &[(&str, &EvaluationReport)],
+    reports: &[(&str, &EvaluationReport, &ResultList)],
 ) -> Result<usize, sqlx::Error> {
-    let digests: Vec<String> = reports
-        .iter()
-        .map(|(_, report)| digest(&report.results))
-        .collect();
-    let sets = result_sets(tx, reports, &digests).await?;
+    let sets = result_sets(tx, reports).await?;
     let mut inserted: HashSet<(String, String)> = HashSet::new();
     let rows: Vec<(&str, &EvaluationReport, i64)> = reports
         .iter()
-        .zip(&digests)
-        .filter_map(|((tenant_id, report), digest)| {
-            let set_id = sets.get(&(*tenant_id, digest.as_str()))?;
+        .filter_map(|(tenant_id, report, list)| {
+            let set_id = sets.get(&(*tenant_id, list.digest.as_str()))?;
             Some((*tenant_id, *report, *set_id))
         })
         .collect();
@@ -109,7 +126,7 @@ pub async fn record_evaluations(
         }
     }
     let mut written = 0;
-    for (tenant_id, report) in reports {
+    for (tenant_id, report, list) in reports {
         // Each new decision once: a batch may carry the same request twice.
         let key = (
             (*tenant_id).to_owned(),
@@ -118,8 +135,8 @@ pub async fn record_evaluations(
         if !inserted.remove(&key) {
             continue;
         }
-        written += report.results.len();
-        for result in report.results.iter().filter(|r| r.result == Outcome::Fail) {
+        written += list.results.len();
+        for result in list.results.iter().filter(|r| r.result == Outcome::Fail) {
             audit_violation(tx, tenant_id, report, result).await?;
         }
     }
@@ -153,15 +170,14 @@ fn digest(results: &[ReportedResult]) -> String {
 /// same time: the unique digest decides, and the loser reads the winner's id.
 async fn result_sets<'a>(
     tx: &mut WriteTx,
-    reports: &[(&'a str, &EvaluationReport)],
-    digests: &'a [String],
+    reports: &[(&'a str, &EvaluationReport, &'a ResultList)],
 ) -> Result<HashMap<(&'a str, &'a str), i64>, sqlx::Error> {
-    // The first report of each distinct set, for its results.
-    let mut wanted: HashMap<(&str, &str), &EvaluationReport> = HashMap::new();
-    for ((tenant_id, report), digest) in reports.iter().zip(digests) {
+    // Each distinct set once, with its results.
+    let mut wanted: HashMap<(&str, &str), &ResultList> = HashMap::new();
+    for (tenant_id, _, list) in reports {
         wanted
-            .entry((*tenant_id, digest.as_str()))
-            .or_insert(*report);
+            .entry((*tenant_id, list.digest.as_str()))
+            .or_insert(*list);
     }
     let mut found: HashMap<(&str, &str), i64> = HashMap::new();
     let mut keys: Vec<(&str, &str)> = wanted.keys().copied().collect();
@@ -224,7 +240,7 @@ async fn find_sets(
 async fn create_sets(
     tx: &mut WriteTx,
     keys: &[(&str, &str)],
-    wanted: &HashMap<(&str, &str), &EvaluationReport>,
+    wanted: &HashMap<(&str, &str), &ResultList>,
 ) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
     let mut created = Vec::new();
     for chunk in keys.chunks(crate::ledger::rows_per_statement(tx, 2)) {
@@ -249,14 +265,14 @@ async fn create_sets(
     }
     let mut members: Vec<(i64, &str, i64, &ReportedResult)> = Vec::new();
     for ((tenant_id, digest), set_id) in &created {
-        let Some((tenant_id, report)) = wanted
+        let Some((tenant_id, list)) = wanted
             .iter()
             .find(|((t, d), _)| t == tenant_id && d == digest)
-            .map(|((t, _), report)| (*t, *report))
+            .map(|((t, _), list)| (*t, *list))
         else {
             continue;
         };
-        for (position, result) in (0..).zip(&report.results) {
+        for (position, result) in (0..).zip(&list.results) {
             members.push((*set_id, tenant_id, position, result));
         }
     }
