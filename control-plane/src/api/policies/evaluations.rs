@@ -3,7 +3,7 @@
 //! decision is a row pointing at a result set that identical decisions share (see
 //! migration 0017); the records listed are a decision's set's members. A
 //! `fail` also writes a `policy.violated` audit event, once: a resent report finds its
-//! evaluation ids taken and writes nothing.
+//! request id taken and writes nothing.
 
 use std::collections::{HashMap, HashSet};
 
