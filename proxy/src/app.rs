@@ -172,12 +172,7 @@ impl ProxyApp {
             ..
         } = self;
         let budgets = state.budgets.clone();
-        let follower = tokio::spawn(sync::follow_forever(
-            stream,
-            client.clone(),
-            state,
-            metrics.clone(),
-        ));
+        let follower = sync::spawn_follower(stream, state, metrics.clone())?;
         let decision_flusher = tokio::spawn(decisions::flush_forever(
             decisions,
             decisions_flush,
@@ -224,7 +219,7 @@ impl ProxyApp {
         })
         .await;
         connections.abort_all();
-        follower.abort();
+        drop(follower);
         forgetter.abort();
         // The last handle on the usage queue goes with the proxy; the flushers then send
         // what is left and end.

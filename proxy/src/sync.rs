@@ -24,6 +24,58 @@ pub struct StreamSource {
     pub service_token: String,
 }
 
+/// The follower's own thread (see [`spawn_follower`]); dropping this ends it. It holds
+/// no state of its own: the proxy keeps what it applied.
+pub struct Follower {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Follows the stream on a thread of its own, with its own single-threaded runtime and
+/// HTTP client, until the returned [`Follower`] is dropped. Everything the enforcement state holds is
+/// allocated while applying the stream; on one thread it comes from one allocator
+/// arena. Followed from the runtime's worker threads, a snapshot of 100,000 keys left
+/// the proxy anywhere between 100 and 190 MiB resident, depending on how the load
+/// happened to spread over glibc's per-thread arenas; on one thread, about 100 to 120.
+pub fn spawn_follower(
+    source: StreamSource,
+    state: Arc<EnforcementState>,
+    metrics: ProxyMetrics,
+) -> std::io::Result<Follower> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("warden-state".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let client = match reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .build()
+                {
+                    Ok(client) => client,
+                    Err(error) => {
+                        tracing::error!(%error, "cannot build the state stream's HTTP client");
+                        return;
+                    }
+                };
+                tokio::select! {
+                    () = follow_forever(source, client, state, metrics) => {}
+                    _ = stopped => {}
+                }
+            });
+        })?;
+    Ok(Follower { stop: Some(stop) })
+}
+
 /// Follows the stream until the task is dropped.
 pub async fn follow_forever(
     source: StreamSource,
