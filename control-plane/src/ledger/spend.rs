@@ -3,10 +3,10 @@
 //! streams rows whose `updated_at` changed (see `crate::proxy_state`).
 //!
 //! Scopes are strings so one table serves every kind of budget
-//! (`warden_shared::budget`): `key:<api_key_id>` for every record a proxy key carried,
-//! and `tenant`, `team:<id>` and `agent:<id>` only while a budget limit or a
-//! `budget_limit` policy names them, so a tenant without budgets costs the ledger no
-//! extra rows. [`track_scope`] starts a scope with its month-to-date spend summed from
+//! (`warden_shared::budget`): `key:<api_key_id>` for records of proxy keys created with
+//! a `budget_limit_usd`, and `tenant`, `team:<id>` and `agent:<id>` only while a budget
+//! limit or a `budget_limit` policy names them, so usage without budgets costs the
+//! ledger no extra rows. [`track_scope`] starts a scope with its month-to-date spend summed from
 //! the daily rollups when a budget first names it.
 //!
 //! A batch reads which scopes are budgeted after it took its tenants' ledger lock
@@ -39,6 +39,7 @@ pub(super) async fn add(
     tenants.sort_unstable();
     tenants.dedup();
     let budgeted = budgeted_scopes(tx, &tenants).await?;
+    let keys_with_budget = keys_with_budget(tx, records).await?;
     let mut sums: HashMap<(&str, String, i64), (i64, i64)> = HashMap::new();
     for (entry, _, team_id, cost_micros, _) in records {
         let month = entry.recorded_at.month_start();
@@ -48,7 +49,9 @@ pub(super) async fn add(
             sum.1 += cost_micros;
         };
         if let Some(api_key_id) = entry.api_key_id {
-            add_to(key_scope(api_key_id));
+            if keys_with_budget.contains(&(entry.tenant_id, api_key_id)) {
+                add_to(key_scope(api_key_id));
+            }
         }
         let Some(scopes) = budgeted.get(entry.tenant_id) else {
             continue;
@@ -105,6 +108,48 @@ pub(super) async fn add(
         alerts::record_crossings(tx, &budgeted_tenants, &totals, now).await?;
     }
     Ok(totals)
+}
+
+/// The records' proxy keys that have a `budget_limit_usd`: only their spend is kept. A
+/// key's budget is set when it is created and never changes, so a key without one never
+/// needs its month's spend, and a record always arrives after its key's row exists.
+async fn keys_with_budget<'r>(
+    tx: &mut WriteTx,
+    records: &[Record<'_, 'r>],
+) -> Result<HashSet<(&'r str, &'r str)>, sqlx::Error> {
+    let mut keys: Vec<(&str, &str)> = records
+        .iter()
+        .filter_map(|(entry, ..)| Some((entry.tenant_id, entry.api_key_id?)))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut with_budget = HashSet::new();
+    for chunk in keys.chunks(rows_per_statement(tx, 2)) {
+        let sql = super::for_backend(
+            tx,
+            format!(
+                "SELECT tenant_id, api_key_id FROM proxy_keys \
+                 WHERE budget_limit_micros IS NOT NULL AND (tenant_id, api_key_id) IN (VALUES {})",
+                placeholders(chunk.len(), 2, 1)
+            ),
+        );
+        let mut query = sqlx::query(&sql);
+        for (tenant_id, api_key_id) in chunk {
+            query = query.bind(*tenant_id).bind(*api_key_id);
+        }
+        let found: HashSet<(String, String)> = query
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("api_key_id")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        with_budget.extend(
+            chunk
+                .iter()
+                .filter(|(t, k)| found.contains(&((*t).to_owned(), (*k).to_owned()))),
+        );
+    }
+    Ok(with_budget)
 }
 
 /// The `tenant`, `team:` and `agent:` scopes that `tenants`' budget limits and

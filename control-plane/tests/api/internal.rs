@@ -247,3 +247,48 @@ db_test!(concurrent_batches_over_the_same_rollups_all_land, |app| {
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(app.count_rows("usage_records", &tenant.id).await, 1600);
 });
+
+db_test!(only_keys_with_a_budget_have_their_spend_tracked, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let mut keys = Vec::new();
+    for body in [
+        json!({ "developer_label": "capped", "budget_limit_usd": 10 }),
+        json!({ "developer_label": "uncapped" }),
+    ] {
+        let created =
+            expect_status(app.post("/proxy-keys", &tenant.admin_key, body).await, 201).await;
+        keys.push((
+            created["data"]["api_key_id"].as_str().unwrap().to_owned(),
+            created["data"]["agent_id"].as_str().unwrap().to_owned(),
+        ));
+    }
+    let now = app.clock.now().as_millis();
+    let records: Vec<Value> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, (key, agent))| {
+            let mut record = record(&format!("k-{i}"), &tenant.id, agent, now, 0.5);
+            record["api_key_id"] = json!(key);
+            record
+        })
+        .collect();
+    let ack = expect_status(
+        ingest(
+            &app,
+            SERVICE_TOKEN,
+            &json!({ "batch_id": "keys", "records": records }),
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(ack["data"]["accepted"], json!(2), "{ack}");
+    let scopes: Vec<&str> = ack["data"]["spend"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["scope"].as_str().unwrap())
+        .collect();
+    assert_eq!(scopes, [format!("key:{}", keys[0].0)], "{ack}");
+    assert_eq!(ack["data"]["spend"][0]["cost_micros"], json!(500_000));
+});
