@@ -209,20 +209,17 @@ async fn result_sets<'a>(
     Ok(found)
 }
 
-async fn find_sets(
+/// Set ids by `(tenant, digest)`: `sql` holds `{}` where the pairs' placeholders go and
+/// returns `id, tenant_id, digest`.
+async fn set_ids(
     tx: &mut WriteTx,
     keys: &[(&str, &str)],
+    sql: fn(&str) -> String,
 ) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
     let mut ids = Vec::new();
     for chunk in keys.chunks(crate::ledger::rows_per_statement(tx, 2)) {
-        let sql = crate::ledger::for_backend(
-            tx,
-            format!(
-                "SELECT id, tenant_id, digest FROM policy_result_sets \
-                 WHERE (tenant_id, digest) IN (VALUES {})",
-                crate::ledger::placeholders(chunk.len(), 2, 1)
-            ),
-        );
+        let sql =
+            crate::ledger::for_backend(tx, sql(&crate::ledger::placeholders(chunk.len(), 2, 1)));
         let mut query = sqlx::query(&sql);
         for (tenant_id, digest) in chunk {
             query = query.bind(*tenant_id).bind(*digest);
@@ -237,32 +234,33 @@ async fn find_sets(
     Ok(ids)
 }
 
+async fn find_sets(
+    tx: &mut WriteTx,
+    keys: &[(&str, &str)],
+) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
+    set_ids(tx, keys, |pairs| {
+        format!(
+            "SELECT id, tenant_id, digest FROM policy_result_sets \
+             WHERE (tenant_id, digest) IN (VALUES {pairs})"
+        )
+    })
+    .await
+}
+
+/// Creates the sets of `keys` not created meanwhile by another writer, with their
+/// members; returns the ids of those it created.
 async fn create_sets(
     tx: &mut WriteTx,
     keys: &[(&str, &str)],
     wanted: &HashMap<(&str, &str), &ResultList>,
 ) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
-    let mut created = Vec::new();
-    for chunk in keys.chunks(crate::ledger::rows_per_statement(tx, 2)) {
-        let sql = crate::ledger::for_backend(
-            tx,
-            format!(
-                "INSERT INTO policy_result_sets (tenant_id, digest) VALUES {} \
-                 ON CONFLICT (tenant_id, digest) DO NOTHING RETURNING id, tenant_id, digest",
-                crate::ledger::placeholders(chunk.len(), 2, 1)
-            ),
-        );
-        let mut query = sqlx::query(&sql);
-        for (tenant_id, digest) in chunk {
-            query = query.bind(*tenant_id).bind(*digest);
-        }
-        for row in query.fetch_all(&mut **tx).await? {
-            created.push((
-                (row.try_get("tenant_id")?, row.try_get("digest")?),
-                row.try_get("id")?,
-            ));
-        }
-    }
+    let created = set_ids(tx, keys, |pairs| {
+        format!(
+            "INSERT INTO policy_result_sets (tenant_id, digest) VALUES {pairs} \
+             ON CONFLICT (tenant_id, digest) DO NOTHING RETURNING id, tenant_id, digest"
+        )
+    })
+    .await?;
     let mut members: Vec<(i64, &str, i64, &ReportedResult)> = Vec::new();
     for ((tenant_id, digest), set_id) in &created {
         let Some((tenant_id, list)) = wanted
