@@ -93,7 +93,8 @@ impl Object {
             self.out.push(b',');
         }
         self.empty = false;
-        self.out.extend_from_slice(&json_string(name));
+        // Escaped straight into the output; writing to memory cannot fail.
+        let _ = serde_json::to_writer(&mut self.out, name);
         self.out.push(b':');
         self.out.extend_from_slice(value);
     }

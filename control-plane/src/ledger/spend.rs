@@ -137,17 +137,13 @@ async fn keys_with_budget<'r>(
         for (tenant_id, api_key_id) in chunk {
             query = query.bind(*tenant_id).bind(*api_key_id);
         }
-        let found: HashSet<(String, String)> = query
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("api_key_id")?)))
-            .collect::<Result<_, sqlx::Error>>()?;
-        with_budget.extend(
-            chunk
-                .iter()
-                .filter(|(t, k)| found.contains(&((*t).to_owned(), (*k).to_owned()))),
-        );
+        for row in query.fetch_all(&mut **tx).await? {
+            let found: (String, String) = (row.try_get("tenant_id")?, row.try_get("api_key_id")?);
+            // The chunk is sorted: its own (borrowed) pair goes in the set.
+            if let Ok(at) = chunk.binary_search_by(|k| k.cmp(&(&found.0, &found.1))) {
+                with_budget.insert(chunk[at]);
+            }
+        }
     }
     Ok(with_budget)
 }

@@ -197,12 +197,9 @@ async fn result_sets<'a>(
         } else {
             find_sets(tx, &missing).await?
         };
-        for (key, id) in ids {
-            if let Some(key) = missing
-                .iter()
-                .find(|k| **k == (key.0.as_str(), key.1.as_str()))
-            {
-                found.insert(*key, id);
+        for ((tenant_id, digest), id) in ids {
+            if let Ok(at) = keys.binary_search_by(|k| k.cmp(&(&tenant_id, &digest))) {
+                found.insert(keys[at], id);
             }
         }
     }
@@ -263,11 +260,7 @@ async fn create_sets(
     .await?;
     let mut members: Vec<(i64, &str, i64, &ReportedResult)> = Vec::new();
     for ((tenant_id, digest), set_id) in &created {
-        let Some((tenant_id, list)) = wanted
-            .iter()
-            .find(|((t, d), _)| t == tenant_id && d == digest)
-            .map(|((t, _), list)| (*t, *list))
-        else {
+        let Some(list) = wanted.get(&(tenant_id.as_str(), digest.as_str())) else {
             continue;
         };
         for (position, result) in (0..).zip(&list.results) {
