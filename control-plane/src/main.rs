@@ -48,8 +48,13 @@ enum Command {
     },
 }
 
+/// jemalloc, for the reasons in [`warden_proxy::allocator`].
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    warden_proxy::allocator::configure();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Dev {

@@ -7,6 +7,7 @@
 //! request path reads only memory.
 
 pub mod admission;
+pub mod allocator;
 pub mod app;
 pub mod budget;
 pub mod buffered_io;

@@ -123,19 +123,24 @@ async fn follow_once(
             return Ok(applied);
         };
         pending.extend_from_slice(&chunk);
+        let mut snapshot_applied = false;
         while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            let message: StreamMessage = serde_json::from_slice(&line)
+            // Parsed where it lies: a snapshot line is tens of megabytes at 100,000 keys.
+            let message: StreamMessage = serde_json::from_slice(&pending[..end])
                 .map_err(|e| format!("unreadable state message: {e}"))?;
+            pending.drain(..=end);
+            snapshot_applied |= matches!(message, StreamMessage::Snapshot(_));
             state.apply(message, now_ms());
             applied = true;
             metrics.snapshot_version.set(state.version());
             metrics.keys_loaded.set(state.key_count() as i64);
         }
-        // A snapshot line is tens of megabytes with 100,000 keys; do not keep that much
-        // buffer for the small deltas that follow.
+        // Do not keep a snapshot's worth of buffer for the small deltas that follow.
         if pending.capacity() > 1 << 20 && pending.len() < 1 << 16 {
             pending.shrink_to_fit();
+        }
+        if snapshot_applied {
+            crate::allocator::release_freed_pages();
         }
     }
 }
