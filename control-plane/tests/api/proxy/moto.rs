@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -114,6 +115,13 @@ fn moto_python() -> PathBuf {
     }
     let home = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/moto");
     let python = home.join("bin/python");
+    if python.exists() {
+        return python;
+    }
+    // One install per process: the tests of both databases ask at once, and would share
+    // (and delete) each other's staging folder, named by the process.
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    let _installing = INSTALLING.lock().unwrap_or_else(PoisonError::into_inner);
     if python.exists() {
         return python;
     }
