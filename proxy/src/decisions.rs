@@ -5,9 +5,12 @@
 //! until it is acknowledged (evaluation ids and the pending-approval dedupe make a resent
 //! batch harmless). A full queue drops reports, counted, never blocking a request.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
-use std::sync::Arc;
 use tokio::sync::mpsc;
 use warden_shared::ids::{new_id, IdKind};
 
@@ -15,21 +18,20 @@ use warden_shared::policy::{Outcome, Policy, PolicyResult, PolicyType};
 use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
-use crate::flush::{next_batch, now_ms, post_until_answered, Batch, FlushTarget};
+use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
-/// One request's decision, as the internal endpoint takes it.
-#[derive(Debug, Clone, Serialize)]
+/// One request's decision.
+#[derive(Debug, Clone)]
 pub struct DecisionReport {
     pub tenant_id: String,
     pub evaluation: EvaluationReport,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalAsk>,
 }
 
 /// One request's evaluation. The policies come along as the shared list they were
 /// evaluated from (one reference count, not a copy of every name), and the names are
-/// written only when the flusher serializes the report, off the request path.
+/// written only when the flusher serializes the batch, off the request path.
 #[derive(Debug, Clone)]
 pub struct EvaluationReport {
     pub request_id: String,
@@ -43,7 +45,58 @@ pub struct EvaluationReport {
     pub results: Vec<PolicyResult>,
 }
 
-impl Serialize for EvaluationReport {
+/// The body of `POST /internal/v1/policy-decisions` for `reports`: each distinct list of
+/// results once, under `result_lists`, and each decision's `results` as the index of its
+/// list there. A batch's decisions mostly came out alike (the same policies, the same
+/// results), so this writes, sends and has the control plane parse one list of ten
+/// named results instead of hundreds. `None` only if serializing fails (it cannot).
+pub fn batch_body(batch_id: &str, reports: &[DecisionReport]) -> Option<Bytes> {
+    // Lists are told apart by the policy list they were evaluated from (shared, and kept
+    // alive by the reports, so its address names it) and their results.
+    type ListKey<'r> = (*const Vec<Policy>, &'r [PolicyResult]);
+    let mut lists: Vec<&EvaluationReport> = Vec::new();
+    let mut list_of: HashMap<ListKey<'_>, usize> = HashMap::new();
+    let mut list_indexes = Vec::with_capacity(reports.len());
+    for report in reports {
+        let evaluation = &report.evaluation;
+        let key = (
+            Arc::as_ptr(&evaluation.policies),
+            evaluation.results.as_slice(),
+        );
+        let next = lists.len();
+        let index = *list_of.entry(key).or_insert(next);
+        if index == next {
+            lists.push(evaluation);
+        }
+        list_indexes.push(index);
+    }
+    let body = BatchWire {
+        batch_id,
+        result_lists: ListsWire(&lists),
+        decisions: DecisionsWire(reports, &list_indexes),
+    };
+    serde_json::to_vec(&body).ok().map(Bytes::from)
+}
+
+#[derive(Serialize)]
+struct BatchWire<'a> {
+    batch_id: &'a str,
+    result_lists: ListsWire<'a>,
+    decisions: DecisionsWire<'a>,
+}
+
+/// The distinct lists, each written with its policies' names.
+struct ListsWire<'a>(&'a [&'a EvaluationReport]);
+
+impl Serialize for ListsWire<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|evaluation| NamedResults(evaluation)))
+    }
+}
+
+struct NamedResults<'a>(&'a EvaluationReport);
+
+impl Serialize for NamedResults<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Named<'a> {
@@ -53,40 +106,55 @@ impl Serialize for EvaluationReport {
             result: Outcome,
             reason: Option<&'a str>,
         }
-        /// The results with their policies' names, written as they are read.
-        struct Results<'a>(&'a EvaluationReport);
-        impl Serialize for Results<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let report = self.0;
-                serializer.collect_seq(report.policies.iter().zip(&report.results).map(
-                    |(policy, result)| Named {
-                        policy_id: result.policy_id,
-                        policy_name: &policy.name,
-                        policy_type: result.policy_type,
-                        result: result.result,
-                        reason: result.reason.as_deref(),
-                    },
-                ))
-            }
+        let evaluation = self.0;
+        serializer.collect_seq(evaluation.policies.iter().zip(&evaluation.results).map(
+            |(policy, result)| Named {
+                policy_id: result.policy_id,
+                policy_name: &policy.name,
+                policy_type: result.policy_type,
+                result: result.result,
+                reason: result.reason.as_deref(),
+            },
+        ))
+    }
+}
+
+/// The decisions, `list_indexes[i]` naming the list of `reports[i]`.
+struct DecisionsWire<'a>(&'a [DecisionReport], &'a [usize]);
+
+impl Serialize for DecisionsWire<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Decision<'a> {
+            tenant_id: &'a str,
+            evaluation: Evaluation<'a>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            approval: Option<&'a ApprovalAsk>,
         }
         #[derive(Serialize)]
-        struct Wire<'a> {
+        struct Evaluation<'a> {
             request_id: &'a str,
             agent_id: &'a str,
             provider: Provider,
             model: &'a str,
             evaluated_at: Timestamp,
-            results: Results<'a>,
+            results: usize,
         }
-        Wire {
-            request_id: &self.request_id,
-            agent_id: &self.agent_id,
-            provider: self.provider,
-            model: &self.model,
-            evaluated_at: self.evaluated_at,
-            results: Results(self),
-        }
-        .serialize(serializer)
+        serializer.collect_seq(self.0.iter().zip(self.1).map(|(report, list)| {
+            let evaluation = &report.evaluation;
+            Decision {
+                tenant_id: &report.tenant_id,
+                evaluation: Evaluation {
+                    request_id: &evaluation.request_id,
+                    agent_id: &evaluation.agent_id,
+                    provider: evaluation.provider,
+                    model: &evaluation.model,
+                    evaluated_at: evaluation.evaluated_at,
+                    results: *list,
+                },
+                approval: report.approval.as_ref(),
+            }
+        }))
     }
 }
 
@@ -129,12 +197,7 @@ pub async fn flush_forever(
     let mut batch = Vec::with_capacity(target.batch_size);
     while next_batch(&mut receiver, &mut batch, &target).await {
         let batch_id = new_id(IdKind::Usage, now_ms());
-        let body = Batch {
-            batch_id: &batch_id,
-            field: "decisions",
-            items: &batch,
-        }
-        .to_body();
+        let body = batch_body(&batch_id, &batch);
         let answered: Option<serde::de::IgnoredAny> = match body {
             Some(body) => {
                 post_until_answered(
@@ -152,5 +215,61 @@ pub async fn flush_forever(
         if answered.is_none() {
             metrics.decisions_dropped.inc_by(batch.len() as u64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_shared::policy::{PolicyConfig, Scope};
+
+    fn report(request: &str, policies: &Arc<Vec<Policy>>, result: Outcome) -> DecisionReport {
+        DecisionReport {
+            tenant_id: "ten_1".into(),
+            evaluation: EvaluationReport {
+                request_id: request.into(),
+                agent_id: "agt_1".into(),
+                provider: Provider::Openai,
+                model: "gpt-4o".into(),
+                evaluated_at: Timestamp::from_millis(0),
+                policies: policies.clone(),
+                results: vec![PolicyResult {
+                    policy_id: 7,
+                    policy_type: PolicyType::BlockProvider,
+                    result,
+                    reason: None,
+                }],
+            },
+            approval: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_sends_each_distinct_results_list_once() {
+        let policies = Arc::new(vec![Policy {
+            id: 7,
+            name: "no \"nvidia\"".into(),
+            scope: Scope::Global,
+            priority: 0,
+            config: PolicyConfig::BlockProvider {
+                providers: vec![Provider::Nvidia],
+            },
+        }]);
+        let reports = [
+            report("a", &policies, Outcome::Pass),
+            report("b", &policies, Outcome::Fail),
+            report("c", &policies, Outcome::Pass),
+        ];
+        let body = batch_body("batch_1", &reports).unwrap_or_default();
+        let body: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let lists = body["result_lists"].as_array().cloned().unwrap_or_default();
+        assert_eq!(lists.len(), 2, "{body}");
+        assert_eq!(lists[0][0]["policy_name"], "no \"nvidia\"");
+        assert_eq!(lists[1][0]["result"], "fail");
+        let named: Vec<&Value> = (0..3)
+            .map(|i| &body["decisions"][i]["evaluation"]["results"])
+            .collect();
+        assert_eq!(named, [0, 1, 0]);
+        assert_eq!(body["decisions"][1]["evaluation"]["request_id"], "b");
     }
 }

@@ -39,8 +39,9 @@ pub async fn next_batch<T>(
     true
 }
 
-/// A batch as the internal endpoints take it: its id and its items under `field`
-/// (`records`, `decisions`), serialized once, straight from the items.
+/// A batch as the usage endpoint takes it: its id and its items under `field`
+/// (`records`), serialized once, straight from the items. (Decision batches share their
+/// result lists: `crate::decisions::batch_body`.)
 pub struct Batch<'a, T> {
     pub batch_id: &'a str,
     pub field: &'static str,

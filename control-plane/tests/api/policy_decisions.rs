@@ -135,3 +135,95 @@ db_test!(
         );
     }
 );
+
+db_test!(
+    decisions_may_name_a_results_list_the_batch_sends_once,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let key = &tenant.admin_key;
+        let agent = app.register_agent(key, json!({ "name": "alike" })).await;
+        let list = |outcome: &str| {
+            json!([
+                { "policy_id": 1, "policy_name": "one", "policy_type": "model_allowlist", "result": outcome, "reason": null },
+                { "policy_id": 2, "policy_name": "two", "policy_type": "rate_limit", "result": "pass", "reason": null },
+            ])
+        };
+        let decision = |request: &str, results: Value| {
+            json!({ "tenant_id": tenant.id, "evaluation": {
+                "request_id": request, "agent_id": agent["id"], "provider": "openai",
+                "model": "gpt-4o", "evaluated_at": "2026-11-23T10:00:00Z", "results": results } })
+        };
+        let malformed = json!([{ "policy_id": 3, "policy_name": "", "policy_type": "rate_limit", "result": "pass" }]);
+        let batch = json!({
+            "batch_id": "shared",
+            "result_lists": [list("pass"), list("fail"), malformed],
+            "decisions": [
+                decision("a", json!(0)),
+                decision("b", json!(1)),
+                decision("c", json!(0)),
+                decision("d", json!(3)),
+                decision("e", json!(2)),
+                decision("f", list("pass")),
+            ],
+        });
+        let ack = expect_status(
+            app.client
+                .post(format!("{}/internal/v1/policy-decisions", app.base))
+                .bearer_auth(crate::helpers::SERVICE_TOKEN)
+                .json(&batch)
+                .send()
+                .await
+                .unwrap(),
+            200,
+        )
+        .await["data"]
+            .clone();
+        // Four decisions of two results each; the one naming no list and the one naming
+        // a malformed list are refused alone, each naming what is wrong.
+        assert_eq!(ack["evaluations_written"], json!(8), "{ack}");
+        let errors = ack["errors"].as_array().unwrap();
+        assert_eq!(errors.len(), 2, "{ack}");
+        assert_eq!(errors[0]["index"], json!(3));
+        assert!(
+            errors[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no list 3 in result_lists"),
+            "{ack}"
+        );
+        assert_eq!(errors[1]["index"], json!(4));
+        assert_eq!(
+            errors[1]["field"],
+            json!("result_lists[2][0].policy_name"),
+            "{ack}"
+        );
+        let fails = expect_status(app.get("/policy-evaluations?result=fail", key).await, 200).await;
+        assert_eq!(fails["meta"]["total"], json!(1), "{fails}");
+        assert_eq!(fails["data"][0]["request_id"], json!("b"));
+        assert_eq!(fails["data"][0]["policy_name"], json!("one"));
+        // A list sent once or written out is the same result set.
+        let sets: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM policy_result_sets WHERE tenant_id = $1")
+                .bind(&tenant.id)
+                .fetch_one(app.db.pool())
+                .await
+                .unwrap();
+        assert_eq!(sets, 2);
+        // More lists than a batch may carry decisions is refused whole.
+        let too_many = json!({ "batch_id": "lists", "result_lists": vec![list("pass"); 1001], "decisions": [] });
+        let refused = app
+            .client
+            .post(format!("{}/internal/v1/policy-decisions", app.base))
+            .bearer_auth(crate::helpers::SERVICE_TOKEN)
+            .json(&too_many)
+            .send()
+            .await
+            .unwrap();
+        let body = expect_status(refused, 422).await;
+        assert_eq!(
+            body["error"]["details"]["field"],
+            json!("result_lists"),
+            "{body}"
+        );
+    }
+);

@@ -259,7 +259,7 @@ pub trait Counters {
     fn approval_granted(&self, policy_id: i64) -> bool;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Pass,
@@ -279,7 +279,7 @@ impl Outcome {
 
 /// One policy's result, as evaluation records and the dry run show it (with the
 /// policy's name, which the caller has: results are in the policies' order).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct PolicyResult {
     pub policy_id: i64,
     pub policy_type: PolicyType,

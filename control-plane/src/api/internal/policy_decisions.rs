@@ -19,7 +19,7 @@ use super::ServiceCaller;
 use crate::api::approvals::{store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS};
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_raw, ApiJson};
-use crate::api::policies::{record_evaluations, EvaluationReport, ResultList};
+use crate::api::policies::{record_evaluations, EvaluationReport, ReportedResult, ResultList};
 use crate::api::telemetry::ItemError;
 use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
@@ -32,6 +32,12 @@ pub const MAX_DECISIONS: usize = 1000;
 #[serde(deny_unknown_fields)]
 pub struct DecisionBatch {
     pub batch_id: Text<1, 100>,
+    /// Results lists the decisions share: a decision's `evaluation.results` may be the
+    /// index of its list here instead of the list itself. A batch's decisions mostly
+    /// came out alike, so the proxy sends each distinct list once.
+    #[serde(default)]
+    #[schema(value_type = Vec<Vec<ReportedResult>>)]
+    pub result_lists: Vec<Box<RawValue>>,
     #[schema(value_type = Vec<ProxyDecision>)]
     pub decisions: Vec<Box<RawValue>>,
 }
@@ -78,6 +84,12 @@ pub async fn ingest_policy_decisions(
             format!("decisions: at most {MAX_DECISIONS} per batch"),
         ));
     }
+    if batch.result_lists.len() > MAX_DECISIONS {
+        return Err(ApiError::validation(
+            "result_lists",
+            format!("result_lists: at most {MAX_DECISIONS} per batch"),
+        ));
+    }
     let now = state.clock.now();
     let mut ack = DecisionAck {
         batch_id: batch.batch_id.as_str().to_owned(),
@@ -91,9 +103,8 @@ pub async fn ingest_policy_decisions(
     let mut teams: HashMap<(String, String), Option<Option<String>>> = HashMap::new();
     let mut placed: Vec<(usize, ProxyDecision, Option<String>, usize)> = Vec::new();
     // Each distinct results list is parsed and checked once: most decisions of a batch
-    // carry the same one.
-    let mut lists: Vec<ResultList> = Vec::new();
-    let mut list_of_text: HashMap<String, usize> = HashMap::new();
+    // carry the same one, either by index into `result_lists` or written out.
+    let mut lists = Lists::new(&batch.result_lists);
     for (index, raw) in batch.decisions.into_iter().enumerate() {
         let decision = match parse_raw::<ProxyDecision>(&raw) {
             Ok(decision) => decision,
@@ -102,20 +113,12 @@ pub async fn ingest_policy_decisions(
                 continue;
             }
         };
-        let text = decision.evaluation.results.get();
-        let list = match list_of_text.get(text) {
-            Some(list) => *list,
-            None => match ResultList::parse(&decision.evaluation.results) {
-                Ok(parsed) => {
-                    lists.push(parsed);
-                    list_of_text.insert(text.to_owned(), lists.len() - 1);
-                    lists.len() - 1
-                }
-                Err(error) => {
-                    ack.errors.push(ItemError::from_api_error(index, error));
-                    continue;
-                }
-            },
+        let list = match lists.of(&decision.evaluation.results) {
+            Ok(list) => list,
+            Err(error) => {
+                ack.errors.push(ItemError { index, ..error });
+                continue;
+            }
         };
         let key = (
             decision.tenant_id.as_str().to_owned(),
@@ -153,7 +156,7 @@ pub async fn ingest_policy_decisions(
             (
                 decision.tenant_id.as_str(),
                 &decision.evaluation,
-                &lists[*list],
+                lists.get(*list),
             )
         })
         .collect();
@@ -200,4 +203,67 @@ pub async fn ingest_policy_decisions(
     tx.commit().await?;
     ack.rejected = ack.errors.len();
     Ok(envelope::ok(ack))
+}
+
+/// A batch's results lists, each parsed and checked the first time a decision names it.
+struct Lists<'b> {
+    /// The batch's `result_lists`, and what became of each once parsed.
+    shared: &'b [Box<RawValue>],
+    shared_parsed: Vec<Option<Result<usize, ItemError>>>,
+    /// Lists written out in decisions, by their text.
+    inline: HashMap<String, Result<usize, ItemError>>,
+    parsed: Vec<ResultList>,
+}
+
+impl<'b> Lists<'b> {
+    fn new(shared: &'b [Box<RawValue>]) -> Self {
+        Lists {
+            shared,
+            shared_parsed: vec![None; shared.len()],
+            inline: HashMap::new(),
+            parsed: Vec::new(),
+        }
+    }
+
+    fn get(&self, list: usize) -> &ResultList {
+        &self.parsed[list]
+    }
+
+    /// The list a decision's `results` holds, or names by its index in `result_lists`.
+    /// An error is the decision's, still to be given its index.
+    fn of(&mut self, results: &RawValue) -> Result<usize, ItemError> {
+        let text = results.get();
+        let Ok(position) = text.parse::<usize>() else {
+            if let Some(known) = self.inline.get(text) {
+                return known.clone();
+            }
+            let parsed = ResultList::parse_at(results, "evaluation.results");
+            let outcome = self.place(parsed);
+            self.inline.insert(text.to_owned(), outcome.clone());
+            return outcome;
+        };
+        let Some(raw) = self.shared.get(position) else {
+            return Err(item_error(ApiError::validation(
+                "evaluation.results",
+                format!("evaluation.results: no list {position} in result_lists"),
+            )));
+        };
+        if let Some(known) = &self.shared_parsed[position] {
+            return known.clone();
+        }
+        let parsed = ResultList::parse_at(raw, &format!("result_lists[{position}]"));
+        let outcome = self.place(parsed);
+        self.shared_parsed[position] = Some(outcome.clone());
+        outcome
+    }
+
+    fn place(&mut self, parsed: Result<ResultList, ApiError>) -> Result<usize, ItemError> {
+        let list = parsed.map_err(item_error)?;
+        self.parsed.push(list);
+        Ok(self.parsed.len() - 1)
+    }
+}
+
+fn item_error(error: ApiError) -> ItemError {
+    ItemError::from_api_error(0, error)
 }

@@ -39,9 +39,10 @@ pub struct EvaluationReport {
     pub model: Text<1, 200>,
     #[schema(value_type = String, format = DateTime)]
     pub evaluated_at: Timestamp,
-    /// Kept as text: most of a batch's decisions carry the same list, which is parsed
-    /// and checked once per batch ([`ResultList::parse`]).
-    #[schema(value_type = Vec<ReportedResult>)]
+    /// The results in the policies' order, or the index of the batch's `result_lists`
+    /// entry that holds them. Kept as text: most of a batch's decisions carry the same
+    /// list, which is parsed and checked once per batch ([`ResultList::parse_at`]).
+    #[schema(value_type = Object)]
     pub results: Box<RawValue>,
 }
 
@@ -53,9 +54,10 @@ pub struct ResultList {
 }
 
 impl ResultList {
-    /// Parses a report's `results`; a wrong shape is a 422 naming the field.
-    pub fn parse(raw: &RawValue) -> Result<ResultList, ApiError> {
-        let results: Vec<ReportedResult> = parse_raw_at(raw, "evaluation.results")?;
+    /// Parses a results list found at `field`; a wrong shape is a 422 naming the field
+    /// within it.
+    pub fn parse_at(raw: &RawValue, field: &str) -> Result<ResultList, ApiError> {
+        let results: Vec<ReportedResult> = parse_raw_at(raw, field)?;
         Ok(ResultList {
             digest: digest(&results),
             results,

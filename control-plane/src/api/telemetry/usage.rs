@@ -67,7 +67,7 @@ pub struct UsageBatchInput {
     pub usages: Vec<Box<RawValue>>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ItemError {
     pub index: usize,
     pub field: Option<String>,
