@@ -52,8 +52,7 @@ enum Command {
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     warden_proxy::allocator::configure();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -61,9 +60,16 @@ async fn main() -> ExitCode {
             data_dir,
             port,
             proxy_port,
-        } => run_dev(data_dir, port, proxy_port).await,
-        Command::ControlPlane { config } => run_control_plane(config).await,
-        Command::Proxy { config } => run_proxy(config).await,
+        } => runtime(0).and_then(|rt| rt.block_on(run_dev(data_dir, port, proxy_port))),
+        Command::ControlPlane { config } => {
+            runtime(0).and_then(|rt| rt.block_on(run_control_plane(config)))
+        }
+        // Its configuration first: it sizes the runtime.
+        Command::Proxy { config } => Config::load(config.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                runtime(config.proxy.worker_threads).and_then(|rt| rt.block_on(run_proxy(config)))
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -72,6 +78,19 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A multi-threaded tokio runtime of `threads` workers; 0 = tokio's default (one per
+/// core, or `TOKIO_WORKER_THREADS`).
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime, String> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        builder.worker_threads(threads);
+    }
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
 async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), String> {
@@ -121,8 +140,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
     Ok(())
 }
 
-async fn run_proxy(file: Option<PathBuf>) -> Result<(), String> {
-    let config = Config::load(file.as_deref()).map_err(|e| e.to_string())?;
+async fn run_proxy(config: Config) -> Result<(), String> {
     telemetry::init(config.log_format);
     let service_token = config
         .service_token

@@ -21,6 +21,8 @@ const DIRTY_DECAY_MS: isize = 1_000;
 /// Tunes jemalloc; call first thing in `main`. Each setting is an optimisation, so one
 /// that jemalloc refuses is skipped.
 pub fn configure() {
+    // One purging thread is plenty (jemalloc would start one per core).
+    let _ = tikv_jemalloc_ctl::max_background_threads::write(1);
     let _ = tikv_jemalloc_ctl::background_thread::write(true);
     // The default for arenas made from now on, then each arena made so far.
     let _ = b"arenas.dirty_decay_ms\0".name().write(DIRTY_DECAY_MS);

@@ -34,6 +34,11 @@ pub struct ProxyConfig {
     /// A PEM file of extra CA certificates trusted for providers (private gateways, tests).
     pub ca_file: Option<PathBuf>,
     pub secrets_manager: SecretsManagerConfig,
+    /// Threads of `warden proxy`'s runtime (tokio workers); 0 = one per CPU core. Fewer
+    /// than the cores when the proxy shares its machine: on two cores shared with the
+    /// control plane, one thread gave more throughput for less CPU (load-tests/README.md).
+    /// `warden dev` runs both planes on one runtime and ignores it.
+    pub worker_threads: usize,
 }
 
 /// Where managed provider keys are read (AWS Secrets Manager or a compatible emulator).
@@ -89,6 +94,7 @@ impl Default for ProxyConfig {
             usage_buffer_capacity: 200_000,
             ca_file: None,
             secrets_manager: SecretsManagerConfig::default(),
+            worker_threads: 0,
         }
     }
 }
