@@ -7,7 +7,7 @@
 #
 #   load-tests/run.sh                 # 10,000 keys, concurrency 32, 15 s per run
 #   KEYS_COUNT=100000 DURATION=20 CONCURRENCY=32 load-tests/run.sh
-#   PROXY_THREADS=0 load-tests/run.sh  # the proxy on one thread per core
+#   PROXY_THREADS=1 load-tests/run.sh  # the proxy on one runtime thread
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,9 +70,8 @@ WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
 wait_http "http://$API/healthz"
 echo "seeding $KEYS_COUNT proxy keys..."
 "$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt"
-# The proxy gets one runtime thread: the control plane, wrk and the mock share the two
-# cores, and there one thread gave more throughput for less CPU than one per core.
-WARDEN_PROXY__WORKER_THREADS=${PROXY_THREADS:-1} \
+# PROXY_THREADS sizes the proxy's runtime; 0 (one thread per core) measured best here.
+WARDEN_PROXY__WORKER_THREADS=${PROXY_THREADS:-0} \
 WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
   WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
   "$BIN/warden" proxy >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)

@@ -34,10 +34,9 @@ pub struct ProxyConfig {
     /// A PEM file of extra CA certificates trusted for providers (private gateways, tests).
     pub ca_file: Option<PathBuf>,
     pub secrets_manager: SecretsManagerConfig,
-    /// Threads of `warden proxy`'s runtime (tokio workers); 0 = one per CPU core. Fewer
-    /// than the cores when the proxy shares its machine: on two cores shared with the
-    /// control plane, one thread gave more throughput for less CPU (load-tests/README.md).
-    /// `warden dev` runs both planes on one runtime and ignores it.
+    /// Threads of `warden proxy`'s runtime (tokio workers); 0 = one per CPU core. Set it
+    /// to leave cores to neighbours on a shared machine (a sidecar, say). `warden dev`
+    /// runs both planes on one runtime and ignores it.
     pub worker_threads: usize,
 }
 
