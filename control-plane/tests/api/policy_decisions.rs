@@ -3,7 +3,16 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{expect_status, report_decisions};
+use crate::helpers::{expect_status, report_decisions, TestApp};
+
+/// How many result sets the tenant's decisions share.
+async fn result_sets(app: &TestApp, tenant_id: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM policy_result_sets WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap()
+}
 
 db_test!(
     a_full_batch_of_decisions_is_written_once_with_item_errors,
@@ -64,12 +73,7 @@ db_test!(
         expected.sort_unstable();
         assert_eq!(failed, expected);
         // Decisions that came out alike share their results: two sets for 995 decisions.
-        let sets: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM policy_result_sets WHERE tenant_id = $1")
-                .bind(&tenant.id)
-                .fetch_one(app.db.pool())
-                .await
-                .unwrap();
+        let sets = result_sets(&app, &tenant.id).await;
         assert_eq!(sets, 2);
         assert_eq!(
             app.audit_events(&tenant.id, "1")
@@ -202,12 +206,7 @@ db_test!(
         assert_eq!(fails["data"][0]["request_id"], json!("b"));
         assert_eq!(fails["data"][0]["policy_name"], json!("one"));
         // A list sent once or written out is the same result set.
-        let sets: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM policy_result_sets WHERE tenant_id = $1")
-                .bind(&tenant.id)
-                .fetch_one(app.db.pool())
-                .await
-                .unwrap();
+        let sets = result_sets(&app, &tenant.id).await;
         assert_eq!(sets, 2);
         // More lists than a batch may carry decisions is refused whole.
         let too_many = json!({ "batch_id": "lists", "result_lists": vec![list("pass"); 1001], "decisions": [] });
