@@ -113,6 +113,9 @@ async fn follow_once(
         return Err(format!("the control plane answered {}", response.status()));
     }
     let mut pending: Vec<u8> = Vec::new();
+    // How much of `pending` is known to hold no newline: a snapshot arrives in thousands
+    // of chunks, and rescanning it all for each would be quadratic.
+    let mut scanned = 0;
     let mut applied = false;
     loop {
         let chunk = tokio::time::timeout(SILENCE_LIMIT, response.chunk())
@@ -124,7 +127,9 @@ async fn follow_once(
         };
         pending.extend_from_slice(&chunk);
         let mut snapshot_applied = false;
-        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+        while let Some(offset) = pending[scanned..].iter().position(|b| *b == b'\n') {
+            let end = scanned + offset;
+            scanned = 0;
             // Parsed where it lies: a snapshot line is tens of megabytes at 100,000 keys.
             let message: StreamMessage = serde_json::from_slice(&pending[..end])
                 .map_err(|e| format!("unreadable state message: {e}"))?;
@@ -135,6 +140,7 @@ async fn follow_once(
             metrics.snapshot_version.set(state.version());
             metrics.keys_loaded.set(state.key_count() as i64);
         }
+        scanned = pending.len();
         // Do not keep a snapshot's worth of buffer for the small deltas that follow.
         if pending.capacity() > 1 << 20 && pending.len() < 1 << 16 {
             pending.shrink_to_fit();
