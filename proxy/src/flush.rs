@@ -39,12 +39,11 @@ pub async fn next_batch<T>(
     true
 }
 
-/// A batch as the usage endpoint takes it: its id and its items under `field`
-/// (`records`), serialized once, straight from the items. (Decision batches share their
+/// A batch as the usage endpoint takes it: its id and its items under `records`,
+/// serialized once, straight from the items. (Decision batches share their
 /// result lists: `crate::decisions::batch_body`.)
 pub struct Batch<'a, T> {
     pub batch_id: &'a str,
-    pub field: &'static str,
     pub items: &'a [T],
 }
 
@@ -57,7 +56,7 @@ impl<T: Serialize> Batch<'_, T> {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 let mut map = serializer.serialize_map(Some(2))?;
                 map.serialize_entry("batch_id", self.0.batch_id)?;
-                map.serialize_entry(self.0.field, self.0.items)?;
+                map.serialize_entry("records", self.0.items)?;
                 map.end()
             }
         }

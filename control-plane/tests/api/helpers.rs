@@ -359,19 +359,21 @@ pub async fn create_policy(app: &TestApp, key: &str, body: Value) -> Value {
     expect_status(app.post("/policies", key, body).await, 201).await["data"].clone()
 }
 
+/// Posts a whole decision batch (`batch_id`, `decisions`, maybe `result_lists`) to
+/// `/internal/v1/policy-decisions` with the service token.
+pub async fn post_decision_batch(app: &TestApp, batch: &Value) -> reqwest::Response {
+    app.client
+        .post(format!("{}/internal/v1/policy-decisions", app.base))
+        .bearer_auth(SERVICE_TOKEN)
+        .json(batch)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Posts `decisions` to `/internal/v1/policy-decisions` as a proxy would; returns the
 /// acknowledgement's `data`.
 pub async fn report_decisions(app: &TestApp, batch_id: &str, decisions: &[Value]) -> Value {
-    expect_status(
-        app.client
-            .post(format!("{}/internal/v1/policy-decisions", app.base))
-            .bearer_auth(SERVICE_TOKEN)
-            .json(&json!({ "batch_id": batch_id, "decisions": decisions }))
-            .send()
-            .await
-            .unwrap(),
-        200,
-    )
-    .await["data"]
-        .clone()
+    let batch = json!({ "batch_id": batch_id, "decisions": decisions });
+    expect_status(post_decision_batch(app, &batch).await, 200).await["data"].clone()
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{expect_status, report_decisions, TestApp};
+use crate::helpers::{expect_status, post_decision_batch, report_decisions, TestApp};
 
 /// How many result sets the tenant's decisions share.
 async fn result_sets(app: &TestApp, tenant_id: &str) -> i64 {
@@ -170,18 +170,7 @@ db_test!(
                 decision("f", list("pass")),
             ],
         });
-        let ack = expect_status(
-            app.client
-                .post(format!("{}/internal/v1/policy-decisions", app.base))
-                .bearer_auth(crate::helpers::SERVICE_TOKEN)
-                .json(&batch)
-                .send()
-                .await
-                .unwrap(),
-            200,
-        )
-        .await["data"]
-            .clone();
+        let ack = expect_status(post_decision_batch(&app, &batch).await, 200).await["data"].clone();
         // Four decisions of two results each; the one naming no list and the one naming
         // a malformed list are refused alone, each naming what is wrong.
         assert_eq!(ack["evaluations_written"], json!(8), "{ack}");
@@ -210,15 +199,7 @@ db_test!(
         assert_eq!(sets, 2);
         // More lists than a batch may carry decisions is refused whole.
         let too_many = json!({ "batch_id": "lists", "result_lists": vec![list("pass"); 1001], "decisions": [] });
-        let refused = app
-            .client
-            .post(format!("{}/internal/v1/policy-decisions", app.base))
-            .bearer_auth(crate::helpers::SERVICE_TOKEN)
-            .json(&too_many)
-            .send()
-            .await
-            .unwrap();
-        let body = expect_status(refused, 422).await;
+        let body = expect_status(post_decision_batch(&app, &too_many).await, 422).await;
         assert_eq!(
             body["error"]["details"]["field"],
             json!("result_lists"),

@@ -107,7 +107,6 @@ async fn send_until_acknowledged(
     let batch_id = new_id(IdKind::Usage, now_ms());
     let body = Batch {
         batch_id: &batch_id,
-        field: "records",
         items: batch,
     }
     .to_body()?;
