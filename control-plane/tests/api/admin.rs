@@ -244,7 +244,7 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
             "results": [{ "policy_id": policy["data"]["id"], "policy_name": "seed",
                 "policy_type": "require_approval", "result": "fail" }] },
         "approval": { "policy_id": policy["data"]["id"], "request_context": { "provider": "openai", "model": "gpt-4o" } } }] });
-    let reported = crate::helpers::post_decision_batch(&app, &decisions).await;
+    let reported = crate::helpers::post_decision_batch(app, &decisions).await;
     assert_eq!(
         expect_status(reported, 200).await["data"]["approvals_created"],
         json!(1)
