@@ -206,8 +206,14 @@ pub const TENANT_TABLES: &[&str] = &[
 
 /// Tables that belong to the platform, not to a tenant: the proxies' change outbox
 /// (`proxy_changes` holds only entity ids and kinds, pruned by age, and must outlive a
-/// deleted tenant so proxies learn of the deletion) and its version counter.
-pub const PLATFORM_TABLES: &[&str] = &["proxy_state_version", "proxy_changes"];
+/// deleted tenant so proxies learn of the deletion), its version counter, and the ids of
+/// the decision batches the proxies sent (a batch holds many tenants' decisions; only
+/// its id and arrival time are kept).
+pub const PLATFORM_TABLES: &[&str] = &[
+    "proxy_state_version",
+    "proxy_changes",
+    "policy_decision_batches",
+];
 
 /// Removes every row of `tenant_id`, the tenant row last. Returns false when there was
 /// no such tenant.

@@ -1,9 +1,11 @@
 //! Policy decisions reported to the control plane after the fact: each request's
 //! per-policy results (evaluation records) and, when a `require_approval` policy held it,
-//! the approval to queue. Like usage, the request path only `try_send`s into a bounded
-//! queue; a task posts batches to `/internal/v1/policy-decisions` and retries a batch
-//! until it is acknowledged (evaluation ids and the pending-approval dedupe make a resent
-//! batch harmless). A full queue drops reports, counted, never blocking a request.
+//! the approval to queue. A forwarded request's decision rides on its usage record
+//! (`crate::usage`); the others come here. Like usage, the request path only
+//! `try_send`s into a bounded queue; a task posts batches to
+//! `/internal/v1/policy-decisions` and retries a batch, the very same body under the
+//! same batch id, until it is acknowledged (the control plane writes a batch id once).
+//! A full queue drops reports, counted, never blocking a request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +23,10 @@ use warden_shared::timestamp::Timestamp;
 use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
-/// One request's decision.
+/// One request's decision, reported on its own: a request the policies refused or held
+/// for approval, or one they let through that ended without a usage record (refused by a
+/// budget, the provider unreachable, cancelled). A forwarded request's decision rides on
+/// its usage record instead (`crate::usage`), one row and one post fewer.
 #[derive(Debug, Clone)]
 pub struct DecisionReport {
     pub tenant_id: String,
@@ -29,9 +34,8 @@ pub struct DecisionReport {
     pub approval: Option<ApprovalAsk>,
 }
 
-/// One request's evaluation. The policies come along as the shared list they were
-/// evaluated from (one reference count, not a copy of every name), and the names are
-/// written only when the flusher serializes the batch, off the request path.
+/// One request's evaluation. The names of its policies are written only when the flusher
+/// serializes the batch, off the request path.
 #[derive(Debug, Clone)]
 pub struct EvaluationReport {
     pub request_id: String,
@@ -40,61 +44,65 @@ pub struct EvaluationReport {
     pub model: String,
     /// Written as RFC 3339 when the batch is serialized, off the request path.
     pub evaluated_at: Timestamp,
-    /// What was evaluated; `results[i]` is `policies[i]`'s.
+    pub policy_results: PolicyResults,
+}
+
+/// What the policies made of a request: the tenant's list they were evaluated from (one
+/// reference count, not a copy of every name) and each one's result.
+#[derive(Debug, Clone)]
+pub struct PolicyResults {
     pub policies: Arc<Vec<Policy>>,
+    /// `results[i]` is `policies[i]`'s.
     pub results: Vec<PolicyResult>,
 }
 
-/// The body of `POST /internal/v1/policy-decisions` for `reports`: each distinct list of
-/// results once, under `result_lists`, and each decision's `results` as the index of its
-/// list there. A batch's decisions mostly came out alike (the same policies, the same
-/// results), so this writes, sends and has the control plane parse one list of ten
-/// named results instead of hundreds. `None` only if serializing fails (it cannot).
-pub fn batch_body(batch_id: &str, reports: &[DecisionReport]) -> Option<Bytes> {
-    // Lists are told apart by the policy list they were evaluated from (shared, and kept
-    // alive by the reports, so its address names it) and their results.
-    type ListKey<'r> = (*const Vec<Policy>, &'r [PolicyResult]);
-    let mut lists: Vec<&EvaluationReport> = Vec::new();
-    let mut list_of: HashMap<ListKey<'_>, usize> = HashMap::new();
-    let mut list_indexes = Vec::with_capacity(reports.len());
-    for report in reports {
-        let evaluation = &report.evaluation;
-        let key = (
-            Arc::as_ptr(&evaluation.policies),
-            evaluation.results.as_slice(),
-        );
-        let next = lists.len();
-        let index = *list_of.entry(key).or_insert(next);
-        if index == next {
-            lists.push(evaluation);
-        }
-        list_indexes.push(index);
+/// The distinct results lists of a batch's items, each written once under
+/// `result_lists`; an item names its list by index. A batch's requests mostly came out
+/// alike (the same policies, the same results), so this writes, sends and has the
+/// control plane parse one list of ten named results instead of hundreds.
+pub struct ResultLists<'r> {
+    lists: Vec<&'r PolicyResults>,
+}
+
+impl<'r> ResultLists<'r> {
+    /// The distinct lists among `items`, and each item's index into them (`None` for an
+    /// item without one).
+    pub fn of(
+        items: impl Iterator<Item = Option<&'r PolicyResults>>,
+    ) -> (Self, Vec<Option<usize>>) {
+        // Lists are told apart by the policy list they were evaluated from (shared, and
+        // kept alive by the items, so its address names it) and their results.
+        type ListKey<'r> = (*const Vec<Policy>, &'r [PolicyResult]);
+        let mut lists: Vec<&PolicyResults> = Vec::new();
+        let mut list_of: HashMap<ListKey<'_>, usize> = HashMap::new();
+        let indexes = items
+            .map(|item| {
+                let item = item?;
+                let key = (Arc::as_ptr(&item.policies), item.results.as_slice());
+                let next = lists.len();
+                let index = *list_of.entry(key).or_insert(next);
+                if index == next {
+                    lists.push(item);
+                }
+                Some(index)
+            })
+            .collect();
+        (ResultLists { lists }, indexes)
     }
-    let body = BatchWire {
-        batch_id,
-        result_lists: ListsWire(&lists),
-        decisions: DecisionsWire(reports, &list_indexes),
-    };
-    serde_json::to_vec(&body).ok().map(Bytes::from)
+
+    pub fn is_empty(&self) -> bool {
+        self.lists.is_empty()
+    }
 }
 
-#[derive(Serialize)]
-struct BatchWire<'a> {
-    batch_id: &'a str,
-    result_lists: ListsWire<'a>,
-    decisions: DecisionsWire<'a>,
-}
-
-/// The distinct lists, each written with its policies' names.
-struct ListsWire<'a>(&'a [&'a EvaluationReport]);
-
-impl Serialize for ListsWire<'_> {
+/// Each list written with its policies' names.
+impl Serialize for ResultLists<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|evaluation| NamedResults(evaluation)))
+        serializer.collect_seq(self.lists.iter().map(|list| NamedResults(list)))
     }
 }
 
-struct NamedResults<'a>(&'a EvaluationReport);
+struct NamedResults<'a>(&'a PolicyResults);
 
 impl Serialize for NamedResults<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -106,21 +114,45 @@ impl Serialize for NamedResults<'_> {
             result: Outcome,
             reason: Option<&'a str>,
         }
-        let evaluation = self.0;
-        serializer.collect_seq(evaluation.policies.iter().zip(&evaluation.results).map(
-            |(policy, result)| Named {
-                policy_id: result.policy_id,
-                policy_name: &policy.name,
-                policy_type: result.policy_type,
-                result: result.result,
-                reason: result.reason.as_deref(),
-            },
-        ))
+        let list = self.0;
+        serializer.collect_seq(
+            list.policies
+                .iter()
+                .zip(&list.results)
+                .map(|(policy, result)| Named {
+                    policy_id: result.policy_id,
+                    policy_name: &policy.name,
+                    policy_type: result.policy_type,
+                    result: result.result,
+                    reason: result.reason.as_deref(),
+                }),
+        )
     }
 }
 
+/// The body of `POST /internal/v1/policy-decisions` for `reports`, each decision's
+/// `results` naming its list in `result_lists`. `None` only if serializing fails (it
+/// cannot).
+pub fn batch_body(batch_id: &str, reports: &[DecisionReport]) -> Option<Bytes> {
+    let (result_lists, list_indexes) =
+        ResultLists::of(reports.iter().map(|r| Some(&r.evaluation.policy_results)));
+    let body = BatchWire {
+        batch_id,
+        result_lists,
+        decisions: DecisionsWire(reports, &list_indexes),
+    };
+    serde_json::to_vec(&body).ok().map(Bytes::from)
+}
+
+#[derive(Serialize)]
+struct BatchWire<'a> {
+    batch_id: &'a str,
+    result_lists: ResultLists<'a>,
+    decisions: DecisionsWire<'a>,
+}
+
 /// The decisions, `list_indexes[i]` naming the list of `reports[i]`.
-struct DecisionsWire<'a>(&'a [DecisionReport], &'a [usize]);
+struct DecisionsWire<'a>(&'a [DecisionReport], &'a [Option<usize>]);
 
 impl Serialize for DecisionsWire<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -138,7 +170,7 @@ impl Serialize for DecisionsWire<'_> {
             provider: Provider,
             model: &'a str,
             evaluated_at: Timestamp,
-            results: usize,
+            results: Option<usize>,
         }
         serializer.collect_seq(self.0.iter().zip(self.1).map(|(report, list)| {
             let evaluation = &report.evaluation;
@@ -232,13 +264,15 @@ mod tests {
                 provider: Provider::Openai,
                 model: "gpt-4o".into(),
                 evaluated_at: Timestamp::from_millis(0),
-                policies: policies.clone(),
-                results: vec![PolicyResult {
-                    policy_id: 7,
-                    policy_type: PolicyType::BlockProvider,
-                    result,
-                    reason: None,
-                }],
+                policy_results: PolicyResults {
+                    policies: policies.clone(),
+                    results: vec![PolicyResult {
+                        policy_id: 7,
+                        policy_type: PolicyType::BlockProvider,
+                        result,
+                        reason: None,
+                    }],
+                },
             },
             approval: None,
         }

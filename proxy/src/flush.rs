@@ -6,7 +6,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use prometheus::IntCounter;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::mpsc;
 
 /// Where and how a reporter sends its batches.
@@ -37,31 +36,6 @@ pub async fn next_batch<T>(
         }
     }
     true
-}
-
-/// A batch as the usage endpoint takes it: its id and its items under `records`,
-/// serialized once, straight from the items. (Decision batches share their
-/// result lists: `crate::decisions::batch_body`.)
-pub struct Batch<'a, T> {
-    pub batch_id: &'a str,
-    pub items: &'a [T],
-}
-
-impl<T: Serialize> Batch<'_, T> {
-    /// The request body; `None` only if an item cannot be serialized (it always can).
-    pub fn to_body(&self) -> Option<Bytes> {
-        use serde::ser::SerializeMap;
-        struct Wire<'b, 'a, T>(&'b Batch<'a, T>);
-        impl<T: Serialize> Serialize for Wire<'_, '_, T> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut map = serializer.serialize_map(Some(2))?;
-                map.serialize_entry("batch_id", self.0.batch_id)?;
-                map.serialize_entry("records", self.0.items)?;
-                map.end()
-            }
-        }
-        serde_json::to_vec(&Wire(self)).ok().map(Bytes::from)
-    }
 }
 
 /// The `data` of an acknowledgement: each reporter reads the fields it needs.

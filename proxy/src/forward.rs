@@ -14,14 +14,13 @@ use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission;
-use crate::budget::{self, Admission, BudgetHold, BudgetRule, BudgetWarning, RuleSource};
+use crate::budget::{self, Admission, BudgetRule, BudgetWarning, RuleSource};
 use crate::flush::now_ms;
 use crate::metrics::{model_label, status_class};
 use crate::policy_gate;
 use crate::refusal::Refusal;
 use crate::relay::{relay_stream, relay_whole};
 use crate::request_body::{rewrite, Peek};
-use crate::routing::Route;
 use crate::service::ProxyService;
 use crate::state::KeyView;
 use crate::upstream_request::{credential, upstream_header, UpstreamBody};
@@ -156,14 +155,20 @@ pub async fn forward(
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(&service.rates, tokens.input + tokens.output);
     let price = admitted.price;
-    record_usage(
-        service,
-        &view,
-        admitted.route,
-        endpoint,
-        tokens,
-        admission.reservation.settle(cost_micros),
-    );
+    // The record carries the policies' decision too: one row and one post fewer.
+    let recorded_at = now_ms();
+    service.usage.record(UsageRecord {
+        record_id: new_id(IdKind::Usage, recorded_at),
+        key: view.key.clone(),
+        model_provider: admitted.route.provider,
+        model_name: admitted.route.upstream_model,
+        request_type: endpoint.request_type(),
+        input_tokens: tokens.input,
+        output_tokens: tokens.output,
+        recorded_at: Timestamp::from_millis(recorded_at),
+        budget: admission.reservation.settle(cost_micros),
+        evaluation: policies.decision_for_usage(),
+    });
     if relayed.complete {
         service.upstreams.release(exchange).await;
     }
@@ -311,29 +316,6 @@ fn budget_warning_header(warnings: &[BudgetWarning]) -> Option<String> {
         .map(|w| format!("{}={:.2}%", w.scope, w.percentage))
         .collect();
     Some(parts.join(", "))
-}
-
-/// Queues the request's usage; `budget` is its settled hold on the key's budget.
-fn record_usage(
-    service: &ProxyService,
-    view: &KeyView,
-    route: Route,
-    endpoint: Endpoint,
-    tokens: Tokens,
-    budget: Option<BudgetHold>,
-) {
-    let now = now_ms();
-    service.usage.record(UsageRecord {
-        record_id: new_id(IdKind::Usage, now),
-        key: view.key.clone(),
-        model_provider: route.provider,
-        model_name: route.upstream_model,
-        request_type: endpoint.request_type(),
-        input_tokens: tokens.input,
-        output_tokens: tokens.output,
-        recorded_at: Timestamp::from_millis(now),
-        budget,
-    });
 }
 
 /// What a forwarded request came to, for the metrics.

@@ -1,37 +1,56 @@
 //! Policies on the request path: the tenant's enabled policies, evaluated by the shared
 //! evaluator (`warden_shared::policy`) with counters read from this proxy's memory, and
-//! the decision reported to the control plane afterwards (`crate::decisions`).
+//! the decision reported to the control plane afterwards: a forwarded request's by its
+//! usage record (`crate::usage`), any other on its own (`crate::decisions`).
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use serde_json::json;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::policy::{
-    budget_scope, evaluate, rate_bucket, Counters, Decision, Outcome, Policy, PolicyConfig,
-    PolicyResult, PolicyType, RatePer, RequestFacts, Scope,
+    budget_scope, evaluate, rate_bucket, Counters, Decision, Outcome, PolicyConfig, PolicyType,
+    RatePer, RequestFacts, Scope,
 };
+use warden_shared::registry::Provider;
+use warden_shared::snapshot::{AgentState, ProxyKeyState};
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::Admitted;
 use crate::budget::{BudgetRule, RuleSource};
-use crate::decisions::{ApprovalAsk, DecisionReport, EvaluationReport};
+use crate::decisions::{
+    ApprovalAsk, DecisionReport, DecisionSink, EvaluationReport, PolicyResults,
+};
 use crate::rate_limit::{minute_of, retry_after_secs, RateWindows};
 use crate::refusal::Refusal;
 use crate::service::ProxyService;
 use crate::state::{EnforcementState, KeyView};
+use crate::usage::RecordEvaluation;
 
 /// What an admitted request owes the policies: the budgets of the `budget_limit`
 /// policies it passed, which `crate::budget` must hold it to atomically (the evaluator
-/// only read the spend), and, when it ends, its tokens to the rate windows that counted
-/// it.
+/// only read the spend), when it ends, its tokens to the rate windows that counted it,
+/// and the report of its decision.
 #[derive(Debug, Default)]
 pub struct PolicyPass {
     pub budget_rules: Vec<BudgetRule>,
     counted: Vec<(i64, String)>,
     minute: i64,
+    /// `None` when the tenant has no enabled policies.
+    decision: Option<HeldDecision>,
 }
 
 impl PolicyPass {
+    /// The decision, for the request's usage record to carry to the control plane.
+    pub fn decision_for_usage(&mut self) -> Option<RecordEvaluation> {
+        let parts = self.decision.as_mut()?.parts.take()?;
+        Some(RecordEvaluation {
+            model: parts.model,
+            evaluated_at: parts.evaluated_at,
+            policy_results: parts.policy_results,
+        })
+    }
+
     pub fn add_tokens(&self, rates: &RateWindows, tokens: i64) {
         for (policy_id, bucket) in &self.counted {
             rates.add_tokens(*policy_id, bucket, self.minute, tokens);
@@ -84,27 +103,42 @@ pub fn check(
     let evaluation = evaluate(&policies, &request, &counters);
     let counted = counters.counted.into_inner();
     let minute = minute_of(now_ms);
-    let outcome = match evaluation.decision {
+    let evaluated_at = Timestamp::from_millis(now_ms);
+    let policy_results = PolicyResults {
+        policies,
+        results: evaluation.results,
+    };
+    let refusal = match evaluation.decision {
         // A `require_human_review` flag travels in the results' reasons to the records.
-        Decision::Allow => Ok(PolicyPass {
-            budget_rules: budget_rules(&policies, &evaluation.results),
-            counted,
-            minute,
-        }),
+        Decision::Allow => {
+            return Ok(PolicyPass {
+                budget_rules: budget_rules(&policy_results),
+                counted,
+                minute,
+                decision: Some(HeldDecision {
+                    parts: Some(HeldParts {
+                        key: key.clone(),
+                        agent: agent.clone(),
+                        provider: request.provider,
+                        model: admitted.requested_model.clone(),
+                        evaluated_at,
+                        policy_results,
+                    }),
+                    sink: service.decisions.clone(),
+                }),
+            });
+        }
         Decision::Refuse {
             policy_id,
             policy_type,
         } => {
-            for (id, bucket) in &counted {
-                service.rates.uncount_request(*id, bucket, minute);
-            }
-            let reason = evaluation
+            let reason = policy_results
                 .results
                 .iter()
                 .find(|r| r.policy_id == policy_id && r.result == Outcome::Fail)
                 .and_then(|r| r.reason.as_deref().map(str::to_owned))
                 .unwrap_or_default();
-            Err(match policy_type {
+            match policy_type {
                 PolicyType::RateLimit => Refusal::RateLimited {
                     policy_id,
                     reason,
@@ -112,17 +146,15 @@ pub fn check(
                 },
                 PolicyType::BudgetLimit => Refusal::PolicyBudgetExceeded { policy_id, reason },
                 _ => Refusal::PolicyViolation { policy_id, reason },
-            })
-        }
-        Decision::RequireApproval { policy_id } => {
-            for (id, bucket) in &counted {
-                service.rates.uncount_request(*id, bucket, minute);
             }
-            Err(Refusal::ApprovalRequired { policy_id })
         }
+        Decision::RequireApproval { policy_id } => Refusal::ApprovalRequired { policy_id },
     };
-    let approval = match &outcome {
-        Err(Refusal::ApprovalRequired { policy_id }) => Some(ApprovalAsk {
+    for (id, bucket) in &counted {
+        service.rates.uncount_request(*id, bucket, minute);
+    }
+    let approval = match &refusal {
+        Refusal::ApprovalRequired { policy_id } => Some(ApprovalAsk {
             policy_id: *policy_id,
             request_context: json!({
                 "provider": request.provider,
@@ -142,20 +174,66 @@ pub fn check(
             agent_id: agent.id.clone(),
             provider: request.provider,
             model: admitted.requested_model.clone(),
-            evaluated_at: Timestamp::from_millis(now_ms),
-            policies,
-            results: evaluation.results,
+            evaluated_at,
+            policy_results,
         },
         approval,
     });
-    outcome
+    Err(refusal)
+}
+
+/// A forwarded request's decision, held until its usage record can carry it
+/// ([`PolicyPass::decision_for_usage`]). A request that ends without a usage record
+/// (refused by a budget, the provider unreachable, the client gone and the request
+/// dropped) drops this instead, which reports the decision on its own: either way it is
+/// recorded once.
+struct HeldDecision {
+    parts: Option<HeldParts>,
+    sink: DecisionSink,
+}
+
+impl std::fmt::Debug for HeldDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldDecision")
+            .field("held", &self.parts.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+struct HeldParts {
+    key: Arc<ProxyKeyState>,
+    agent: Arc<AgentState>,
+    provider: Provider,
+    model: String,
+    evaluated_at: Timestamp,
+    policy_results: PolicyResults,
+}
+
+impl Drop for HeldDecision {
+    fn drop(&mut self) {
+        let Some(parts) = self.parts.take() else {
+            return;
+        };
+        self.sink.report(DecisionReport {
+            tenant_id: parts.key.tenant_id.clone(),
+            evaluation: EvaluationReport {
+                request_id: new_id(IdKind::Usage, parts.evaluated_at.as_millis()),
+                agent_id: parts.agent.id.clone(),
+                provider: parts.provider,
+                model: parts.model,
+                evaluated_at: parts.evaluated_at,
+                policy_results: parts.policy_results,
+            },
+            approval: None,
+        });
+    }
 }
 
 /// The budgets of the `budget_limit` policies that passed (results are in policy order).
-fn budget_rules(policies: &[Policy], results: &[PolicyResult]) -> Vec<BudgetRule> {
-    policies
+fn budget_rules(list: &PolicyResults) -> Vec<BudgetRule> {
+    list.policies
         .iter()
-        .zip(results)
+        .zip(&list.results)
         .filter(|(_, result)| result.result == Outcome::Pass)
         .filter_map(|(policy, _)| match policy.config {
             PolicyConfig::BudgetLimit {

@@ -237,7 +237,7 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         201,
     )
     .await;
-    let decisions = json!({ "batch_id": "seed", "decisions": [{
+    let decisions = json!({ "batch_id": format!("seed-{tenant_id}"), "decisions": [{
         "tenant_id": tenant_id,
         "evaluation": { "request_id": "seed", "agent_id": agent_id, "provider": "openai",
             "model": "gpt-4o", "evaluated_at": app.clock.now().to_string(),

@@ -5,11 +5,19 @@ use serde_json::{json, Value};
 
 use crate::helpers::{create_policy, expect_error, expect_status, report_decisions, TestApp};
 
-/// Sends one decision report of `tenant_id` as a proxy would.
+/// Sends one decision report of `tenant_id` as a proxy would: in a batch of its own,
+/// under a new batch id (a batch id is written once).
 async fn report(app: &TestApp, tenant_id: &str, decision: Value) -> Value {
+    static BATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let batch = BATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    report_in(app, &format!("b{batch}"), tenant_id, decision).await
+}
+
+/// Sends one decision report of `tenant_id` in batch `batch_id`.
+async fn report_in(app: &TestApp, batch_id: &str, tenant_id: &str, decision: Value) -> Value {
     let mut decision = decision;
     decision["tenant_id"] = json!(tenant_id);
-    report_decisions(app, "b1", &[decision]).await
+    report_decisions(app, batch_id, &[decision]).await
 }
 
 db_test!(approvals_queue_once_decide_once_and_expire, |app| {
@@ -62,8 +70,9 @@ db_test!(approvals_queue_once_decide_once_and_expire, |app| {
     )
     .await;
 
-    // The proxy reports the held request twice (two retries): one pending approval, and
-    // one evaluation record and violation event per request.
+    // The proxy reports the held request, resends the batch (its acknowledgement lost),
+    // then reports a retry of it: one pending approval, and one evaluation record and
+    // violation event per request.
     let held = |request_id: &str| {
         json!({
             "evaluation": { "request_id": request_id, "agent_id": agent_id, "provider": "openai",
@@ -73,7 +82,7 @@ db_test!(approvals_queue_once_decide_once_and_expire, |app| {
             "approval": { "policy_id": policy_id, "request_context": { "provider": "openai", "model": "gpt-4o" } },
         })
     };
-    let ack = report(&app, &tenant.id, held("req-1")).await;
+    let ack = report_in(&app, "held-1", &tenant.id, held("req-1")).await;
     assert_eq!(
         (
             ack["evaluations_written"].clone(),
@@ -82,7 +91,7 @@ db_test!(approvals_queue_once_decide_once_and_expire, |app| {
         (json!(1), json!(1)),
         "{ack}"
     );
-    let ack = report(&app, &tenant.id, held("req-1")).await;
+    let ack = report_in(&app, "held-1", &tenant.id, held("req-1")).await;
     assert_eq!(
         (
             ack["evaluations_written"].clone(),

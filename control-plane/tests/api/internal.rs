@@ -292,3 +292,85 @@ db_test!(only_keys_with_a_budget_have_their_spend_tracked, |app| {
     assert_eq!(scopes, [format!("key:{}", keys[0].0)], "{ack}");
     assert_eq!(ack["data"]["spend"][0]["cost_micros"], json!(500_000));
 });
+
+db_test!(
+    a_records_decision_is_written_with_it_once_and_a_bad_one_refuses_it_alone,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let key = &tenant.admin_key;
+        let agent = app.register_agent(key, json!({ "name": "governed" })).await;
+        let agent = agent["id"].as_str().unwrap();
+        let now = app.clock.now().as_millis();
+        let at = warden_shared::timestamp::Timestamp::from_millis(now).to_string();
+        let list = |outcome: &str| {
+            json!([
+                { "policy_id": 1, "policy_name": "allowlist", "policy_type": "model_allowlist", "result": "pass", "reason": null },
+                { "policy_id": 2, "policy_name": "review", "policy_type": "require_human_review", "result": outcome, "reason": "flagged" },
+            ])
+        };
+        let governed = |id: &str, results: Value| {
+            let mut record = record(id, &tenant.id, agent, now, 0.1);
+            record["evaluation"] =
+                json!({ "model": "gpt-4o-alias", "evaluated_at": at, "results": results });
+            record
+        };
+        let batch = json!({
+            "batch_id": "governed-1",
+            "result_lists": [list("pass"), list("fail")],
+            "records": [
+                governed("r-1", json!(0)),
+                governed("r-2", json!(1)),
+                record("r-3", &tenant.id, agent, now, 0.1),
+                governed("r-4", json!(7)),
+                governed("r-5", list("pass")),
+            ],
+        });
+        let first = expect_status(ingest(&app, SERVICE_TOKEN, &batch).await, 200).await;
+        // The record naming a list the batch lacks is refused alone, usage and all.
+        assert_eq!(first["data"]["accepted"], json!(4), "{first}");
+        assert_eq!(first["data"]["errors"][0]["index"], json!(3), "{first}");
+        assert_eq!(
+            first["data"]["errors"][0]["field"],
+            json!("evaluation.results"),
+            "{first}"
+        );
+        let evaluations = |query: &'static str| {
+            let app = &app;
+            async move { expect_status(app.get(query, key).await, 200).await }
+        };
+        let all = evaluations("/policy-evaluations?limit=100").await;
+        assert_eq!(all["meta"]["total"], json!(6), "{all}");
+        let mut requests: Vec<&str> = all["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["request_id"].as_str().unwrap())
+            .collect();
+        requests.sort_unstable();
+        requests.dedup();
+        // A decision's request id is its usage record's id; the model, the one asked for.
+        assert_eq!(requests, ["r-1", "r-2", "r-5"]);
+        assert_eq!(all["data"][0]["model"], json!("gpt-4o-alias"));
+        assert_eq!(all["data"][0]["agent_id"], json!(agent));
+        let fails = evaluations("/policy-evaluations?result=fail").await;
+        assert_eq!(fails["meta"]["total"], json!(1), "{fails}");
+        assert_eq!(fails["data"][0]["request_id"], json!("r-2"));
+        // The failure of policy 2, audited once.
+        let violations = || async {
+            app.audit_events(&tenant.id, "2")
+                .await
+                .iter()
+                .filter(|e| *e == "policy.violated")
+                .count()
+        };
+        assert_eq!(violations().await, 1);
+
+        // Resent (a lost acknowledgement): the records are duplicates, and so are their
+        // decisions and their audit events.
+        let again = expect_status(ingest(&app, SERVICE_TOKEN, &batch).await, 200).await;
+        assert_eq!(again["data"]["duplicates"], json!(4), "{again}");
+        let all = evaluations("/policy-evaluations?limit=100").await;
+        assert_eq!(all["meta"]["total"], json!(6), "{all}");
+        assert_eq!(violations().await, 1);
+    }
+);

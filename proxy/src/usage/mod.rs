@@ -8,18 +8,21 @@ pub mod sse;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::Serialize;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::ProxyKeyState;
 use warden_shared::timestamp::Timestamp;
 
 use crate::budget::BudgetHold;
+use crate::decisions::{PolicyResults, ResultLists};
 
 pub use extract::Tokens;
 
 /// One request's usage, as the control plane's internal batch endpoint takes it. The
 /// key comes along as the shared state it was admitted with (a reference count, not
-/// copies of its ids); the wire form is written when the batch is serialized.
+/// copies of its ids); the wire form is written when the batch is serialized
+/// ([`batch_body`]).
 #[derive(Debug)]
 pub struct UsageRecord {
     /// Unique within the tenant, so a batch sent twice counts once.
@@ -35,9 +38,48 @@ pub struct UsageRecord {
     pub recorded_at: Timestamp,
     /// The budgets this record's cost is pending in until the ledger has it; not sent.
     pub budget: Option<BudgetHold>,
+    /// The policies' decision on the request, when the tenant has enabled policies.
+    pub evaluation: Option<RecordEvaluation>,
 }
 
-impl Serialize for UsageRecord {
+/// The decision of the policies on a forwarded request, carried to the control plane by
+/// its usage record (`crate::policy_gate`): the record's id is the decision's request id.
+#[derive(Debug)]
+pub struct RecordEvaluation {
+    /// The model as the agent asked for it (the record names the provider's).
+    pub model: String,
+    pub evaluated_at: Timestamp,
+    pub policy_results: PolicyResults,
+}
+
+/// The body of `POST /internal/v1/usage-batches` for `records`: their results lists
+/// once each under `result_lists` (when any record carries a decision), and the records,
+/// a decision naming its list by index. `None` only if serializing fails (it cannot).
+pub fn batch_body(batch_id: &str, records: &[UsageRecord]) -> Option<Bytes> {
+    let (result_lists, list_indexes) = ResultLists::of(
+        records
+            .iter()
+            .map(|r| r.evaluation.as_ref().map(|e| &e.policy_results)),
+    );
+    #[derive(Serialize)]
+    struct BatchWire<'a> {
+        batch_id: &'a str,
+        #[serde(skip_serializing_if = "ResultLists::is_empty")]
+        result_lists: ResultLists<'a>,
+        records: RecordsWire<'a>,
+    }
+    let body = BatchWire {
+        batch_id,
+        result_lists,
+        records: RecordsWire(records, &list_indexes),
+    };
+    serde_json::to_vec(&body).ok().map(Bytes::from)
+}
+
+/// The records, `list_indexes[i]` naming the results list of `records[i]`'s decision.
+struct RecordsWire<'a>(&'a [UsageRecord], &'a [Option<usize>]);
+
+impl Serialize for RecordsWire<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Wire<'a> {
@@ -51,19 +93,37 @@ impl Serialize for UsageRecord {
             output_tokens: i64,
             recorded_at: Timestamp,
             api_key_id: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            evaluation: Option<Evaluation<'a>>,
         }
-        Wire {
-            record_id: &self.record_id,
-            tenant_id: &self.key.tenant_id,
-            agent_id: &self.key.agent_id,
-            model_provider: self.model_provider,
-            model_name: &self.model_name,
-            request_type: self.request_type,
-            input_tokens: self.input_tokens,
-            output_tokens: self.output_tokens,
-            recorded_at: self.recorded_at,
-            api_key_id: &self.key.id,
+        #[derive(Serialize)]
+        struct Evaluation<'a> {
+            model: &'a str,
+            evaluated_at: Timestamp,
+            results: usize,
         }
-        .serialize(serializer)
+        serializer.collect_seq(self.0.iter().zip(self.1).map(|(record, list)| {
+            Wire {
+                record_id: &record.record_id,
+                tenant_id: &record.key.tenant_id,
+                agent_id: &record.key.agent_id,
+                model_provider: record.model_provider,
+                model_name: &record.model_name,
+                request_type: record.request_type,
+                input_tokens: record.input_tokens,
+                output_tokens: record.output_tokens,
+                recorded_at: record.recorded_at,
+                api_key_id: &record.key.id,
+                evaluation: record
+                    .evaluation
+                    .as_ref()
+                    .zip(*list)
+                    .map(|(evaluation, results)| Evaluation {
+                        model: &evaluation.model,
+                        evaluated_at: evaluation.evaluated_at,
+                        results,
+                    }),
+            }
+        }))
     }
 }

@@ -16,7 +16,7 @@ use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
 use crate::budget::{Budgets, FigureSource};
-use crate::flush::{next_batch, now_ms, post_until_answered, Batch, FlushTarget};
+use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// The request path's handle on the queue.
@@ -105,11 +105,7 @@ async fn send_until_acknowledged(
     metrics: &ProxyMetrics,
 ) -> Option<Vec<ScopeSpend>> {
     let batch_id = new_id(IdKind::Usage, now_ms());
-    let body = Batch {
-        batch_id: &batch_id,
-        items: batch,
-    }
-    .to_body()?;
+    let body = super::batch_body(&batch_id, batch)?;
     metrics.usage_in_flight.set(batch.len() as i64);
     let ack: Option<UsageAck> = post_until_answered(
         client,

@@ -1,12 +1,14 @@
 //! `POST /internal/v1/policy-decisions`: what the proxies decided under policies, sent
-//! in batches after the fact like usage. Each decision carries its per-policy results
-//! (written as evaluation records, idempotent by request and policy) and, when a
+//! in batches after the fact like usage: the requests they refused or held for
+//! approval, and those they let through that ended without a usage record (a forwarded
+//! request's decision rides on its usage record, see `usage_batches`). Each decision
+//! carries its per-policy results (written as evaluation records) and, when a
 //! `require_approval` policy held the request, the approval to queue (deduplicated while
-//! pending). A batch is one transaction; a decision the control plane cannot place (an
-//! agent or policy deleted meanwhile, a malformed item) is reported in `errors` and the
-//! rest are written.
+//! pending). A batch is one transaction, written once per `batch_id`; a decision the
+//! control plane cannot place (an agent or policy deleted meanwhile, a malformed item)
+//! is reported in `errors` and the rest are written.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use axum::extract::State;
 use axum::response::Response;
@@ -19,7 +21,9 @@ use super::ServiceCaller;
 use crate::api::approvals::{store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS};
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_raw, ApiJson};
-use crate::api::policies::{record_evaluations, EvaluationReport, ReportedResult, ResultList};
+use crate::api::policies::{
+    record_evaluations, DecisionRow, EvaluationReport, ReportedResult, ResultLists,
+};
 use crate::api::telemetry::ItemError;
 use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
@@ -31,6 +35,7 @@ pub const MAX_DECISIONS: usize = 1000;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionBatch {
+    /// The idempotency key: a batch id seen before writes nothing.
     pub batch_id: Text<1, 100>,
     /// Results lists the decisions share: a decision's `evaluation.results` may be the
     /// index of its list here instead of the list itself. A batch's decisions mostly
@@ -99,12 +104,23 @@ pub async fn ingest_policy_decisions(
         errors: Vec::new(),
     };
     let mut tx = state.db.begin_write().await?;
+    // The batch id is the idempotency key: the proxy resends the very same batch until
+    // it is acknowledged, and a batch seen before writes nothing (its errors are still
+    // reported). Under concurrent resends on PostgreSQL, the second waits on the key.
+    let first_time = sqlx::query(
+        "INSERT INTO policy_decision_batches (batch_id, received_at) VALUES ($1, $2) \
+         ON CONFLICT (batch_id) DO NOTHING",
+    )
+    .bind(batch.batch_id.as_str())
+    .bind(now.as_millis())
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
     // A batch is mostly a few agents' requests: each agent is looked up once.
     let mut teams: HashMap<(String, String), Option<Option<String>>> = HashMap::new();
     let mut placed: Vec<(usize, ProxyDecision, Option<String>, usize)> = Vec::new();
-    // Each distinct results list is parsed and checked once: most decisions of a batch
-    // carry the same one, either by index into `result_lists` or written out.
-    let mut lists = Lists::new(&batch.result_lists);
+    let mut lists = ResultLists::new(&batch.result_lists);
     for (index, raw) in batch.decisions.into_iter().enumerate() {
         let decision = match parse_raw::<ProxyDecision>(&raw) {
             Ok(decision) => decision,
@@ -113,7 +129,7 @@ pub async fn ingest_policy_decisions(
                 continue;
             }
         };
-        let list = match lists.of(&decision.evaluation.results) {
+        let list = match lists.of(&decision.evaluation.results, "evaluation.results") {
             Ok(list) => list,
             Err(error) => {
                 ack.errors.push(ItemError { index, ..error });
@@ -150,17 +166,32 @@ pub async fn ingest_policy_decisions(
         };
         placed.push((index, decision, team_id, list));
     }
-    let reports: Vec<(&str, &EvaluationReport, &ResultList)> = placed
-        .iter()
-        .map(|(_, decision, _, list)| {
-            (
-                decision.tenant_id.as_str(),
-                &decision.evaluation,
-                lists.get(*list),
-            )
-        })
-        .collect();
-    ack.evaluations_written = record_evaluations(&mut tx, &reports).await?;
+    if first_time {
+        // A request reported twice in one batch counts once.
+        let mut seen = HashSet::new();
+        let rows: Vec<DecisionRow<'_>> = placed
+            .iter()
+            .filter(|(_, decision, _, _)| {
+                seen.insert((
+                    decision.tenant_id.as_str(),
+                    decision.evaluation.request_id.as_str(),
+                ))
+            })
+            .map(|(_, decision, _, list)| {
+                let report = &decision.evaluation;
+                DecisionRow {
+                    tenant_id: decision.tenant_id.as_str(),
+                    request_id: report.request_id.as_str(),
+                    agent_id: report.agent_id.as_str(),
+                    provider: report.provider,
+                    model: report.model.as_str(),
+                    evaluated_at: report.evaluated_at,
+                    list: lists.get(*list),
+                }
+            })
+            .collect();
+        ack.evaluations_written = record_evaluations(&mut tx, &rows).await?;
+    }
     for (index, decision, team_id, _) in &placed {
         let Some(ask) = &decision.approval else {
             continue;
@@ -183,6 +214,9 @@ pub async fn ingest_policy_decisions(
             ));
             continue;
         }
+        if !first_time {
+            continue;
+        }
         let request = approvals::Request {
             tenant_id,
             policy_id: ask.policy_id,
@@ -203,67 +237,4 @@ pub async fn ingest_policy_decisions(
     tx.commit().await?;
     ack.rejected = ack.errors.len();
     Ok(envelope::ok(ack))
-}
-
-/// A batch's results lists, each parsed and checked the first time a decision names it.
-struct Lists<'b> {
-    /// The batch's `result_lists`, and what became of each once parsed.
-    shared: &'b [Box<RawValue>],
-    shared_parsed: Vec<Option<Result<usize, ItemError>>>,
-    /// Lists written out in decisions, by their text.
-    inline: HashMap<String, Result<usize, ItemError>>,
-    parsed: Vec<ResultList>,
-}
-
-impl<'b> Lists<'b> {
-    fn new(shared: &'b [Box<RawValue>]) -> Self {
-        Lists {
-            shared,
-            shared_parsed: vec![None; shared.len()],
-            inline: HashMap::new(),
-            parsed: Vec::new(),
-        }
-    }
-
-    fn get(&self, list: usize) -> &ResultList {
-        &self.parsed[list]
-    }
-
-    /// The list a decision's `results` holds, or names by its index in `result_lists`.
-    /// An error is the decision's, still to be given its index.
-    fn of(&mut self, results: &RawValue) -> Result<usize, ItemError> {
-        let text = results.get();
-        let Ok(position) = text.parse::<usize>() else {
-            if let Some(known) = self.inline.get(text) {
-                return known.clone();
-            }
-            let parsed = ResultList::parse_at(results, "evaluation.results");
-            let outcome = self.place(parsed);
-            self.inline.insert(text.to_owned(), outcome.clone());
-            return outcome;
-        };
-        let Some(raw) = self.shared.get(position) else {
-            return Err(item_error(ApiError::validation(
-                "evaluation.results",
-                format!("evaluation.results: no list {position} in result_lists"),
-            )));
-        };
-        if let Some(known) = &self.shared_parsed[position] {
-            return known.clone();
-        }
-        let parsed = ResultList::parse_at(raw, &format!("result_lists[{position}]"));
-        let outcome = self.place(parsed);
-        self.shared_parsed[position] = Some(outcome.clone());
-        outcome
-    }
-
-    fn place(&mut self, parsed: Result<ResultList, ApiError>) -> Result<usize, ItemError> {
-        let list = parsed.map_err(item_error)?;
-        self.parsed.push(list);
-        Ok(self.parsed.len() - 1)
-    }
-}
-
-fn item_error(error: ApiError) -> ItemError {
-    ItemError::from_api_error(0, error)
 }

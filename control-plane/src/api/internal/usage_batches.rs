@@ -1,4 +1,5 @@
-//! `POST /internal/v1/usage-batches`: the proxy's usage, idempotent by record id.
+//! `POST /internal/v1/usage-batches`: the proxy's usage, idempotent by record id. A
+//! forwarded request's policy decision rides on its record and is written with it.
 //!
 //! The proxy retries a batch until it is acknowledged, so the same records may arrive
 //! more than once. Each record carries an id that is unique within its tenant; a record
@@ -17,6 +18,7 @@ use warden_shared::timestamp::Timestamp;
 use super::ServiceCaller;
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_raw, ApiJson};
+use crate::api::policies::{record_evaluations, DecisionRow, ReportedResult, ResultLists};
 use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
 use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
@@ -32,6 +34,11 @@ const MAX_SKEW_MS: i64 = 300_000;
 #[serde(deny_unknown_fields)]
 pub struct UsageBatch {
     pub batch_id: Text<1, 100>,
+    /// Results lists the records' decisions share: an `evaluation.results` is the index
+    /// of its list here (or the list itself). A batch's requests mostly came out alike.
+    #[serde(default)]
+    #[schema(value_type = Vec<Vec<ReportedResult>>)]
+    pub result_lists: Vec<Box<RawValue>>,
     #[schema(value_type = Vec<ProxyUsageRecord>)]
     pub records: Vec<Box<RawValue>>,
 }
@@ -58,6 +65,24 @@ pub struct ProxyUsageRecord {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub api_key_id: Option<Text<1, 100>>,
+    /// The policies' decision on the request, when its tenant has enabled policies: it
+    /// is written with the record, once, as the evaluation records of request
+    /// `record_id`.
+    #[serde(default)]
+    pub evaluation: Option<RecordEvaluation>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordEvaluation {
+    /// The model as the agent asked for it (`model_name` is the provider's).
+    pub model: Text<1, 200>,
+    #[schema(value_type = String, format = DateTime)]
+    pub evaluated_at: Timestamp,
+    /// The results in the policies' order, or the index of their list in the batch's
+    /// `result_lists`.
+    #[schema(value_type = Object)]
+    pub results: Box<RawValue>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -96,15 +121,31 @@ pub async fn ingest_usage_batch(
         spend: Vec::new(),
     };
     let mut parsed = Vec::new();
+    let mut lists = ResultLists::new(&batch.result_lists);
     for (index, raw) in batch.records.into_iter().enumerate() {
-        match parse_raw::<ProxyUsageRecord>(&raw).and_then(|r| check_time(r, now)) {
-            Ok(record) => parsed.push((index, record.into_input())),
-            Err(error) => ack.errors.push(ItemError::from_api_error(index, error)),
-        }
+        let record = match parse_raw::<ProxyUsageRecord>(&raw).and_then(|r| check_time(r, now)) {
+            Ok(record) => record,
+            Err(error) => {
+                ack.errors.push(ItemError::from_api_error(index, error));
+                continue;
+            }
+        };
+        let list = match &record.evaluation {
+            Some(evaluation) => match lists.of(&evaluation.results, "evaluation.results") {
+                Ok(list) => Some(list),
+                Err(error) => {
+                    ack.errors.push(ItemError { index, ..error });
+                    continue;
+                }
+            },
+            None => None,
+        };
+        parsed.push((index, record.into_input(), list));
     }
     let mut entries = Vec::with_capacity(parsed.len());
     let mut indexes = Vec::with_capacity(parsed.len());
-    for (index, (keys, input)) in &parsed {
+    let mut decided = Vec::with_capacity(parsed.len());
+    for (index, (keys, input), list) in &parsed {
         match usage_entry(
             &keys.tenant_id,
             input,
@@ -116,6 +157,7 @@ pub async fn ingest_usage_batch(
                 entry.api_key_id = keys.api_key_id.as_ref().map(|id| id.as_str());
                 entries.push(entry);
                 indexes.push(*index);
+                decided.push((keys, input, *list));
             }
             Err(error) => ack.errors.push(ItemError::from_api_error(*index, error)),
         }
@@ -123,6 +165,26 @@ pub async fn ingest_usage_batch(
     let mut tx = state.db.begin_write().await?;
     let recorded = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
     ack.spend = recorded.spend;
+    // The decisions of the records new to the ledger: a resent record's was written
+    // with it the first time.
+    let decisions: Vec<DecisionRow<'_>> = decided
+        .iter()
+        .zip(&recorded.outcomes)
+        .filter(|(_, outcome)| matches!(outcome, Outcome::Recorded { .. }))
+        .filter_map(|((keys, input, list), _)| {
+            let evaluation = keys.evaluation.as_ref()?;
+            Some(DecisionRow {
+                tenant_id: &keys.tenant_id,
+                request_id: keys.record_id.as_str(),
+                agent_id: &input.agent_id,
+                provider: input.model_provider,
+                model: evaluation.model.as_str(),
+                evaluated_at: evaluation.evaluated_at,
+                list: lists.get((*list)?),
+            })
+        })
+        .collect();
+    record_evaluations(&mut tx, &decisions).await?;
     for (index, outcome) in indexes.into_iter().zip(recorded.outcomes) {
         match outcome {
             Outcome::Recorded { .. } => ack.accepted += 1,
@@ -146,6 +208,7 @@ struct RecordKeys {
     tenant_id: String,
     recorded_at: Timestamp,
     api_key_id: Option<Text<1, 100>>,
+    evaluation: Option<RecordEvaluation>,
 }
 
 impl ProxyUsageRecord {
@@ -156,6 +219,7 @@ impl ProxyUsageRecord {
                 tenant_id: self.tenant_id,
                 recorded_at: self.recorded_at,
                 api_key_id: self.api_key_id,
+                evaluation: self.evaluation,
             },
             UsageInput {
                 agent_id: self.agent_id,

@@ -5,7 +5,7 @@
 //! `fail` also writes a `policy.violated` audit event, once: a resent report finds its
 //! request id taken and writes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::response::Response;
@@ -21,6 +21,7 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Page, PageQuery, Paged};
 use crate::api::extract::{parse_raw_at, ApiQuery};
+use crate::api::telemetry::ItemError;
 use crate::api::validate::Text;
 use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
@@ -65,6 +66,71 @@ impl ResultList {
     }
 }
 
+/// A batch's results lists, each parsed and checked the first time a decision names it:
+/// most of a batch's decisions carry the same list, either by index into the batch's
+/// `result_lists` or written out.
+pub struct ResultLists<'b> {
+    /// The batch's `result_lists`, and what became of each once parsed.
+    shared: &'b [Box<RawValue>],
+    shared_parsed: Vec<Option<Result<usize, ItemError>>>,
+    /// Lists written out in decisions, by their text.
+    inline: HashMap<String, Result<usize, ItemError>>,
+    parsed: Vec<ResultList>,
+}
+
+impl<'b> ResultLists<'b> {
+    pub fn new(shared: &'b [Box<RawValue>]) -> Self {
+        ResultLists {
+            shared,
+            shared_parsed: vec![None; shared.len()],
+            inline: HashMap::new(),
+            parsed: Vec::new(),
+        }
+    }
+
+    pub fn get(&self, list: usize) -> &ResultList {
+        &self.parsed[list]
+    }
+
+    /// The list a decision's `results` (at `field`) holds, or names by its index in
+    /// `result_lists`. An error is the decision's, still to be given its index.
+    pub fn of(&mut self, results: &RawValue, field: &str) -> Result<usize, ItemError> {
+        let text = results.get();
+        let Ok(position) = text.parse::<usize>() else {
+            if let Some(known) = self.inline.get(text) {
+                return known.clone();
+            }
+            let parsed = ResultList::parse_at(results, field);
+            let outcome = self.place(parsed);
+            self.inline.insert(text.to_owned(), outcome.clone());
+            return outcome;
+        };
+        let Some(raw) = self.shared.get(position) else {
+            return Err(item_error(ApiError::validation(
+                field,
+                format!("{field}: no list {position} in result_lists"),
+            )));
+        };
+        if let Some(known) = &self.shared_parsed[position] {
+            return known.clone();
+        }
+        let parsed = ResultList::parse_at(raw, &format!("result_lists[{position}]"));
+        let outcome = self.place(parsed);
+        self.shared_parsed[position] = Some(outcome.clone());
+        outcome
+    }
+
+    fn place(&mut self, parsed: Result<ResultList, ApiError>) -> Result<usize, ItemError> {
+        let list = parsed.map_err(item_error)?;
+        self.parsed.push(list);
+        Ok(self.parsed.len() - 1)
+    }
+}
+
+fn item_error(error: ApiError) -> ItemError {
+    ItemError::from_api_error(0, error)
+}
+
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportedResult {
@@ -85,61 +151,64 @@ const MEMBER_COLUMNS: usize = 8;
 /// The API id of a decision's result: unique, and in the order results were recorded.
 const POSITIONS_PER_DECISION: i64 = 1 << 20;
 
-/// Writes `reports` (each with its tenant id): a decision row each, pointing at the
-/// tenant's result set for its results (created the first time those results are seen).
-/// Returns how many results were new. A report whose request id the tenant already has
-/// (a resent batch) writes nothing, so its failures are not audited twice.
+/// One decision to write: who asked for what, when, and its checked results.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionRow<'a> {
+    pub tenant_id: &'a str,
+    pub request_id: &'a str,
+    pub agent_id: &'a str,
+    pub provider: Provider,
+    pub model: &'a str,
+    pub evaluated_at: Timestamp,
+    pub list: &'a ResultList,
+}
+
+/// Writes `decisions`: a row each, pointing at the tenant's result set for its results
+/// (created the first time those results are seen), and a `policy.violated` audit event
+/// per failure. Returns how many results were written. The caller has made sure each
+/// decision is new: the proxies' usage records carry their decisions and are written
+/// once each, and a decision batch is written once per batch id.
 pub async fn record_evaluations(
     tx: &mut WriteTx,
-    reports: &[(&str, &EvaluationReport, &ResultList)],
+    decisions: &[DecisionRow<'_>],
 ) -> Result<usize, sqlx::Error> {
-    let sets = result_sets(tx, reports).await?;
-    let mut inserted: HashSet<(String, String)> = HashSet::new();
-    let rows: Vec<(&str, &EvaluationReport, i64)> = reports
+    let sets = result_sets(tx, decisions).await?;
+    let rows: Vec<(&DecisionRow<'_>, i64)> = decisions
         .iter()
-        .filter_map(|(tenant_id, report, list)| {
-            let set_id = sets.get(&(*tenant_id, list.digest.as_str()))?;
-            Some((*tenant_id, *report, *set_id))
-        })
+        .filter_map(|row| Some((row, *sets.get(&(row.tenant_id, row.list.digest.as_str()))?)))
         .collect();
     for chunk in rows.chunks(crate::ledger::rows_per_statement(tx, DECISION_COLUMNS)) {
         let sql = crate::ledger::for_backend(
             tx,
             format!(
                 "INSERT INTO policy_decisions (tenant_id, request_id, agent_id, provider, model, \
-                 evaluated_at, result_set_id) VALUES {} \
-                 ON CONFLICT (tenant_id, request_id) DO NOTHING RETURNING tenant_id, request_id",
+                 evaluated_at, result_set_id) VALUES {}",
                 crate::ledger::placeholders(chunk.len(), DECISION_COLUMNS, 1)
             ),
         );
         let mut query = sqlx::query(&sql);
-        for (tenant_id, report, set_id) in chunk {
+        for (row, set_id) in chunk {
             query = query
-                .bind(*tenant_id)
-                .bind(report.request_id.as_str())
-                .bind(report.agent_id.as_str())
-                .bind(report.provider.as_str())
-                .bind(report.model.as_str())
-                .bind(report.evaluated_at.as_millis())
+                .bind(row.tenant_id)
+                .bind(row.request_id)
+                .bind(row.agent_id)
+                .bind(row.provider.as_str())
+                .bind(row.model)
+                .bind(row.evaluated_at.as_millis())
                 .bind(*set_id);
         }
-        for row in query.fetch_all(&mut **tx).await? {
-            inserted.insert((row.try_get("tenant_id")?, row.try_get("request_id")?));
-        }
+        query.execute(&mut **tx).await?;
     }
     let mut written = 0;
-    for (tenant_id, report, list) in reports {
-        // Each new decision once: a batch may carry the same request twice.
-        let key = (
-            (*tenant_id).to_owned(),
-            report.request_id.as_str().to_owned(),
-        );
-        if !inserted.remove(&key) {
-            continue;
-        }
-        written += list.results.len();
-        for result in list.results.iter().filter(|r| r.result == Outcome::Fail) {
-            audit_violation(tx, tenant_id, report, result).await?;
+    for (row, _) in &rows {
+        written += row.list.results.len();
+        for result in row
+            .list
+            .results
+            .iter()
+            .filter(|r| r.result == Outcome::Fail)
+        {
+            audit_violation(tx, row, result).await?;
         }
     }
     Ok(written)
@@ -172,14 +241,14 @@ fn digest(results: &[ReportedResult]) -> String {
 /// same time: the unique digest decides, and the loser reads the winner's id.
 async fn result_sets<'a>(
     tx: &mut WriteTx,
-    reports: &[(&'a str, &EvaluationReport, &'a ResultList)],
+    decisions: &[DecisionRow<'a>],
 ) -> Result<HashMap<(&'a str, &'a str), i64>, sqlx::Error> {
     // Each distinct set once, with its results.
     let mut wanted: HashMap<(&str, &str), &ResultList> = HashMap::new();
-    for (tenant_id, _, list) in reports {
+    for row in decisions {
         wanted
-            .entry((*tenant_id, list.digest.as_str()))
-            .or_insert(*list);
+            .entry((row.tenant_id, row.list.digest.as_str()))
+            .or_insert(row.list);
     }
     let mut found: HashMap<(&str, &str), i64> = HashMap::new();
     let mut keys: Vec<(&str, &str)> = wanted.keys().copied().collect();
@@ -297,15 +366,14 @@ async fn create_sets(
 
 async fn audit_violation(
     tx: &mut WriteTx,
-    tenant_id: &str,
-    report: &EvaluationReport,
+    row: &DecisionRow<'_>,
     result: &ReportedResult,
 ) -> Result<(), sqlx::Error> {
     audit::record(
         tx,
-        tenant_id,
+        row.tenant_id,
         "proxy",
-        report.evaluated_at,
+        row.evaluated_at,
         AuditEvent {
             event_type: "policy.violated",
             target_type: "policy",
@@ -314,10 +382,10 @@ async fn audit_violation(
                 "policy_name": result.policy_name,
                 "policy_type": result.policy_type.as_str(),
                 "reason": result.reason,
-                "agent_id": report.agent_id,
-                "provider": report.provider.as_str(),
-                "model": report.model,
-                "request_id": report.request_id,
+                "agent_id": row.agent_id,
+                "provider": row.provider.as_str(),
+                "model": row.model,
+                "request_id": row.request_id,
             }),
         },
     )

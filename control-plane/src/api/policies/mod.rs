@@ -31,7 +31,9 @@ use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 pub use dry_run::{dry_run, DryRunInput};
-pub use evaluations::{record_evaluations, EvaluationReport, ReportedResult, ResultList};
+pub use evaluations::{
+    record_evaluations, DecisionRow, EvaluationReport, ReportedResult, ResultList, ResultLists,
+};
 pub use input::{CreatePolicyInput, Definition, UpdatePolicyInput};
 pub use templates::PolicyTemplate;
 

@@ -330,3 +330,62 @@ db_test!(the_dry_run_and_the_proxy_reach_the_same_decisions, |app| {
         }
     }
 });
+
+db_test!(every_decision_is_recorded_once_forwarded_or_not, |app| {
+    // A forwarded request's decision travels with its usage record; one the policies
+    // let through but a budget then refused travels on its own. Each is recorded once.
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (tenant, raw, _) = proxy
+        .tenant_with_key(
+            &app,
+            json!({ "developer_label": "governed", "budget_limit_usd": 0.0003 }),
+        )
+        .await;
+    let key = &tenant.admin_key;
+    policy(
+        &app,
+        key,
+        json!({ "name": "no anthropic", "policy_type": "block_provider",
+                    "config": { "providers": ["anthropic"] } }),
+    )
+    .await;
+    // Refused by the policy (once it has arrived): one decision.
+    until_status(&proxy, &raw, "claude-sonnet-4-5", 403).await;
+    // Let through by the policy until the key's budget refuses one.
+    let mut served = 0;
+    loop {
+        let answer = proxy
+            .chat(
+                &raw,
+                json!({ "model": "gpt-4o", "max_tokens": 10,
+                    "messages": [{ "role": "user", "content": "Say hello" }] }),
+            )
+            .await;
+        match answer.status().as_u16() {
+            200 => served += 1,
+            402 => break,
+            other => panic!("unexpected status {other}"),
+        }
+        assert!(served < 20, "the budget never ran out");
+    }
+    let expected = served + 2;
+    let records = || async {
+        let page = expect_status(app.get("/policy-evaluations?limit=100", key).await, 200).await;
+        page["meta"]["total"].as_i64().unwrap()
+    };
+    eventually(Duration::from_secs(5), || async {
+        (records().await == expected).then_some(())
+    })
+    .await;
+    // Both reporters have flushed by now (each within a second): nothing more comes.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(records().await, expected);
+    let passed = expect_status(
+        app.get("/policy-evaluations?result=pass&limit=100", key)
+            .await,
+        200,
+    )
+    .await;
+    assert_eq!(passed["meta"]["total"], json!(served + 1), "{passed}");
+});
