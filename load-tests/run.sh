@@ -8,6 +8,7 @@
 #   load-tests/run.sh                 # 10,000 keys, concurrency 32, 15 s per run
 #   KEYS_COUNT=100000 DURATION=20 CONCURRENCY=32 load-tests/run.sh
 #   PROXY_THREADS=1 load-tests/run.sh  # the proxy on one runtime thread
+#   ROUNDS=5 load-tests/run.sh         # more alternating rounds with and without policies
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -123,16 +124,22 @@ done
 echo "proxy resident memory after the runs: $(rss_mib $PROXY_PID) MiB"
 
 # The same Warden runs with 10 enabled policies of every type (all letting the load
-# through; about half cover it) and a budget limit on the agent every key acts for.
+# through; about half cover it) and a budget limit on the agent every key acts for, in
+# ROUNDS alternating rounds against the same Warden without them (policies disabled, the
+# limit deleted), so that drift of this shared machine between runs does not land on
+# one side. Each round's pair is printed; the ratio is of the medians.
+ROUNDS=${ROUNDS:-3}
 # shellcheck disable=SC1091
 source "$WORK/keys.txt.tenant"
-create() {
+call() {
   local code
-  code=$(curl -s -o "$WORK/created.json" -w '%{http_code}' -X POST "http://$API/api/v1/$1" \
-    -H "authorization: Bearer $ADMIN" -H 'content-type: application/json' -d "$2")
-  [ "$code" = 201 ] || { echo "POST /$1 answered $code: $(cat "$WORK/created.json")" >&2; exit 1; }
+  code=$(curl -s -o "$WORK/answer.json" -w '%{http_code}' -X "$1" "http://$API/api/v1/$2" \
+    -H "authorization: Bearer $ADMIN" -H 'content-type: application/json' ${3:+-d "$3"})
+  [ "$code" = "$4" ] || { echo "$1 /$2 answered $code: $(cat "$WORK/answer.json")" >&2; exit 1; }
 }
-policy() { create policies "$1"; }
+field() { sed -E "s/.*\"$1\":\"?([^,\"]*).*/\1/" "$WORK/answer.json"; }
+POLICY_IDS=()
+policy() { call POST policies "$1" 201; POLICY_IDS+=("$(field id)"); }
 policy '{"name":"allowlist","policy_type":"model_allowlist","config":{"allowed_models":["gpt-4o*","claude-*"]}}'
 policy '{"name":"no nvidia","policy_type":"block_provider","config":{"providers":["nvidia"]}}'
 policy '{"name":"approve o1-pro","policy_type":"require_approval","config":{"models":["o1-pro"]}}'
@@ -143,18 +150,41 @@ policy '{"name":"per-key rate","policy_type":"rate_limit","config":{"requests_pe
 policy "{\"name\":\"agent rate\",\"policy_type\":\"rate_limit\",\"scope\":\"agent:$AGENT\",\"config\":{\"requests_per_minute\":1000000,\"tokens_per_minute\":1000000000,\"per\":\"agent\"}}"
 policy '{"name":"review anthropic","policy_type":"require_human_review","config":{"providers":["anthropic"]}}'
 policy '{"name":"staging allowlist","policy_type":"model_allowlist","scope":"environment:staging","config":{"allowed_models":["gpt-4o-mini"]}}'
-create budget/limits "{\"agent_id\":\"$AGENT\",\"monthly_limit_usd\":999999}"
-sleep 2
-printf '\nwith 10 policies and a budget limit:\n'
+LIMIT_ID=""
+governed() { # on|off; the proxies have the change within a second
+  local enabled=false
+  if [ "$1" = on ]; then
+    enabled=true
+    call POST budget/limits "{\"agent_id\":\"$AGENT\",\"monthly_limit_usd\":999999}" 201
+    LIMIT_ID=$(field id)
+  elif [ -n "$LIMIT_ID" ]; then
+    call DELETE "budget/limits/$LIMIT_ID" "" 204; LIMIT_ID=""
+  fi
+  for id in "${POLICY_IDS[@]}"; do call PATCH "policies/$id" "{\"enabled\":$enabled}" 200; done
+  sleep 2
+}
+median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+printf '\nwith and without 10 policies and a budget limit, %s alternating rounds:\n' "$ROUNDS"
+printf '%-28s %12s %10s %10s %9s %12s %12s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200" "proxy us/req" "cp us/req"
 for stream in 0 1; do
   label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
-  before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
-  read -r p_rps p_p50 p_p99 p_total p_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
-  after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
-  printf '%-28s %12s %10s %10s %9s\n' "warden+policies ($label)" "$p_rps" "$p_p50" "$p_p99" "$p_bad"
-  awk -v p="$p_rps" -v w="${WARDEN_RPS[$label]}" -v t="$p_total" -v c="$((after - before))" \
-      -v cp="$((cp_after - cp_before))" -v hz="$(getconf CLK_TCK)" -v label="$label" 'BEGIN {
-    printf "  with/without policies throughput %.2f (target at least 0.90); proxy CPU %.1f us/request, control plane %.1f us/request (%s)\n",
-      p / w, (c / hz) / t * 1e6, (cp / hz) / t * 1e6, label }'
+  without=(); with=()
+  for round in $(seq 1 "$ROUNDS"); do
+    for mode in off on; do
+      governed "$mode"
+      before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
+      read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
+      after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
+      name=$([ "$mode" = on ] && echo "with policies" || echo "without")
+      awk -v n="$name ($label) $round" -v r="$g_rps" -v p50="$g_p50" -v p99="$g_p99" -v b="$g_bad" -v t="$g_total" \
+          -v c="$((after - before))" -v cp="$((cp_after - cp_before))" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        printf "%-28s %12s %10s %10s %9s %12.1f %12.1f\n", n, r, p50, p99, b, (c / hz) / t * 1e6, (cp / hz) / t * 1e6 }'
+      if [ "$mode" = on ]; then with+=("$g_rps"); else without+=("$g_rps"); fi
+    done
+  done
+  w_med=$(echo "${without[*]}" | median); p_med=$(echo "${with[*]}" | median)
+  awk -v p="$p_med" -v w="$w_med" -v label="$label" 'BEGIN {
+    printf "  with/without policies throughput %.2f (medians %.0f / %.0f requests/s; target at least 0.90) (%s)\n", p / w, p, w, label }'
 done
+governed off
 echo "decision reports dropped by the proxy: $(curl -s "http://$PROXY/metrics" | awk '/^warden_proxy_policy_decisions_dropped_total/ {print $2}')"

@@ -26,7 +26,9 @@ pub struct ProxyConfig {
     pub idle_timeout_ms: u64,
     /// Usage records are sent to the ledger at least this often.
     pub usage_flush_interval_ms: u64,
-    /// Records per usage batch (the control plane accepts up to 1,000).
+    /// Records per usage batch, at most 1,000 (what the control plane accepts): under
+    /// load a batch fills before the interval ends, and each costs the ledger a
+    /// transaction and a few statements whatever its size.
     pub usage_batch_size: usize,
     /// Records held while the control plane is unreachable; beyond, new ones are dropped
     /// and counted (`warden_proxy_usage_dropped_total`).
@@ -89,7 +91,7 @@ impl Default for ProxyConfig {
             first_byte_timeout_ms: 300_000,
             idle_timeout_ms: 120_000,
             usage_flush_interval_ms: 1_000,
-            usage_batch_size: 500,
+            usage_batch_size: 1_000,
             usage_buffer_capacity: 200_000,
             ca_file: None,
             secrets_manager: SecretsManagerConfig::default(),

@@ -269,8 +269,10 @@ fn anonymous_parameters(sql: &str) -> Option<String> {
 }
 
 /// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.
+/// A batch's statements hold thousands, so each number is written in place.
 pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String {
-    let mut sql = String::with_capacity(rows * columns * 5);
+    use std::fmt::Write;
+    let mut sql = String::with_capacity(rows * columns * 7);
     for row in 0..rows {
         if row > 0 {
             sql.push_str(", ");
@@ -280,8 +282,8 @@ pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String 
             if column > 0 {
                 sql.push_str(", ");
             }
-            sql.push('$');
-            sql.push_str(&(first + row * columns + column).to_string());
+            // Writing to a String cannot fail.
+            let _ = write!(sql, "${}", first + row * columns + column);
         }
         sql.push(')');
     }
