@@ -69,12 +69,13 @@ pub(super) async fn lock_marks_for_batch(
         .collect();
     for chunk in tenants.chunks(rows_per_statement(tx, 1)) {
         // PostgreSQL locks the rows as the sorted result emits them: in tenant order.
+        let values = placeholders(tx, 1, chunk.len(), 1);
         let sql = super::for_backend(
             tx,
             format!(
                 "SELECT tenant_id, open_from, rolled_until FROM usage_days_closed \
                  WHERE tenant_id IN {} ORDER BY tenant_id{lock}",
-                placeholders(1, chunk.len(), 1)
+                values
             ),
         );
         let mut query = sqlx::query(&sql);

@@ -233,10 +233,11 @@ pub(crate) fn is_postgres(tx: &mut WriteTx) -> bool {
     tx.backend_name() == "PostgreSQL"
 }
 
-/// `sql` as `tx`'s backend binds it fastest: on SQLite, a statement whose parameters
-/// are `$1` to `$n`, each once and in that order, gets anonymous `?` instead (bound at
-/// constant cost each; see [`SQLITE_PARAMS_PER_STATEMENT`]); anything else is kept as it
-/// is, since `?` would then bind values to the wrong places.
+/// `sql` as `tx`'s backend binds it fastest: on SQLite, a statement whose numbered
+/// parameters are `$1` to `$n`, each once and in that order (and before any `?` that
+/// [`placeholders`] wrote), gets anonymous `?` instead (bound at constant cost each; see
+/// [`SQLITE_PARAMS_PER_STATEMENT`]); anything else is kept as it is, since `?` would
+/// then bind values to the wrong places.
 pub(crate) fn for_backend(tx: &mut WriteTx, sql: String) -> String {
     if is_postgres(tx) {
         return sql;
@@ -268,9 +269,22 @@ fn anonymous_parameters(sql: &str) -> Option<String> {
     Some(out)
 }
 
-/// `($1, $2, ...), ($n+1, ...)`: placeholders only, built from counts, never from input.
-/// A batch's statements hold thousands, so each number is written in place.
-pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String {
+/// The rows of a bulk statement's parameters, `($first, ...), (...)`, built from counts,
+/// never from input. They must be the statement's last parameters: on SQLite they are
+/// written as anonymous `?` straight away, one row repeated (a batch's statements hold
+/// thousands, and numbering each and then rewriting it cost a few percent of the
+/// control plane), and [`for_backend`] turns the parameters before them, `$1` to
+/// `$first - 1`, into `?` as well.
+pub(crate) fn placeholders(tx: &mut WriteTx, rows: usize, columns: usize, first: usize) -> String {
+    if is_postgres(tx) {
+        numbered_placeholders(rows, columns, first)
+    } else {
+        anonymous_placeholders(rows, columns)
+    }
+}
+
+/// `($1, $2, ...), ($n+1, ...)`, numbered from `first`.
+fn numbered_placeholders(rows: usize, columns: usize, first: usize) -> String {
     use std::fmt::Write;
     let mut sql = String::with_capacity(rows * columns * 7);
     for row in 0..rows {
@@ -286,6 +300,19 @@ pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String 
             let _ = write!(sql, "${}", first + row * columns + column);
         }
         sql.push(')');
+    }
+    sql
+}
+
+/// `(?, ?, ...), (?, ...)`.
+fn anonymous_placeholders(rows: usize, columns: usize) -> String {
+    let row = format!("({})", vec!["?"; columns].join(", "));
+    let mut sql = String::with_capacity(rows * (row.len() + 2));
+    for index in 0..rows {
+        if index > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&row);
     }
     sql
 }
@@ -306,11 +333,12 @@ async fn agent_teams(
     for (tenant_id, agents) in by_tenant {
         let agents: Vec<&str> = agents.into_iter().collect();
         for chunk in agents.chunks(rows_per_statement(tx, 1) - 1) {
+            let values = placeholders(tx, 1, chunk.len(), 2);
             let sql = for_backend(
                 tx,
                 format!(
                     "SELECT id, team_id, deleted_at FROM agents WHERE tenant_id = $1 AND id IN {}",
-                    placeholders(1, chunk.len(), 2)
+                    values
                 ),
             );
             let mut query = sqlx::query(&sql).bind(tenant_id);
@@ -339,6 +367,7 @@ async fn insert_records(
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut inserted = HashSet::with_capacity(records.len());
     for chunk in records.chunks(rows_per_statement(tx, 16)) {
+        let values = placeholders(tx, chunk.len(), 16, 1);
         let sql = for_backend(
             tx,
             format!(
@@ -346,7 +375,7 @@ async fn insert_records(
                  model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
                  recorded_at, source, record_id, batch_id, api_key_id) VALUES {} \
                  ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING id",
-                placeholders(chunk.len(), 16, 1)
+                values
             ),
         );
         let mut query = sqlx::query(&sql);
@@ -382,12 +411,18 @@ async fn insert_records(
 
 #[cfg(test)]
 mod tests {
-    use super::{anonymous_parameters, placeholders};
+    use super::{anonymous_parameters, anonymous_placeholders, numbered_placeholders};
 
     #[test]
     fn placeholders_number_rows_after_the_first_parameter() {
-        assert_eq!(placeholders(2, 2, 1), "($1, $2), ($3, $4)");
-        assert_eq!(placeholders(1, 3, 2), "($2, $3, $4)");
+        assert_eq!(numbered_placeholders(2, 2, 1), "($1, $2), ($3, $4)");
+        assert_eq!(numbered_placeholders(1, 3, 2), "($2, $3, $4)");
+        assert_eq!(anonymous_placeholders(2, 3), "(?, ?, ?), (?, ?, ?)");
+        // Numbered parameters before anonymous rows become anonymous too, in order.
+        assert_eq!(
+            anonymous_parameters("x = $1 AND y IN (?, ?)").as_deref(),
+            Some("x = ? AND y IN (?, ?)")
+        );
         assert_eq!(
             anonymous_parameters("SELECT a FROM t WHERE x = $1 AND y IN ($2, $3)").as_deref(),
             Some("SELECT a FROM t WHERE x = ? AND y IN (?, ?)")

@@ -55,7 +55,8 @@ impl Level {
     }
 
     /// The upsert for `rows` rows: key columns, then the four sums.
-    fn upsert_sql(self, rows: usize) -> String {
+    /// The upsert of `values` rows (see [`placeholders`]).
+    fn upsert_sql(self, values: &str) -> String {
         let (table, key) = match self {
             Level::AgentHourly => (
                 "usage_hourly",
@@ -74,8 +75,7 @@ impl Level {
              DO UPDATE SET requests = {table}.requests + excluded.requests, \
              input_tokens = {table}.input_tokens + excluded.input_tokens, \
              output_tokens = {table}.output_tokens + excluded.output_tokens, \
-             cost_micros = {table}.cost_micros + excluded.cost_micros",
-            values = placeholders(rows, self.columns(), 1)
+             cost_micros = {table}.cost_micros + excluded.cost_micros"
         )
     }
 
@@ -128,7 +128,8 @@ pub(super) async fn add(
         }
         let rows = rows_per_statement(tx, level.columns());
         for chunk in sums.chunks(rows) {
-            let sql = super::for_backend(tx, level.upsert_sql(chunk.len()));
+            let values = placeholders(tx, chunk.len(), level.columns(), 1);
+            let sql = super::for_backend(tx, level.upsert_sql(&values));
             let mut query = sqlx::query(&sql);
             for ((tenant_id, bucket, agent_id, team_id, provider, model, source), sum) in chunk {
                 query = query.bind(*tenant_id).bind(*bucket);

@@ -71,6 +71,7 @@ pub(super) async fn add(
     rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut totals = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(rows_per_statement(tx, COLUMNS)) {
+        let values = placeholders(tx, chunk.len(), COLUMNS, 1);
         let sql = super::for_backend(
             tx,
             format!(
@@ -79,7 +80,7 @@ pub(super) async fn add(
              requests = usage_spend_monthly.requests + excluded.requests, \
              cost_micros = usage_spend_monthly.cost_micros + excluded.cost_micros, \
              updated_at = excluded.updated_at RETURNING tenant_id, scope, month, cost_micros",
-                placeholders(chunk.len(), COLUMNS, 1)
+                values
             ),
         );
         let mut query = sqlx::query(&sql);
@@ -125,12 +126,13 @@ async fn keys_with_budget<'r>(
     keys.dedup();
     let mut with_budget = HashSet::new();
     for chunk in keys.chunks(rows_per_statement(tx, 2)) {
+        let values = placeholders(tx, chunk.len(), 2, 1);
         let sql = super::for_backend(
             tx,
             format!(
                 "SELECT tenant_id, api_key_id FROM proxy_keys \
                  WHERE budget_limit_micros IS NOT NULL AND (tenant_id, api_key_id) IN (VALUES {})",
-                placeholders(chunk.len(), 2, 1)
+                values
             ),
         );
         let mut query = sqlx::query(&sql);

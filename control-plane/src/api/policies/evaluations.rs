@@ -178,12 +178,13 @@ pub async fn record_evaluations(
         .filter_map(|row| Some((row, *sets.get(&(row.tenant_id, row.list.digest.as_str()))?)))
         .collect();
     for chunk in rows.chunks(crate::ledger::rows_per_statement(tx, DECISION_COLUMNS)) {
+        let values = crate::ledger::placeholders(tx, chunk.len(), DECISION_COLUMNS, 1);
         let sql = crate::ledger::for_backend(
             tx,
             format!(
                 "INSERT INTO policy_decisions (tenant_id, request_id, agent_id, provider, model, \
                  evaluated_at, result_set_id) VALUES {}",
-                crate::ledger::placeholders(chunk.len(), DECISION_COLUMNS, 1)
+                values
             ),
         );
         let mut query = sqlx::query(&sql);
@@ -286,8 +287,8 @@ async fn set_ids(
 ) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
     let mut ids = Vec::new();
     for chunk in keys.chunks(crate::ledger::rows_per_statement(tx, 2)) {
-        let sql =
-            crate::ledger::for_backend(tx, sql(&crate::ledger::placeholders(chunk.len(), 2, 1)));
+        let values = crate::ledger::placeholders(tx, chunk.len(), 2, 1);
+        let sql = crate::ledger::for_backend(tx, sql(&values));
         let mut query = sqlx::query(&sql);
         for (tenant_id, digest) in chunk {
             query = query.bind(*tenant_id).bind(*digest);
@@ -339,12 +340,13 @@ async fn create_sets(
         }
     }
     for chunk in members.chunks(crate::ledger::rows_per_statement(tx, MEMBER_COLUMNS)) {
+        let values = crate::ledger::placeholders(tx, chunk.len(), MEMBER_COLUMNS, 1);
         let sql = crate::ledger::for_backend(
             tx,
             format!(
                 "INSERT INTO policy_result_set_members (set_id, position, tenant_id, policy_id, \
                  policy_name, policy_type, result, reason) VALUES {}",
-                crate::ledger::placeholders(chunk.len(), MEMBER_COLUMNS, 1)
+                values
             ),
         );
         let mut query = sqlx::query(&sql);
