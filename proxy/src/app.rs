@@ -89,8 +89,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let upstreams = Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
     let (usage_sink, usage) = sink::channel(config.usage_buffer_capacity, metrics.clone());
     let rates = Arc::new(RateWindows::default());
-    let (decision_sink, decisions) =
-        decisions::channel(config.usage_buffer_capacity, metrics.clone());
+    let (decision_sink, decisions) = decisions::channel(config.usage_buffer_capacity, &metrics);
     let listener =
         TcpListener::bind(config.listen)
             .await

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use prometheus::IntCounter;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -196,27 +197,29 @@ pub struct ApprovalAsk {
     pub request_context: Value,
 }
 
-/// The request path's handle on the queue.
+/// The request path's handle on the queue. Cheap to clone (each forwarded request's held
+/// decision keeps one): the queue and the one counter it needs, not the whole registry.
 #[derive(Clone)]
 pub struct DecisionSink {
     queue: mpsc::Sender<DecisionReport>,
-    metrics: ProxyMetrics,
+    dropped: IntCounter,
 }
 
 impl DecisionSink {
     pub fn report(&self, report: DecisionReport) {
         if self.queue.try_send(report).is_err() {
-            self.metrics.decisions_dropped.inc();
+            self.dropped.inc();
         }
     }
 }
 
 pub fn channel(
     capacity: usize,
-    metrics: ProxyMetrics,
+    metrics: &ProxyMetrics,
 ) -> (DecisionSink, mpsc::Receiver<DecisionReport>) {
     let (queue, receiver) = mpsc::channel(capacity.max(1));
-    (DecisionSink { queue, metrics }, receiver)
+    let dropped = metrics.decisions_dropped.clone();
+    (DecisionSink { queue, dropped }, receiver)
 }
 
 /// Sends batches until every sender is gone and the queue is empty.
