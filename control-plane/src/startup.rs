@@ -98,6 +98,11 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             stopping.clone(),
         ));
     }
+    tokio::spawn(crate::api::internal::forget_old_batches_every(
+        db.clone(),
+        clock.clone(),
+        stopping.clone(),
+    ));
     let state = AppState {
         publisher,
         stopping,

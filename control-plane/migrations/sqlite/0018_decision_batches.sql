@@ -8,4 +8,7 @@ CREATE TABLE policy_decision_batches (
     batch_id    TEXT PRIMARY KEY,
     received_at BIGINT NOT NULL
 );
+-- Batch ids are kept a week (a proxy retries a batch every 15 s at most until answered),
+-- then forgotten by age.
+CREATE INDEX policy_decision_batches_received ON policy_decision_batches (received_at);
 DROP INDEX policy_decisions_once;

@@ -15,7 +15,7 @@ mod auth;
 mod budget;
 pub mod cost;
 pub mod health;
-mod internal;
+pub mod internal;
 mod managed_keys;
 mod monitoring;
 mod ops;

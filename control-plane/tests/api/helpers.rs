@@ -372,7 +372,8 @@ pub async fn post_decision_batch(app: &TestApp, batch: &Value) -> reqwest::Respo
 }
 
 /// Posts `decisions` to `/internal/v1/policy-decisions` as a proxy would; returns the
-/// acknowledgement's `data`.
+/// acknowledgement's `data`. A batch id is written once, platform-wide, and the
+/// PostgreSQL half's tests share one database: give each test batch ids of its own.
 pub async fn report_decisions(app: &TestApp, batch_id: &str, decisions: &[Value]) -> Value {
     let batch = json!({ "batch_id": batch_id, "decisions": decisions });
     expect_status(post_decision_batch(app, &batch).await, 200).await["data"].clone()

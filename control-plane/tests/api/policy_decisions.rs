@@ -207,3 +207,56 @@ db_test!(
         );
     }
 );
+
+db_test!(
+    a_decision_batch_id_is_written_once_and_forgotten_after_a_week,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": "refused" }))
+            .await;
+        // Batch ids are the platform's, shared by the tests of one PostgreSQL database:
+        // this test's are its tenant's, and received a month back, so that forgetting
+        // them by age touches no other test's.
+        app.clock.advance(-30 * 86_400_000);
+        let (first_id, second_id) = (format!("{}-1", tenant.id), format!("{}-2", tenant.id));
+        let decision = |request: &str| {
+            json!({ "tenant_id": tenant.id, "evaluation": {
+                "request_id": request, "agent_id": agent["id"], "provider": "openai",
+                "model": "gpt-4o", "evaluated_at": app.clock.now().to_string(),
+                "results": [{ "policy_id": 1, "policy_name": "one",
+                    "policy_type": "block_provider", "result": "fail", "reason": "blocked" }] } })
+        };
+        let batch = [decision("a"), decision("b")];
+        let first = report_decisions(&app, &first_id, &batch).await;
+        assert_eq!(first["evaluations_written"], json!(2), "{first}");
+        // Resent within the week (a lost acknowledgement): nothing written.
+        app.clock.advance(6 * 86_400_000);
+        let again = report_decisions(&app, &first_id, &batch).await;
+        assert_eq!(again["evaluations_written"], json!(0), "{again}");
+        // Another batch id is another batch.
+        let other = report_decisions(&app, &second_id, &[decision("c")]).await;
+        assert_eq!(other["evaluations_written"], json!(1), "{other}");
+        let kept = || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM policy_decision_batches WHERE batch_id IN ($1, $2)",
+            )
+            .bind(&first_id)
+            .bind(&second_id)
+            .fetch_one(app.db.pool())
+            .await
+            .unwrap()
+        };
+        assert_eq!(kept().await, 2);
+        // A week after it arrived, the first id is forgotten; the second is kept.
+        app.clock.advance(2 * 86_400_000);
+        let before = app.clock.now().as_millis()
+            - warden_control_plane::api::internal::BATCH_ID_RETENTION_MS;
+        warden_control_plane::api::internal::forget_batches_before(&app.db, before)
+            .await
+            .unwrap();
+        assert_eq!(kept().await, 1);
+        let resent = report_decisions(&app, &first_id, &batch).await;
+        assert_eq!(resent["evaluations_written"], json!(2), "{resent}");
+    }
+);

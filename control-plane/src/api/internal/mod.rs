@@ -5,6 +5,10 @@ mod policy_decisions;
 mod proxy_state;
 mod usage_batches;
 
+pub use policy_decisions::{
+    forget_batches_before, forget_old_batches_every, BATCH_ID_RETENTION_MS,
+};
+
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;

@@ -26,6 +26,8 @@ use crate::api::policies::{
 };
 use crate::api::telemetry::ItemError;
 use crate::api::validate::Text;
+use crate::clock::Clock;
+use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -237,4 +239,47 @@ pub async fn ingest_policy_decisions(
     tx.commit().await?;
     ack.rejected = ack.errors.len();
     Ok(envelope::ok(ack))
+}
+
+/// How long a decision batch's id is remembered: far longer than a proxy retries a batch
+/// (every 15 s at most, until answered).
+pub const BATCH_ID_RETENTION_MS: i64 = 7 * 24 * 3_600_000;
+
+/// Forgets the ids of decision batches received before `before_ms`; returns how many.
+pub async fn forget_batches_before(db: &Db, before_ms: i64) -> Result<u64, sqlx::Error> {
+    let mut tx = db.begin_write().await?;
+    let forgotten = sqlx::query("DELETE FROM policy_decision_batches WHERE received_at < $1")
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(forgotten)
+}
+
+/// Forgets batch ids older than [`BATCH_ID_RETENTION_MS`] every hour until the app stops.
+pub async fn forget_old_batches_every(
+    db: Db,
+    clock: Clock,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    // The first round an hour after start, not at once: nothing can be a week old then.
+    let hour = std::time::Duration::from_secs(3_600);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + hour, hour);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            changed = stopping.changed() => {
+                if changed.is_err() || *stopping.borrow() {
+                    return;
+                }
+                continue;
+            }
+        }
+        let before = clock.now().as_millis() - BATCH_ID_RETENTION_MS;
+        if let Err(error) = forget_batches_before(&db, before).await {
+            tracing::warn!(%error, "cannot forget old decision batch ids");
+        }
+    }
 }
