@@ -13,6 +13,7 @@ pub mod db;
 pub mod error;
 pub mod ledger;
 pub mod metrics;
+pub mod periodic;
 pub mod proxy_state;
 pub mod startup;
 pub mod state;

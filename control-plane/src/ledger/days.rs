@@ -144,26 +144,16 @@ pub async fn close_days_every(
     interval: std::time::Duration,
     db: Db,
     clock: Clock,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            changed = stopping.changed() => {
-                if changed.is_err() || *stopping.borrow() {
-                    return;
-                }
-                continue;
-            }
-        }
+    crate::periodic::every(std::time::Duration::ZERO, interval, stopping, || async {
         match close_days(&db, clock.now()).await {
             Ok(0) => {}
             Ok(days) => tracing::info!(days, "closed days of the daily cost rollup"),
             Err(error) => tracing::warn!(%error, "cannot close days of the daily cost rollup"),
         }
-    }
+    })
+    .await;
 }
 
 enum Step {

@@ -257,29 +257,19 @@ pub async fn forget_batches_before(db: &Db, before_ms: i64) -> Result<u64, sqlx:
     Ok(forgotten)
 }
 
-/// Forgets batch ids older than [`BATCH_ID_RETENTION_MS`] every hour until the app stops.
+/// Forgets batch ids older than [`BATCH_ID_RETENTION_MS`] every hour until the app stops
+/// (the first round an hour after start: nothing can be a week old before).
 pub async fn forget_old_batches_every(
     db: Db,
     clock: Clock,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    // The first round an hour after start, not at once: nothing can be a week old then.
     let hour = std::time::Duration::from_secs(3_600);
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + hour, hour);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            changed = stopping.changed() => {
-                if changed.is_err() || *stopping.borrow() {
-                    return;
-                }
-                continue;
-            }
-        }
+    crate::periodic::every(hour, hour, stopping, || async {
         let before = clock.now().as_millis() - BATCH_ID_RETENTION_MS;
         if let Err(error) = forget_batches_before(&db, before).await {
             tracing::warn!(%error, "cannot forget old decision batch ids");
         }
-    }
+    })
+    .await;
 }
