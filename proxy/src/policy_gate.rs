@@ -103,27 +103,26 @@ pub fn check(
     let evaluation = evaluate(&policies, &request, &counters);
     let counted = counters.counted.into_inner();
     let minute = minute_of(now_ms);
-    let evaluated_at = Timestamp::from_millis(now_ms);
-    let policy_results = PolicyResults {
-        policies,
-        results: evaluation.results,
+    let decision = HeldParts {
+        key: key.clone(),
+        agent: agent.clone(),
+        provider: request.provider,
+        model: admitted.requested_model.clone(),
+        evaluated_at: Timestamp::from_millis(now_ms),
+        policy_results: PolicyResults {
+            policies,
+            results: evaluation.results,
+        },
     };
     let refusal = match evaluation.decision {
         // A `require_human_review` flag travels in the results' reasons to the records.
         Decision::Allow => {
             return Ok(PolicyPass {
-                budget_rules: budget_rules(&policy_results),
+                budget_rules: budget_rules(&decision.policy_results),
                 counted,
                 minute,
                 decision: Some(HeldDecision {
-                    parts: Some(HeldParts {
-                        key: key.clone(),
-                        agent: agent.clone(),
-                        provider: request.provider,
-                        model: admitted.requested_model.clone(),
-                        evaluated_at,
-                        policy_results,
-                    }),
+                    parts: Some(decision),
                     sink: service.decisions.clone(),
                 }),
             });
@@ -132,7 +131,8 @@ pub fn check(
             policy_id,
             policy_type,
         } => {
-            let reason = policy_results
+            let reason = decision
+                .policy_results
                 .results
                 .iter()
                 .find(|r| r.policy_id == policy_id && r.result == Outcome::Fail)
@@ -167,18 +167,7 @@ pub fn check(
         }),
         _ => None,
     };
-    service.decisions.report(DecisionReport {
-        tenant_id: key.tenant_id.clone(),
-        evaluation: EvaluationReport {
-            request_id: new_id(IdKind::Usage, now_ms),
-            agent_id: agent.id.clone(),
-            provider: request.provider,
-            model: admitted.requested_model.clone(),
-            evaluated_at,
-            policy_results,
-        },
-        approval,
-    });
+    service.decisions.report(decision.into_report(approval));
     Err(refusal)
 }
 
@@ -200,6 +189,8 @@ impl std::fmt::Debug for HeldDecision {
     }
 }
 
+/// One request's decision: held for its usage record when the request was let through,
+/// reported on its own when it was not.
 struct HeldParts {
     key: Arc<ProxyKeyState>,
     agent: Arc<AgentState>,
@@ -211,21 +202,27 @@ struct HeldParts {
 
 impl Drop for HeldDecision {
     fn drop(&mut self) {
-        let Some(parts) = self.parts.take() else {
-            return;
-        };
-        self.sink.report(DecisionReport {
-            tenant_id: parts.key.tenant_id.clone(),
+        if let Some(parts) = self.parts.take() {
+            self.sink.report(parts.into_report(None));
+        }
+    }
+}
+
+impl HeldParts {
+    /// The decision as reported on its own, under a request id of its own.
+    fn into_report(self, approval: Option<ApprovalAsk>) -> DecisionReport {
+        DecisionReport {
+            tenant_id: self.key.tenant_id.clone(),
             evaluation: EvaluationReport {
-                request_id: new_id(IdKind::Usage, parts.evaluated_at.as_millis()),
-                agent_id: parts.agent.id.clone(),
-                provider: parts.provider,
-                model: parts.model,
-                evaluated_at: parts.evaluated_at,
-                policy_results: parts.policy_results,
+                request_id: new_id(IdKind::Usage, self.evaluated_at.as_millis()),
+                agent_id: self.agent.id.clone(),
+                provider: self.provider,
+                model: self.model,
+                evaluated_at: self.evaluated_at,
+                policy_results: self.policy_results,
             },
-            approval: None,
-        });
+            approval,
+        }
     }
 }
 
