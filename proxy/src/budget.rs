@@ -42,7 +42,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dashmap::DashMap;
+use crate::maps::FastMap;
 use warden_shared::budget::{percentage, Thresholds, Verdict};
 use warden_shared::snapshot::ScopeSpend;
 
@@ -58,7 +58,7 @@ type Shared = Arc<Mutex<Counters>>;
 #[derive(Default)]
 pub struct Budgets {
     /// By tenant, then scope: looked up by `&str`, so a request allocates no key.
-    tenants: DashMap<String, DashMap<String, Shared>>,
+    tenants: FastMap<String, FastMap<String, Shared>>,
 }
 
 #[derive(Default)]

@@ -76,15 +76,24 @@ impl<'r> ResultLists<'r> {
         type ListKey<'r> = (*const Vec<Policy>, &'r [PolicyResult]);
         let mut lists: Vec<&PolicyResults> = Vec::new();
         let mut list_of: HashMap<ListKey<'_>, usize> = HashMap::new();
+        // Runs of items with the same list are the rule: compared with the last item's
+        // key, most items skip hashing their results.
+        let mut last: Option<(ListKey<'_>, usize)> = None;
         let indexes = items
             .map(|item| {
                 let item = item?;
                 let key = (Arc::as_ptr(&item.policies), item.results.as_slice());
+                if let Some((last_key, index)) = last {
+                    if last_key == key {
+                        return Some(index);
+                    }
+                }
                 let next = lists.len();
                 let index = *list_of.entry(key).or_insert(next);
                 if index == next {
                     lists.push(item);
                 }
+                last = Some((key, index));
                 Some(index)
             })
             .collect();

@@ -87,7 +87,7 @@ pub async fn forward(
     )?;
     let budget_rules = std::mem::take(&mut policies.budget_rules);
     let admission = reserve_budget(service, &view, budget_rules, estimate, now)
-        .inspect_err(|_| policies.give_back(&service.rates))?;
+        .inspect_err(|_| policies.give_back())?;
     let warning = budget_warning_header(&admission.warnings);
     let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
     let client_wants_usage =
@@ -153,7 +153,7 @@ pub async fn forward(
         Tokens::default()
     });
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
-    policies.add_tokens(&service.rates, tokens.input + tokens.output);
+    policies.add_tokens(tokens.input + tokens.output);
     let price = admitted.price;
     // The record carries the policies' decision too: one row and one post fewer.
     let recorded_at = now_ms();

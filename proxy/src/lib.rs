@@ -16,6 +16,7 @@ pub mod decisions;
 pub mod flush;
 pub mod forward;
 pub mod managed_keys;
+pub mod maps;
 pub mod metrics;
 pub mod policy_gate;
 pub mod rate_limit;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::policy::{
-    budget_scope, evaluate, rate_bucket, Counters, Decision, Outcome, PolicyConfig, PolicyType,
+    budget_scope, evaluate, rate_bucket_id, Counters, Decision, Outcome, PolicyConfig, PolicyType,
     RatePer, RequestFacts, Scope,
 };
 use warden_shared::registry::Provider;
@@ -21,7 +21,7 @@ use crate::budget::{BudgetRule, RuleSource};
 use crate::decisions::{
     ApprovalAsk, DecisionReport, DecisionSink, EvaluationReport, PolicyResults,
 };
-use crate::rate_limit::{minute_of, retry_after_secs, RateWindows};
+use crate::rate_limit::{retry_after_secs, Counted, RateWindows};
 use crate::refusal::Refusal;
 use crate::service::ProxyService;
 use crate::state::{EnforcementState, KeyView};
@@ -34,8 +34,7 @@ use crate::usage::RecordEvaluation;
 #[derive(Debug, Default)]
 pub struct PolicyPass {
     pub budget_rules: Vec<BudgetRule>,
-    counted: Vec<(i64, String)>,
-    minute: i64,
+    counted: Vec<Counted>,
     /// `None` when the tenant has no enabled policies.
     decision: Option<HeldDecision>,
 }
@@ -51,17 +50,17 @@ impl PolicyPass {
         })
     }
 
-    pub fn add_tokens(&self, rates: &RateWindows, tokens: i64) {
-        for (policy_id, bucket) in &self.counted {
-            rates.add_tokens(*policy_id, bucket, self.minute, tokens);
+    pub fn add_tokens(&self, tokens: i64) {
+        for counted in &self.counted {
+            counted.add_tokens(tokens);
         }
     }
 
     /// The request was refused after the policies let it through (a budget had no room
     /// for it): the rate windows give back the request they counted.
-    pub fn give_back(&self, rates: &RateWindows) {
-        for (policy_id, bucket) in &self.counted {
-            rates.uncount_request(*policy_id, bucket, self.minute);
+    pub fn give_back(&self) {
+        for counted in &self.counted {
+            counted.give_back();
         }
     }
 }
@@ -102,7 +101,6 @@ pub fn check(
     };
     let evaluation = evaluate(&policies, &request, &counters);
     let counted = counters.counted.into_inner();
-    let minute = minute_of(now_ms);
     let decision = HeldParts {
         key: key.clone(),
         agent: agent.clone(),
@@ -120,7 +118,6 @@ pub fn check(
             return Ok(PolicyPass {
                 budget_rules: budget_rules(&decision.policy_results),
                 counted,
-                minute,
                 decision: Some(HeldDecision {
                     parts: Some(decision),
                     sink: service.decisions.clone(),
@@ -150,8 +147,8 @@ pub fn check(
         }
         Decision::RequireApproval { policy_id } => Refusal::ApprovalRequired { policy_id },
     };
-    for (id, bucket) in &counted {
-        service.rates.uncount_request(*id, bucket, minute);
+    for counted in &counted {
+        counted.give_back();
     }
     let approval = match &refusal {
         Refusal::ApprovalRequired { policy_id } => Some(ApprovalAsk {
@@ -257,7 +254,7 @@ struct ProxyCounters<'a> {
     request: &'a RequestFacts<'a>,
     now_ms: i64,
     month: i64,
-    counted: RefCell<Vec<(i64, String)>>,
+    counted: RefCell<Vec<Counted>>,
 }
 
 impl Counters for ProxyCounters<'_> {
@@ -268,9 +265,9 @@ impl Counters for ProxyCounters<'_> {
     }
 
     fn minute_counts(&self, policy_id: i64, per: RatePer) -> (i64, i64) {
-        let bucket = rate_bucket(per, self.request);
-        let counts = self.rates.count_request(policy_id, &bucket, self.now_ms);
-        self.counted.borrow_mut().push((policy_id, bucket));
+        let bucket = rate_bucket_id(per, self.request);
+        let (counts, counted) = self.rates.count_request(policy_id, bucket, self.now_ms);
+        self.counted.borrow_mut().push(counted);
         counts
     }
 

@@ -12,18 +12,20 @@
 //! agent's traffic, or route an agent to one replica. `Retry-After` is the seconds left
 //! in the current minute.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use dashmap::DashMap;
+use crate::maps::FastMap;
 
-/// Windows by policy, then by bucket: a lookup borrows the bucket name (the request path
-/// allocates a key only for a bucket's first request).
+/// Windows by policy, then by the id of the bucket (agent, team or key id; empty for the
+/// tenant or a request without a team or key: a policy counts per one kind, so the id
+/// alone names the bucket within it). A lookup borrows the id: the request path
+/// allocates only for a bucket's first request.
 #[derive(Default)]
 pub struct RateWindows {
-    windows: DashMap<i64, DashMap<String, Mutex<Window>>>,
+    windows: FastMap<i64, FastMap<String, Arc<Mutex<Window>>>>,
 }
 
-#[derive(Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy)]
 struct Window {
     /// Unix minute the counts belong to.
     minute: i64,
@@ -43,6 +45,33 @@ impl Window {
     }
 }
 
+/// A request counted in a window: its tokens go to the same window when it ends, without
+/// looking the window up again.
+#[derive(Debug)]
+pub struct Counted {
+    window: Arc<Mutex<Window>>,
+    minute: i64,
+}
+
+impl Counted {
+    /// Gives the request back (another policy refused it); the counts of a minute that
+    /// has passed stay as they are.
+    pub fn give_back(&self) {
+        let mut window = lock(&self.window);
+        if window.minute == self.minute {
+            window.requests -= 1;
+        }
+    }
+
+    /// Adds the finished request's tokens to the minute it started in.
+    pub fn add_tokens(&self, tokens: i64) {
+        let mut window = lock(&self.window);
+        if window.minute == self.minute {
+            window.tokens += tokens;
+        }
+    }
+}
+
 pub fn minute_of(now_ms: i64) -> i64 {
     now_ms.div_euclid(60_000)
 }
@@ -54,51 +83,34 @@ pub fn retry_after_secs(now_ms: i64) -> u64 {
 }
 
 impl RateWindows {
-    /// The counts before this request, and counts the request in the same step.
-    pub fn count_request(&self, policy_id: i64, bucket: &str, now_ms: i64) -> (i64, i64) {
+    /// The counts before this request, and the request counted in the same step.
+    pub fn count_request(
+        &self,
+        policy_id: i64,
+        bucket: &str,
+        now_ms: i64,
+    ) -> ((i64, i64), Counted) {
         let minute = minute_of(now_ms);
-        let count = |window: &Mutex<Window>| {
-            let mut window = lock(window);
-            let window = window.at(minute);
-            let before = (window.requests, window.tokens);
-            window.requests += 1;
+        let window = self.window(policy_id, bucket);
+        let before = {
+            let mut counts = lock(&window);
+            let counts = counts.at(minute);
+            let before = (counts.requests, counts.tokens);
+            counts.requests += 1;
             before
         };
+        (before, Counted { window, minute })
+    }
+
+    fn window(&self, policy_id: i64, bucket: &str) -> Arc<Mutex<Window>> {
         if let Some(buckets) = self.windows.get(&policy_id) {
             if let Some(window) = buckets.get(bucket) {
-                return count(&window);
+                return window.clone();
             }
         }
         let buckets = self.windows.entry(policy_id).or_default();
-        let window = buckets.entry(bucket.to_owned()).or_default();
-        count(&window)
-    }
-
-    /// The window of `policy_id` and `bucket`, if it was ever counted.
-    fn with_window(&self, policy_id: i64, bucket: &str, f: impl FnOnce(&mut Window)) {
-        if let Some(buckets) = self.windows.get(&policy_id) {
-            if let Some(window) = buckets.get(bucket) {
-                f(&mut lock(&window));
-            }
-        }
-    }
-
-    /// Gives back a request counted by [`RateWindows::count_request`] in `minute`.
-    pub fn uncount_request(&self, policy_id: i64, bucket: &str, minute: i64) {
-        self.with_window(policy_id, bucket, |window| {
-            if window.minute == minute {
-                window.requests -= 1;
-            }
-        });
-    }
-
-    /// Adds a finished request's tokens to the minute it started in.
-    pub fn add_tokens(&self, policy_id: i64, bucket: &str, minute: i64, tokens: i64) {
-        self.with_window(policy_id, bucket, |window| {
-            if window.minute == minute {
-                window.tokens += tokens;
-            }
-        });
+        let window = buckets.entry(bucket.to_owned()).or_default().clone();
+        window
     }
 
     /// Drops windows of minutes before `minute` (called now and then, not per request).
@@ -110,6 +122,7 @@ impl RateWindows {
     }
 }
 
+/// A window's counts stay consistent even if a holder panicked: every update is one step.
 fn lock(window: &Mutex<Window>) -> std::sync::MutexGuard<'_, Window> {
     match window.lock() {
         Ok(guard) => guard,
@@ -124,17 +137,24 @@ mod tests {
     #[test]
     fn windows_count_per_minute_and_give_back() {
         let windows = RateWindows::default();
-        assert_eq!(windows.count_request(1, "agent:a", 60_000), (0, 0));
-        assert_eq!(windows.count_request(1, "agent:a", 61_000), (1, 0));
-        windows.add_tokens(1, "agent:a", 1, 500);
-        windows.uncount_request(1, "agent:a", 1);
-        assert_eq!(windows.count_request(1, "agent:a", 119_999), (1, 500));
-        assert_eq!(windows.count_request(1, "agent:b", 119_999), (0, 0));
-        // A new minute starts from nothing.
-        assert_eq!(windows.count_request(1, "agent:a", 120_000), (0, 0));
+        let (counts, first) = windows.count_request(1, "agt_a", 60_000);
+        assert_eq!(counts, (0, 0));
+        let (counts, second) = windows.count_request(1, "agt_a", 61_000);
+        assert_eq!(counts, (1, 0));
+        first.add_tokens(500);
+        second.give_back();
+        assert_eq!(windows.count_request(1, "agt_a", 119_999).0, (1, 500));
+        assert_eq!(windows.count_request(1, "agt_b", 119_999).0, (0, 0));
+        assert_eq!(windows.count_request(2, "agt_a", 119_999).0, (0, 0));
+        // A new minute starts from nothing, and a late request of the last one changes
+        // nothing in it.
+        assert_eq!(windows.count_request(1, "agt_a", 120_000).0, (0, 0));
+        first.add_tokens(700);
+        second.give_back();
+        assert_eq!(windows.count_request(1, "agt_a", 120_001).0, (1, 0));
         assert_eq!(retry_after_secs(119_001), 1);
         assert_eq!(retry_after_secs(60_000), 60);
         windows.forget_before(2);
-        assert_eq!(windows.count_request(1, "agent:b", 120_000), (0, 0));
+        assert_eq!(windows.count_request(1, "agt_b", 120_000).0, (0, 0));
     }
 }

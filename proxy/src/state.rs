@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use dashmap::DashMap;
+use crate::maps::FastMap;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState,
@@ -32,21 +32,21 @@ pub struct EnforcementState {
 
 #[derive(Default)]
 struct Maps {
-    keys_by_hash: DashMap<String, Arc<ProxyKeyState>>,
-    key_hashes: DashMap<String, String>,
-    agents: DashMap<String, Arc<AgentState>>,
-    tenants: DashMap<String, Arc<TenantState>>,
-    managed_keys: DashMap<(String, Provider), Arc<ManagedKeyState>>,
-    managed_key_slots: DashMap<String, (String, Provider)>,
+    keys_by_hash: FastMap<String, Arc<ProxyKeyState>>,
+    key_hashes: FastMap<String, String>,
+    agents: FastMap<String, Arc<AgentState>>,
+    tenants: FastMap<String, Arc<TenantState>>,
+    managed_keys: FastMap<(String, Provider), Arc<ManagedKeyState>>,
+    managed_key_slots: FastMap<String, (String, Provider)>,
     /// Each tenant's enabled policies in evaluation order, replaced whole on a change.
-    policies: DashMap<String, Arc<Vec<Policy>>>,
-    policy_tenants: DashMap<i64, String>,
+    policies: FastMap<String, Arc<Vec<Policy>>>,
+    policy_tenants: FastMap<i64, String>,
     /// Approvals in force: (agent, policy, provider, model) → until (Unix ms).
-    grants: DashMap<GrantKey, i64>,
-    grant_keys: DashMap<i64, (String, GrantKey)>,
+    grants: FastMap<GrantKey, i64>,
+    grant_keys: FastMap<i64, (String, GrantKey)>,
     /// Each tenant's enabled budget limits, replaced whole on a change.
-    budget_limits: DashMap<String, Arc<Vec<BudgetLimitState>>>,
-    budget_limit_tenants: DashMap<String, String>,
+    budget_limits: FastMap<String, Arc<Vec<BudgetLimitState>>>,
+    budget_limit_tenants: FastMap<String, String>,
 }
 
 type GrantKey = (String, i64, Provider, String);
@@ -346,7 +346,7 @@ impl Maps {
 /// Replaces a tenant's list whole (requests holding the old `Arc` keep a consistent
 /// one): the items `keep` accepts plus `item`, put in order by `order`.
 fn replace_in_list<T: Clone>(
-    lists: &DashMap<String, Arc<Vec<T>>>,
+    lists: &FastMap<String, Arc<Vec<T>>>,
     tenant_id: &str,
     keep: impl Fn(&T) -> bool,
     item: Option<T>,

@@ -167,13 +167,27 @@ pub fn budget_scope(scope: &Scope) -> String {
     }
 }
 
-/// The bucket a rate limit counts the request in.
+/// The bucket a rate limit counts the request in: `agent:<id>`, `team:<id>`, `tenant` or
+/// `key:<id>` (a request without a team or key counts in `team:` or `key:`).
 pub fn rate_bucket(per: RatePer, request: &RequestFacts<'_>) -> String {
+    let kind = match per {
+        RatePer::Agent => "agent",
+        RatePer::Team => "team",
+        RatePer::Tenant => return "tenant".to_owned(),
+        RatePer::Key => "key",
+    };
+    format!("{kind}:{}", rate_bucket_id(per, request))
+}
+
+/// The id in the request's [`rate_bucket`] for `per` (empty for `tenant`). A policy
+/// counts per one kind, so within one policy the id alone names the bucket: the proxy
+/// counts by it without building the name.
+pub fn rate_bucket_id<'r>(per: RatePer, request: &RequestFacts<'r>) -> &'r str {
     match per {
-        RatePer::Agent => format!("agent:{}", request.agent_id),
-        RatePer::Team => format!("team:{}", request.team_id.unwrap_or("")),
-        RatePer::Tenant => "tenant".to_owned(),
-        RatePer::Key => format!("key:{}", request.api_key_id.unwrap_or("")),
+        RatePer::Agent => request.agent_id,
+        RatePer::Team => request.team_id.unwrap_or(""),
+        RatePer::Tenant => "",
+        RatePer::Key => request.api_key_id.unwrap_or(""),
     }
 }
 

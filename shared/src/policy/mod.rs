@@ -49,7 +49,9 @@ mod config;
 mod evaluate;
 
 pub use config::{check_scope, ConfigError, MAX_MODELS, MAX_MONTHLY_LIMIT_USD};
-pub use evaluate::{budget_scope, evaluate, model_matches, rate_bucket, sort_for_evaluation};
+pub use evaluate::{
+    budget_scope, evaluate, model_matches, rate_bucket, rate_bucket_id, sort_for_evaluation,
+};
 
 /// The six kinds of policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
