@@ -189,7 +189,12 @@ impl Budgets {
     /// What the scope has spent in `month` as this proxy knows it (ledger, pending and
     /// reserved); what a `budget_limit` policy is evaluated against.
     pub fn spent(&self, tenant_id: &str, scope: &str, month: i64) -> i64 {
-        let Some(counters) = self.existing(tenant_id, scope) else {
+        // Read in place: cloning the shared counters would bounce their reference count
+        // between the cores serving requests, once per budget policy per request.
+        let Some(scopes) = self.tenants.get(tenant_id) else {
+            return 0;
+        };
+        let Some(counters) = scopes.get(scope) else {
             return 0;
         };
         let mut counters = lock(&counters);
