@@ -8,7 +8,7 @@
 #   load-tests/run.sh                 # 10,000 keys, concurrency 32, 15 s per run
 #   KEYS_COUNT=100000 DURATION=20 CONCURRENCY=32 load-tests/run.sh
 #   PROXY_THREADS=1 load-tests/run.sh  # the proxy on one runtime thread
-#   ROUNDS=5 load-tests/run.sh         # more alternating rounds with and without policies
+#   ROUNDS=9 load-tests/run.sh         # more alternating rounds with and without policies (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -128,7 +128,7 @@ echo "proxy resident memory after the runs: $(rss_mib $PROXY_PID) MiB"
 # ROUNDS alternating rounds against the same Warden without them (policies disabled, the
 # limit deleted), so that drift of this shared machine between runs does not land on
 # one side. Each round's pair is printed; the ratio is of the medians.
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 # shellcheck disable=SC1091
 source "$WORK/keys.txt.tenant"
 call() {
