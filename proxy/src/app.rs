@@ -87,9 +87,13 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let metrics = ProxyMetrics::new()?;
     let state = Arc::new(EnforcementState::default());
     let upstreams = Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
-    let (usage_sink, usage) = sink::channel(config.usage_buffer_capacity, metrics.clone());
-    let rates = Arc::new(RateWindows::default());
     let (decision_sink, decisions) = decisions::channel(config.usage_buffer_capacity, &metrics);
+    let (usage_sink, usage) = sink::channel(
+        config.usage_buffer_capacity,
+        metrics.clone(),
+        decision_sink.clone(),
+    );
+    let rates = Arc::new(RateWindows::default());
     let listener =
         TcpListener::bind(config.listen)
             .await

@@ -26,8 +26,9 @@ use crate::metrics::ProxyMetrics;
 
 /// One request's decision, reported on its own: a request the policies refused or held
 /// for approval, or one they let through that ended without a usage record (refused by a
-/// budget, the provider unreachable, cancelled). A forwarded request's decision rides on
-/// its usage record instead (`crate::usage`), one row and one post fewer.
+/// budget, the provider unreachable, cancelled, or its record dropped by a full usage
+/// queue). A forwarded request's decision rides on its usage record instead
+/// (`crate::usage`), one row and one post fewer.
 #[derive(Debug, Clone)]
 pub struct DecisionReport {
     pub tenant_id: String,

@@ -6,7 +6,9 @@
 //! acknowledges it, retrying the very same batch (same record ids) with backoff: the
 //! ledger counts a record id once, so a retry after a lost acknowledgement never counts
 //! twice, and an outage of the control plane loses nothing while the queue has room.
-//! When the queue is full, new records are dropped and counted, never blocking a request.
+//! When the queue is full, new records are dropped and counted, never blocking a request;
+//! a dropped record's policy decision is reported on its own (`crate::decisions`), so it
+//! is still recorded once.
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
 use crate::budget::{Budgets, FigureSource};
+use crate::decisions::{DecisionReport, DecisionSink, EvaluationReport};
 use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
@@ -24,6 +27,8 @@ use crate::metrics::ProxyMetrics;
 pub struct UsageSink {
     queue: mpsc::Sender<UsageRecord>,
     metrics: ProxyMetrics,
+    /// Where a dropped record's decision goes instead.
+    decisions: DecisionSink,
 }
 
 impl UsageSink {
@@ -32,17 +37,32 @@ impl UsageSink {
         match self.queue.try_send(record) {
             Ok(()) => self.metrics.usage_queued.inc(),
             Err(mpsc::error::TrySendError::Full(record)) => {
-                self.metrics.usage_dropped.inc();
-                finished(&record);
                 tracing::error!(
                     tenant_id = %record.key.tenant_id,
                     "usage queue full (control plane unreachable for long?); record dropped"
                 );
+                self.dropped(record);
             }
-            Err(mpsc::error::TrySendError::Closed(record)) => {
-                self.metrics.usage_dropped.inc();
-                finished(&record);
-            }
+            Err(mpsc::error::TrySendError::Closed(record)) => self.dropped(record),
+        }
+    }
+
+    fn dropped(&self, mut record: UsageRecord) {
+        self.metrics.usage_dropped.inc();
+        finished(&record);
+        if let Some(evaluation) = record.evaluation.take() {
+            self.decisions.report(DecisionReport {
+                tenant_id: record.key.tenant_id.clone(),
+                evaluation: EvaluationReport {
+                    request_id: record.record_id,
+                    agent_id: record.key.agent_id.clone(),
+                    provider: record.model_provider,
+                    model: evaluation.model,
+                    evaluated_at: evaluation.evaluated_at,
+                    policy_results: evaluation.policy_results,
+                },
+                approval: None,
+            });
         }
     }
 }
@@ -55,9 +75,18 @@ fn finished(record: &UsageRecord) {
 }
 
 /// Creates the queue and returns its handle and the flusher to spawn.
-pub fn channel(capacity: usize, metrics: ProxyMetrics) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
+pub fn channel(
+    capacity: usize,
+    metrics: ProxyMetrics,
+    decisions: DecisionSink,
+) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
     let (queue, receiver) = mpsc::channel(capacity.max(1));
-    (UsageSink { queue, metrics }, receiver)
+    let sink = UsageSink {
+        queue,
+        metrics,
+        decisions,
+    };
+    (sink, receiver)
 }
 
 /// Sends batches until every sender is gone and the queue is empty.
@@ -128,4 +157,92 @@ async fn send_until_acknowledged(
     }
     metrics.usage_flushed.inc_by(batch.len() as u64);
     Some(ack.spend)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use warden_shared::policy::{Outcome, Policy, PolicyConfig, PolicyResult, PolicyType, Scope};
+    use warden_shared::registry::Provider;
+    use warden_shared::snapshot::ProxyKeyState;
+    use warden_shared::timestamp::Timestamp;
+
+    use super::*;
+    use crate::decisions::{self, PolicyResults};
+    use crate::usage::RecordEvaluation;
+
+    fn record(record_id: &str, key: &Arc<ProxyKeyState>) -> UsageRecord {
+        let policies = Arc::new(vec![Policy {
+            id: 7,
+            name: "no nvidia".into(),
+            scope: Scope::Global,
+            priority: 0,
+            config: PolicyConfig::BlockProvider {
+                providers: vec![Provider::Nvidia],
+            },
+        }]);
+        UsageRecord {
+            record_id: record_id.into(),
+            key: key.clone(),
+            model_provider: Provider::Openai,
+            model_name: "gpt-4o".into(),
+            request_type: "chat.completions",
+            input_tokens: 10,
+            output_tokens: 20,
+            recorded_at: Timestamp::from_millis(2_000),
+            budget: None,
+            evaluation: Some(RecordEvaluation {
+                model: "openai/gpt-4o".into(),
+                evaluated_at: Timestamp::from_millis(1_000),
+                policy_results: PolicyResults {
+                    policies,
+                    results: vec![PolicyResult {
+                        policy_id: 7,
+                        policy_type: PolicyType::BlockProvider,
+                        result: Outcome::Pass,
+                        reason: None,
+                    }],
+                },
+            }),
+        }
+    }
+
+    #[test]
+    fn a_dropped_records_decision_is_reported_on_its_own() {
+        let key = Arc::new(ProxyKeyState {
+            id: "ak_1".into(),
+            key_hash: "hash".into(),
+            tenant_id: "ten_1".into(),
+            agent_id: "agt_1".into(),
+            team_id: None,
+            allowed_providers: vec![],
+            allowed_models: vec![],
+            model_overrides: BTreeMap::new(),
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            budget_limit_micros: None,
+            use_managed_key: false,
+            expires_at: None,
+        });
+        let metrics = ProxyMetrics::new().expect("metrics");
+        let (decision_sink, mut reports) = decisions::channel(4, &metrics);
+        let (usage, _queue) = channel(1, metrics.clone(), decision_sink);
+        usage.record(record("usg_kept", &key));
+        assert!(
+            reports.try_recv().is_err(),
+            "a queued record keeps its decision"
+        );
+        usage.record(record("usg_dropped", &key));
+        assert_eq!(metrics.usage_dropped.get(), 1);
+        let report = reports.try_recv().expect("the dropped record's decision");
+        assert_eq!(report.tenant_id, "ten_1");
+        let evaluation = report.evaluation;
+        assert_eq!(evaluation.request_id, "usg_dropped");
+        assert_eq!(evaluation.agent_id, "agt_1");
+        assert_eq!(evaluation.model, "openai/gpt-4o");
+        assert_eq!(evaluation.evaluated_at, Timestamp::from_millis(1_000));
+        assert_eq!(evaluation.policy_results.results.len(), 1);
+        assert!(reports.try_recv().is_err(), "reported once");
+    }
 }
