@@ -13,14 +13,12 @@ use warden_shared::policy::{
     RatePer, RequestFacts, Scope,
 };
 use warden_shared::registry::Provider;
-use warden_shared::snapshot::{AgentState, ProxyKeyState};
+use warden_shared::snapshot::ProxyKeyState;
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::Admitted;
 use crate::budget::{BudgetRule, RuleSource};
-use crate::decisions::{
-    ApprovalAsk, DecisionReport, DecisionSink, EvaluationReport, PolicyResults,
-};
+use crate::decisions::{ApprovalAsk, DecisionReport, DecisionSink, PolicyResults};
 use crate::rate_limit::{retry_after_secs, Counted, RateWindows};
 use crate::refusal::Refusal;
 use crate::service::ProxyService;
@@ -42,12 +40,7 @@ pub struct PolicyPass {
 impl PolicyPass {
     /// The decision, for the request's usage record to carry to the control plane.
     pub fn decision_for_usage(&mut self) -> Option<RecordEvaluation> {
-        let parts = self.decision.as_mut()?.parts.take()?;
-        Some(RecordEvaluation {
-            model: parts.model,
-            evaluated_at: parts.evaluated_at,
-            policy_results: parts.policy_results,
-        })
+        Some(self.decision.as_mut()?.parts.take()?.evaluation)
     }
 
     pub fn add_tokens(&self, tokens: i64) {
@@ -103,20 +96,21 @@ pub fn check(
     let counted = counters.counted.into_inner();
     let decision = HeldParts {
         key: key.clone(),
-        agent: agent.clone(),
         provider: request.provider,
-        model: admitted.requested_model.clone(),
-        evaluated_at: Timestamp::from_millis(now_ms),
-        policy_results: PolicyResults {
-            policies,
-            results: evaluation.results,
+        evaluation: RecordEvaluation {
+            model: admitted.requested_model.clone(),
+            evaluated_at: Timestamp::from_millis(now_ms),
+            policy_results: PolicyResults {
+                policies,
+                results: evaluation.results,
+            },
         },
     };
     let refusal = match evaluation.decision {
         // A `require_human_review` flag travels in the results' reasons to the records.
         Decision::Allow => {
             return Ok(PolicyPass {
-                budget_rules: budget_rules(&decision.policy_results),
+                budget_rules: budget_rules(&decision.evaluation.policy_results),
                 counted,
                 decision: Some(HeldDecision {
                     parts: Some(decision),
@@ -129,6 +123,7 @@ pub fn check(
             policy_type,
         } => {
             let reason = decision
+                .evaluation
                 .policy_results
                 .results
                 .iter()
@@ -190,11 +185,8 @@ impl std::fmt::Debug for HeldDecision {
 /// reported on its own when it was not.
 struct HeldParts {
     key: Arc<ProxyKeyState>,
-    agent: Arc<AgentState>,
     provider: Provider,
-    model: String,
-    evaluated_at: Timestamp,
-    policy_results: PolicyResults,
+    evaluation: RecordEvaluation,
 }
 
 impl Drop for HeldDecision {
@@ -208,18 +200,9 @@ impl Drop for HeldDecision {
 impl HeldParts {
     /// The decision as reported on its own, under a request id of its own.
     fn into_report(self, approval: Option<ApprovalAsk>) -> DecisionReport {
-        DecisionReport {
-            tenant_id: self.key.tenant_id.clone(),
-            evaluation: EvaluationReport {
-                request_id: new_id(IdKind::Usage, self.evaluated_at.as_millis()),
-                agent_id: self.agent.id.clone(),
-                provider: self.provider,
-                model: self.model,
-                evaluated_at: self.evaluated_at,
-                policy_results: self.policy_results,
-            },
-            approval,
-        }
+        let request_id = new_id(IdKind::Usage, self.evaluation.evaluated_at.as_millis());
+        self.evaluation
+            .into_report(request_id, &self.key, self.provider, approval)
     }
 }
 

@@ -15,7 +15,7 @@ use warden_shared::snapshot::ProxyKeyState;
 use warden_shared::timestamp::Timestamp;
 
 use crate::budget::BudgetHold;
-use crate::decisions::{PolicyResults, ResultLists};
+use crate::decisions::{ApprovalAsk, DecisionReport, EvaluationReport, PolicyResults, ResultLists};
 
 pub use extract::Tokens;
 
@@ -50,6 +50,31 @@ pub struct RecordEvaluation {
     pub model: String,
     pub evaluated_at: Timestamp,
     pub policy_results: PolicyResults,
+}
+
+impl RecordEvaluation {
+    /// The decision reported on its own (`crate::decisions`), when no usage record
+    /// carries it: the request of `key` to `provider`, under `request_id`.
+    pub fn into_report(
+        self,
+        request_id: String,
+        key: &ProxyKeyState,
+        provider: Provider,
+        approval: Option<ApprovalAsk>,
+    ) -> DecisionReport {
+        DecisionReport {
+            tenant_id: key.tenant_id.clone(),
+            evaluation: EvaluationReport {
+                request_id,
+                agent_id: key.agent_id.clone(),
+                provider,
+                model: self.model,
+                evaluated_at: self.evaluated_at,
+                policy_results: self.policy_results,
+            },
+            approval,
+        }
+    }
 }
 
 /// The body of `POST /internal/v1/usage-batches` for `records`: their results lists

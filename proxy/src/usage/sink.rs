@@ -18,7 +18,7 @@ use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
 use crate::budget::{Budgets, FigureSource};
-use crate::decisions::{DecisionReport, DecisionSink, EvaluationReport};
+use crate::decisions::DecisionSink;
 use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
@@ -51,18 +51,9 @@ impl UsageSink {
         self.metrics.usage_dropped.inc();
         finished(&record);
         if let Some(evaluation) = record.evaluation.take() {
-            self.decisions.report(DecisionReport {
-                tenant_id: record.key.tenant_id.clone(),
-                evaluation: EvaluationReport {
-                    request_id: record.record_id,
-                    agent_id: record.key.agent_id.clone(),
-                    provider: record.model_provider,
-                    model: evaluation.model,
-                    evaluated_at: evaluation.evaluated_at,
-                    policy_results: evaluation.policy_results,
-                },
-                approval: None,
-            });
+            let report =
+                evaluation.into_report(record.record_id, &record.key, record.model_provider, None);
+            self.decisions.report(report);
         }
     }
 }
