@@ -87,6 +87,22 @@ pub struct UsageEntry<'a> {
     pub idempotency_key: Option<&'a str>,
     /// The proxy key the request came with (usage the proxy measured).
     pub api_key_id: Option<&'a str>,
+    /// The policies' decision on the request, written on the record (usage the proxy
+    /// measured, when its tenant has enabled policies).
+    pub decision: Option<EntryDecision<'a>>,
+}
+
+/// A forwarded request's policy decision, as columns of its usage record (migration
+/// 0019): the API lists it among the evaluation records.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryDecision<'a> {
+    /// Drawn from `policy_decisions`' sequence (see `api::policies`).
+    pub id: i64,
+    /// The result set its results are the members of.
+    pub set_id: i64,
+    pub evaluated_at: Timestamp,
+    /// The model as the agent asked for it, when that is not `model_name`.
+    pub requested_model: Option<&'a str>,
 }
 
 /// Who measured a usage record.
@@ -357,6 +373,9 @@ async fn agent_teams(
     Ok(teams)
 }
 
+/// Bound values per usage record.
+const RECORD_COLUMNS: usize = 20;
+
 /// Appends `records`, skipping those whose record id the tenant already has; returns
 /// the ids of the records inserted. The unique index decides, so a concurrent batch with
 /// the same record cannot slip in between a check and an insert.
@@ -366,14 +385,15 @@ async fn insert_records(
     records: &[Candidate<'_, '_>],
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut inserted = HashSet::with_capacity(records.len());
-    for chunk in records.chunks(rows_per_statement(tx, 16)) {
-        let values = placeholders(tx, chunk.len(), 16, 1);
+    for chunk in records.chunks(rows_per_statement(tx, RECORD_COLUMNS)) {
+        let values = placeholders(tx, chunk.len(), RECORD_COLUMNS, 1);
         let sql = for_backend(
             tx,
             format!(
                 "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
                  model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
-                 recorded_at, source, record_id, batch_id, api_key_id) VALUES {} \
+                 recorded_at, source, record_id, batch_id, api_key_id, decision_id, \
+                 decision_set_id, evaluated_at, requested_model) VALUES {} \
                  ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING id",
                 values
             ),
@@ -400,7 +420,11 @@ async fn insert_records(
                 .bind(entry.source.as_str())
                 .bind(entry.idempotency_key)
                 .bind(entry.idempotency_key.map(|_| batch_id))
-                .bind(entry.api_key_id);
+                .bind(entry.api_key_id)
+                .bind(entry.decision.map(|d| d.id))
+                .bind(entry.decision.map(|d| d.set_id))
+                .bind(entry.decision.map(|d| d.evaluated_at.as_millis()))
+                .bind(entry.decision.and_then(|d| d.requested_model));
         }
         for row in query.fetch_all(&mut **tx).await? {
             inserted.insert(row.try_get::<String, _>("id")?);

@@ -2,7 +2,9 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{expect_error, expect_status, platform_key, TestApp, SERVICE_TOKEN};
+use crate::helpers::{
+    expect_error, expect_status, platform_key, report_decisions, TestApp, SERVICE_TOKEN,
+};
 
 async fn ingest(app: &TestApp, token: &str, body: &Value) -> reqwest::Response {
     app.client
@@ -372,5 +374,132 @@ db_test!(
         let all = evaluations("/policy-evaluations?limit=100").await;
         assert_eq!(all["meta"]["total"], json!(6), "{all}");
         assert_eq!(violations().await, 1);
+    }
+);
+
+db_test!(
+    forwarded_and_refused_decisions_list_as_one_newest_first,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let key = &tenant.admin_key;
+        let agent = |name: &'static str| {
+            let app = &app;
+            async move {
+                let agent = app.register_agent(key, json!({ "name": name })).await;
+                agent["id"].as_str().unwrap().to_owned()
+            }
+        };
+        let (a, b) = (agent("first").await, agent("second").await);
+        let now = app.clock.now().as_millis();
+        let at = |ms: i64| warden_shared::timestamp::Timestamp::from_millis(now - ms).to_string();
+        let results = |second: &str| {
+            json!([
+                { "policy_id": 1, "policy_name": "allowlist", "policy_type": "model_allowlist", "result": "pass", "reason": null },
+                { "policy_id": 2, "policy_name": "cap", "policy_type": "rate_limit", "result": second, "reason": null },
+            ])
+        };
+        // Forwarded: decisions on usage records, listed by when their answers ended.
+        let forwarded = |id: &str, agent: &str, ended: i64, decided: i64, model: &str| {
+            let mut record = record(id, &tenant.id, agent, now - ended, 0.1);
+            record["evaluation"] =
+                json!({ "model": model, "evaluated_at": at(decided), "results": results("pass") });
+            record
+        };
+        let batch = json!({ "batch_id": "merged-usage", "records": [
+            forwarded("u-old", &a, 3_000, 4_000, "gpt-4o"),
+            forwarded("u-new", &b, 1_000, 1_500, "my-alias"),
+        ] });
+        let ack = expect_status(ingest(&app, SERVICE_TOKEN, &batch).await, 200).await;
+        assert_eq!(ack["data"]["accepted"], json!(2), "{ack}");
+        // Refused: decisions on their own, listed by when they were decided.
+        let refused = |id: &str, agent: &str, decided: i64| {
+            json!({ "tenant_id": tenant.id, "evaluation": {
+                "request_id": id, "agent_id": agent, "provider": "openai", "model": "gpt-4o",
+                "evaluated_at": at(decided), "results": results("fail") } })
+        };
+        report_decisions(
+            &app,
+            "merged-decisions",
+            &[refused("d-mid", &a, 2_000), refused("d-newest", &b, 500)],
+        )
+        .await;
+
+        let list = |query: String| {
+            let app = &app;
+            async move { expect_status(app.get(&query, key).await, 200).await }
+        };
+        let requests = |page: &Value| -> Vec<String> {
+            page["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["request_id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let all = list("/policy-evaluations?limit=100".to_owned()).await;
+        assert_eq!(all["meta"]["total"], json!(8), "{all}");
+        assert_eq!(
+            requests(&all),
+            ["d-newest", "d-newest", "u-new", "u-new", "d-mid", "d-mid", "u-old", "u-old"]
+        );
+        let ids: std::collections::HashSet<i64> = all["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 8, "{all}");
+        // A forwarded decision shows the model asked for and when it was decided.
+        assert_eq!(all["data"][2]["model"], json!("my-alias"));
+        assert_eq!(all["data"][2]["evaluated_at"], json!(at(1_500)));
+        assert_eq!(all["data"][6]["model"], json!("gpt-4o"));
+        assert_eq!(all["data"][6]["policy_id"], json!(1));
+        assert_eq!(all["data"][7]["policy_id"], json!(2));
+        // Pages of three walk the same list, each record once.
+        let mut paged = Vec::new();
+        for page in 1..=3 {
+            let page = list(format!("/policy-evaluations?limit=3&page={page}")).await;
+            assert_eq!(page["meta"]["total"], json!(8), "{page}");
+            paged.extend(requests(&page));
+        }
+        assert_eq!(paged, requests(&all));
+        // Filters apply to both kinds.
+        let of_a = list(format!("/policy-evaluations?agent_id={a}")).await;
+        assert_eq!(requests(&of_a), ["d-mid", "d-mid", "u-old", "u-old"]);
+        assert_eq!(of_a["meta"]["total"], json!(4));
+        let fails = list("/policy-evaluations?result=fail".to_owned()).await;
+        assert_eq!(requests(&fails), ["d-newest", "d-mid"]);
+        let second = list(format!(
+            "/policy-evaluations?policy_id=2&agent_id={b}&result=pass"
+        ))
+        .await;
+        assert_eq!(requests(&second), ["u-new"]);
+        assert_eq!(second["meta"]["total"], json!(1));
+
+        // The forwarded requests' decisions are columns of their usage records: only the
+        // refused ones have rows of their own.
+        let count = |sql: &'static str| {
+            let app = &app;
+            let tenant_id = tenant.id.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(sql)
+                    .bind(tenant_id)
+                    .fetch_one(app.db.pool())
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(
+            count("SELECT COUNT(*) FROM policy_decisions WHERE tenant_id = $1").await,
+            2
+        );
+        assert_eq!(
+            count(
+                "SELECT COUNT(*) FROM usage_records WHERE tenant_id = $1 \
+                 AND decision_set_id IS NOT NULL AND requested_model IS NULL"
+            )
+            .await,
+            1
+        );
     }
 );

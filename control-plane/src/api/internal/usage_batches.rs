@@ -1,5 +1,6 @@
 //! `POST /internal/v1/usage-batches`: the proxy's usage, idempotent by record id. A
-//! forwarded request's policy decision rides on its record and is written with it.
+//! forwarded request's policy decision rides on its record and is written on it, as
+//! columns of the same row (migration 0019).
 //!
 //! The proxy retries a batch until it is acknowledged, so the same records may arrive
 //! more than once. Each record carries an id that is unique within its tenant; a record
@@ -18,11 +19,15 @@ use warden_shared::timestamp::Timestamp;
 use super::ServiceCaller;
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_raw, ApiJson};
-use crate::api::policies::{record_evaluations, DecisionRow, ReportedResult, ResultLists};
+use crate::api::policies::{
+    audit_violations, draw_decision_ids, result_set_ids, DecisionRow, ReportedResult, ResultList,
+    ResultLists,
+};
 use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
 use crate::api::validate::Text;
+use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
-use crate::ledger::{self, Outcome, UsageSource};
+use crate::ledger::{self, EntryDecision, Outcome, UsageEntry, UsageSource};
 use crate::state::AppState;
 
 /// The largest batch the proxy may send.
@@ -157,34 +162,37 @@ pub async fn ingest_usage_batch(
                 entry.api_key_id = keys.api_key_id.as_ref().map(|id| id.as_str());
                 entries.push(entry);
                 indexes.push(*index);
-                decided.push((keys, input, *list));
+                let evaluation = keys.evaluation.as_ref().zip(*list);
+                decided.push(evaluation.map(|(evaluation, list)| (evaluation, lists.get(list))));
             }
             Err(error) => ack.errors.push(ItemError::from_api_error(*index, error)),
         }
     }
     let mut tx = state.db.begin_write().await?;
+    place_decisions(&mut tx, &mut entries, &decided).await?;
     let recorded = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
     ack.spend = recorded.spend;
-    // The decisions of the records new to the ledger: a resent record's was written
-    // with it the first time.
-    let decisions: Vec<DecisionRow<'_>> = decided
+    // The failures among the decisions of the records new to the ledger: a resent
+    // record's were audited with it the first time.
+    let written: Vec<DecisionRow<'_>> = entries
         .iter()
+        .zip(&decided)
         .zip(&recorded.outcomes)
         .filter(|(_, outcome)| matches!(outcome, Outcome::Recorded { .. }))
-        .filter_map(|((keys, input, list), _)| {
-            let evaluation = keys.evaluation.as_ref()?;
+        .filter_map(|((entry, decision), _)| {
+            let (evaluation, list) = (*decision)?;
             Some(DecisionRow {
-                tenant_id: &keys.tenant_id,
-                request_id: keys.record_id.as_str(),
-                agent_id: &input.agent_id,
-                provider: input.model_provider,
+                tenant_id: entry.tenant_id,
+                request_id: entry.idempotency_key?,
+                agent_id: entry.agent_id,
+                provider: entry.provider,
                 model: evaluation.model.as_str(),
                 evaluated_at: evaluation.evaluated_at,
-                list: lists.get((*list)?),
+                list,
             })
         })
         .collect();
-    record_evaluations(&mut tx, &decisions).await?;
+    audit_violations(&mut tx, &written).await?;
     for (index, outcome) in indexes.into_iter().zip(recorded.outcomes) {
         match outcome {
             Outcome::Recorded { .. } => ack.accepted += 1,
@@ -200,6 +208,46 @@ pub async fn ingest_usage_batch(
     tx.commit().await?;
     ack.rejected = i64::try_from(ack.errors.len()).unwrap_or(i64::MAX);
     Ok(envelope::ok(ack))
+}
+
+/// Puts each decided entry's decision on it: the result set of its results (created the
+/// first time they are seen) and an id of its own. An entry that turns out to be a resend
+/// leaves its id unused.
+async fn place_decisions<'a>(
+    tx: &mut WriteTx,
+    entries: &mut [UsageEntry<'a>],
+    decided: &[Option<(&'a RecordEvaluation, &'a ResultList)>],
+) -> Result<(), sqlx::Error> {
+    let sets = result_set_ids(
+        tx,
+        entries
+            .iter()
+            .zip(decided)
+            .filter_map(|(entry, decision)| Some((entry.tenant_id, decision.as_ref()?.1))),
+    )
+    .await?;
+    let mut ids = draw_decision_ids(tx, decided.iter().flatten().count())
+        .await?
+        .into_iter();
+    for (entry, decision) in entries.iter_mut().zip(decided) {
+        let Some((evaluation, list)) = decision else {
+            continue;
+        };
+        let (Some(set_id), Some(id)) = (
+            sets.get(&(entry.tenant_id, list.digest.as_str())),
+            ids.next(),
+        ) else {
+            continue;
+        };
+        let requested = evaluation.model.as_str();
+        entry.decision = Some(EntryDecision {
+            id,
+            set_id: *set_id,
+            evaluated_at: evaluation.evaluated_at,
+            requested_model: (requested != entry.model_name).then_some(requested),
+        });
+    }
+    Ok(())
 }
 
 /// Where a record belongs and its idempotency key, apart from the usage itself.

@@ -234,5 +234,6 @@ pub fn usage_entry<'a>(
         source,
         idempotency_key,
         api_key_id: None,
+        decision: None,
     })
 }

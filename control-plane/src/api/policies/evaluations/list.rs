@@ -1,0 +1,210 @@
+//! `GET /policy-evaluations`: the two kinds of decisions (on usage records, and
+//! `policy_decisions` rows) read as one list, newest first.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+use utoipa::{IntoParams, ToSchema};
+use warden_shared::policy::Outcome;
+use warden_shared::timestamp::Timestamp;
+
+use super::POSITIONS_PER_DECISION;
+use crate::api::envelope::{self, Page, PageQuery, Paged};
+use crate::api::extract::ApiQuery;
+use crate::api::validate::Text;
+use crate::auth::{require, Authorized};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// An evaluation record as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PolicyEvaluation {
+    /// Unique and stable: the decision's id times 2^20 plus the result's position in it.
+    pub id: i64,
+    pub policy_id: i64,
+    pub policy_name: String,
+    pub policy_type: String,
+    /// `pass`, `fail` or `skip`.
+    pub result: String,
+    pub reason: Option<String>,
+    pub agent_id: String,
+    pub provider: String,
+    /// The model as the agent asked for it.
+    pub model: String,
+    /// The proxy's request id (shared by the results of one decision); for a forwarded
+    /// request, the id of its usage record.
+    pub request_id: String,
+    /// When the proxy decided.
+    #[schema(value_type = String, format = DateTime)]
+    pub evaluated_at: Timestamp,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EvaluationQuery {
+    pub policy_id: Option<i64>,
+    pub agent_id: Option<Text<1, 100>>,
+    #[param(value_type = Option<String>)]
+    pub result: Option<Outcome>,
+    pub page: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+/// Newest first by when the request ended: a refused request ends when it is decided
+/// (`evaluated_at`), a forwarded one when its answer does (its usage record's time, whose
+/// index serves the order). Then by decision, and by the results' order within one.
+#[utoipa::path(get, path = "/policy-evaluations", tag = "governance", params(EvaluationQuery),
+    security(("bearer" = ["governance:read"])),
+    responses((status = 200, description = "One page of evaluation records, newest first by when the request ended (a refused request when it was decided, a forwarded one when its answer ended)", body = Paged<PolicyEvaluation>)))]
+pub async fn list_evaluations(
+    caller: Authorized<require::GovernanceRead>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<EvaluationQuery>,
+) -> ApiResult<Response> {
+    let page: Page = PageQuery {
+        page: query.page,
+        limit: query.limit,
+    }
+    .try_into()?;
+    let filters = Filters::of(&query);
+    let pool = state.db.pool();
+    let list = format!(
+        "SELECT d.id AS decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
+         r.result, r.reason, d.agent_id, d.provider, d.model, d.request_id, d.evaluated_at, \
+         d.evaluated_at AS ended_at {} \
+         UNION ALL \
+         SELECT u.decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
+         r.result, r.reason, u.agent_id, u.model_provider, \
+         COALESCE(u.requested_model, u.model_name), u.record_id, u.evaluated_at, \
+         u.recorded_at {} \
+         ORDER BY ended_at DESC, decision_id DESC, position LIMIT ${} OFFSET ${}",
+        filters.decisions_clause(),
+        filters.records_clause(),
+        filters.count + 1,
+        filters.count + 2,
+    );
+    let rows = filters
+        .bind(sqlx::query(&list), &caller.tenant_id)
+        .bind(page.limit)
+        .bind(page.offset())
+        .fetch_all(pool)
+        .await?;
+    let count = format!(
+        "SELECT (SELECT COUNT(*) {}) + (SELECT COUNT(*) {}) AS total",
+        filters.decisions_clause(),
+        filters.records_clause(),
+    );
+    let total: i64 = filters
+        .bind(sqlx::query(&count), &caller.tenant_id)
+        .fetch_one(pool)
+        .await?
+        .try_get("total")?;
+    let evaluations = rows
+        .iter()
+        .map(evaluation_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(envelope::paged(evaluations, page, total))
+}
+
+/// The filters a query gives, as SQL conditions on both kinds of decisions. Only the
+/// filters given are written (`$1` is the tenant), so each side's planner picks the
+/// index they match: an agent's decisions by its own index, not a scan of the tenant's.
+struct Filters<'q> {
+    policy_id: Option<i64>,
+    agent_id: Option<&'q str>,
+    result: Option<&'static str>,
+    /// How many parameters the conditions bind, the tenant included.
+    count: usize,
+}
+
+impl<'q> Filters<'q> {
+    fn of(query: &'q EvaluationQuery) -> Self {
+        let mut filters = Filters {
+            policy_id: query.policy_id,
+            agent_id: query.agent_id.as_ref().map(Text::as_str),
+            result: query.result.map(Outcome::as_str),
+            count: 1,
+        };
+        filters.count += usize::from(filters.policy_id.is_some())
+            + usize::from(filters.agent_id.is_some())
+            + usize::from(filters.result.is_some());
+        filters
+    }
+
+    /// `FROM ... WHERE ...` over `policy_decisions` as `d`, joined to the results as `r`.
+    fn decisions_clause(&self) -> String {
+        format!(
+            "FROM policy_decisions d \
+             JOIN policy_result_set_members r ON r.set_id = d.result_set_id \
+             WHERE d.tenant_id = $1{}",
+            self.conditions("d")
+        )
+    }
+
+    /// `FROM ... WHERE ...` over decided usage records as `u`, joined to the results as
+    /// `r`. The explicit `IS NOT NULL` lets SQLite use the partial index of them.
+    fn records_clause(&self) -> String {
+        format!(
+            "FROM usage_records u \
+             JOIN policy_result_set_members r ON r.set_id = u.decision_set_id \
+             WHERE u.tenant_id = $1 AND u.decision_set_id IS NOT NULL{}",
+            self.conditions("u")
+        )
+    }
+
+    fn conditions(&self, decision: &str) -> String {
+        let given = [
+            self.policy_id.map(|_| "r.policy_id".to_owned()),
+            self.agent_id.map(|_| format!("{decision}.agent_id")),
+            self.result.map(|_| "r.result".to_owned()),
+        ];
+        given
+            .into_iter()
+            .flatten()
+            .zip(2..)
+            .map(|(column, parameter)| format!(" AND {column} = ${parameter}"))
+            .collect()
+    }
+
+    /// Binds the tenant and the filters given, in the order `conditions` numbers them.
+    fn bind<'a>(
+        &self,
+        mut query: sqlx::query::Query<'a, sqlx::Any, sqlx::any::AnyArguments<'a>>,
+        tenant_id: &'a str,
+    ) -> sqlx::query::Query<'a, sqlx::Any, sqlx::any::AnyArguments<'a>>
+    where
+        'q: 'a,
+    {
+        query = query.bind(tenant_id);
+        if let Some(policy_id) = self.policy_id {
+            query = query.bind(policy_id);
+        }
+        if let Some(agent_id) = self.agent_id {
+            query = query.bind(agent_id);
+        }
+        if let Some(result) = self.result {
+            query = query.bind(result);
+        }
+        query
+    }
+}
+
+fn evaluation_from_row(row: &AnyRow) -> Result<PolicyEvaluation, sqlx::Error> {
+    Ok(PolicyEvaluation {
+        id: row.try_get::<i64, _>("decision_id")? * POSITIONS_PER_DECISION
+            + row.try_get::<i64, _>("position")?,
+        policy_id: row.try_get("policy_id")?,
+        policy_name: row.try_get("policy_name")?,
+        policy_type: row.try_get("policy_type")?,
+        result: row.try_get("result")?,
+        reason: row.try_get("reason")?,
+        agent_id: row.try_get("agent_id")?,
+        provider: row.try_get("provider")?,
+        model: row.try_get("model")?,
+        request_id: row.try_get("request_id")?,
+        evaluated_at: Timestamp::from_millis(row.try_get("evaluated_at")?),
+    })
+}
