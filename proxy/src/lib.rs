@@ -19,6 +19,7 @@ pub mod managed_keys;
 pub mod maps;
 pub mod metrics;
 pub mod policy_gate;
+pub mod pool_peer;
 pub mod rate_limit;
 pub mod refusal;
 pub mod relay;

@@ -23,12 +23,13 @@ use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession};
 use pingora::protocols::Stream;
-use pingora::upstreams::peer::{HttpPeer, Peer};
+use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType};
 use tokio::io::AsyncWriteExt;
 use warden_shared::registry::Provider;
 
 use crate::config::{ProvidersConfig, ProxyConfig};
+use crate::pool_peer::PoolPeer;
 use crate::refusal::Refusal;
 
 /// How long a resolved address is reused.
@@ -95,7 +96,7 @@ pub struct Upstreams {
 /// A request sent and its response header received.
 pub struct Exchange {
     session: HttpSession,
-    peer: HttpPeer,
+    peer: PoolPeer,
 }
 
 impl Exchange {
@@ -181,7 +182,7 @@ impl Upstreams {
     async fn exchange(
         &self,
         mut stream: Stream,
-        peer: &HttpPeer,
+        peer: &PoolPeer,
         header: RequestHeader,
         body: &Bytes,
     ) -> pingora::Result<HttpSession> {
@@ -232,12 +233,13 @@ impl Upstreams {
         }
     }
 
-    async fn peer(&self, target: &Target) -> Result<HttpPeer, ()> {
+    async fn peer(&self, target: &Target) -> Result<PoolPeer, ()> {
         let addr = self.resolve(&target.host, target.port).await?;
-        let mut peer = HttpPeer::new(addr, target.tls, target.host.clone());
-        peer.options.connection_timeout = Some(self.connect_timeout);
-        peer.options.total_connection_timeout = Some(self.connect_timeout);
-        peer.options.idle_timeout = Some(self.idle_timeout);
+        let mut peer = PoolPeer::new(addr, target.tls, target.host.clone());
+        let options = &mut peer.0.options;
+        options.connection_timeout = Some(self.connect_timeout);
+        options.total_connection_timeout = Some(self.connect_timeout);
+        options.idle_timeout = Some(self.idle_timeout);
         Ok(peer)
     }
 
