@@ -166,7 +166,9 @@ pub async fn record_batch(
     let mut in_batch: HashSet<(&str, &str)> = HashSet::new();
     let mut candidates = Vec::with_capacity(entries.len());
     for (index, entry) in entries.iter().enumerate() {
-        let team = teams.get(&(entry.tenant_id.to_owned(), entry.agent_id.to_owned()));
+        let team = teams
+            .get(entry.tenant_id)
+            .and_then(|agents| agents.get(entry.agent_id));
         let outcome = match team {
             Some((_, deleted)) if *deleted && entry.source != UsageSource::Proxy => {
                 Outcome::UnknownAgent
@@ -333,21 +335,32 @@ fn anonymous_placeholders(rows: usize, columns: usize) -> String {
     sql
 }
 
-/// Team id and deleted flag of every agent the entries name, per tenant.
-async fn agent_teams(
+/// Team id and deleted flag of every agent the entries name, by tenant, then agent.
+type AgentTeams<'e> = HashMap<&'e str, HashMap<String, (Option<String>, bool)>>;
+
+/// Team id and deleted flag of every agent the entries name, per tenant (looked up with
+/// the entries' own text: no key built per record).
+async fn agent_teams<'e>(
     tx: &mut WriteTx,
-    entries: &[UsageEntry<'_>],
-) -> Result<HashMap<(String, String), (Option<String>, bool)>, sqlx::Error> {
+    entries: &[UsageEntry<'e>],
+) -> Result<AgentTeams<'e>, sqlx::Error> {
     let mut by_tenant: HashMap<&str, HashSet<&str>> = HashMap::new();
+    let mut previous = None;
     for entry in entries {
+        // A batch's records mostly repeat the previous one's agent.
+        if previous == Some((entry.tenant_id, entry.agent_id)) {
+            continue;
+        }
+        previous = Some((entry.tenant_id, entry.agent_id));
         by_tenant
             .entry(entry.tenant_id)
             .or_default()
             .insert(entry.agent_id);
     }
-    let mut teams = HashMap::new();
+    let mut teams: AgentTeams<'e> = HashMap::new();
     for (tenant_id, agents) in by_tenant {
         let agents: Vec<&str> = agents.into_iter().collect();
+        let found = teams.entry(tenant_id).or_default();
         for chunk in agents.chunks(rows_per_statement(tx, 1) - 1) {
             let values = placeholders(tx, 1, chunk.len(), 2);
             let sql = for_backend(
@@ -363,8 +376,8 @@ async fn agent_teams(
             }
             for row in query.fetch_all(&mut **tx).await? {
                 let deleted = row.try_get::<Option<i64>, _>("deleted_at")?.is_some();
-                teams.insert(
-                    (tenant_id.to_owned(), row.try_get::<String, _>("id")?),
+                found.insert(
+                    row.try_get::<String, _>("id")?,
                     (row.try_get::<Option<String>, _>("team_id")?, deleted),
                 );
             }

@@ -150,6 +150,12 @@ pub(super) async fn add(
     Ok(())
 }
 
+fn add_counts(sum: &mut [i64; 4], counts: [i64; 4]) {
+    for (total, count) in sum.iter_mut().zip(counts) {
+        *total += count;
+    }
+}
+
 /// Requests, input tokens, output tokens and cost per key of `level`.
 fn sum<'r>(
     level: Level,
@@ -157,6 +163,7 @@ fn sum<'r>(
     marks: &HashMap<String, Marks>,
 ) -> Vec<(Key<'r>, [i64; 4])> {
     let mut sums: HashMap<Key<'r>, [i64; 4]> = HashMap::new();
+    let mut run: Option<(Key<'r>, [i64; 4])> = None;
     for (entry, _, team_id, cost_micros, _) in records {
         let at = entry.recorded_at.as_millis();
         let tenant_marks = marks.get(entry.tenant_id).copied().unwrap_or(Marks::NONE);
@@ -187,15 +194,82 @@ fn sum<'r>(
             model,
             source,
         );
-        let sum = sums.entry(key).or_insert([0; 4]);
-        sum[0] += 1;
-        sum[1] += entry.input_tokens;
-        sum[2] += entry.output_tokens;
-        sum[3] += cost_micros;
+        let counts = [1, entry.input_tokens, entry.output_tokens, *cost_micros];
+        // A batch's records mostly share the previous one's key (one agent and model in
+        // one hour): those add up without hashing the key.
+        match &mut run {
+            Some((last, sum)) if *last == key => add_counts(sum, counts),
+            _ => {
+                if let Some((last, sum)) = run.replace((key, counts)) {
+                    add_counts(sums.entry(last).or_insert([0; 4]), sum);
+                }
+            }
+        }
+    }
+    if let Some((last, sum)) = run {
+        add_counts(sums.entry(last).or_insert([0; 4]), sum);
     }
     // Sorted, so concurrent batches lock the rollup rows they share in the same order
     // and cannot deadlock on PostgreSQL.
     let mut rows: Vec<_> = sums.into_iter().collect();
     rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use warden_shared::registry::Provider;
+    use warden_shared::timestamp::Timestamp;
+
+    use super::*;
+    use crate::ledger::{UsageEntry, UsageSource};
+
+    fn entry<'a>(agent_id: &'a str, at: i64) -> UsageEntry<'a> {
+        UsageEntry {
+            tenant_id: "ten_a",
+            agent_id,
+            provider: Provider::Openai,
+            model_name: "gpt-4o",
+            request_type: "chat.completions",
+            input_tokens: 10,
+            output_tokens: 1,
+            cost_micros: None,
+            recorded_at: Timestamp::from_millis(at),
+            source: UsageSource::Proxy,
+            idempotency_key: None,
+            api_key_id: None,
+            decision: None,
+        }
+    }
+
+    #[test]
+    fn sums_add_runs_and_interleaved_keys_alike() {
+        // a, a, b, a in one hour, then a in the next: the run of a is added up without
+        // the map, and the a after b lands in the same sum.
+        let entries = [
+            entry("agt_a", 0),
+            entry("agt_a", 1),
+            entry("agt_b", 2),
+            entry("agt_a", 3),
+            entry("agt_a", HOUR_MS),
+        ];
+        let records: Vec<Record<'_, '_>> = entries
+            .iter()
+            .map(|e| (e, String::new(), None, 5, true))
+            .collect();
+        let marks = HashMap::new();
+        let sums = sum(Level::AgentHourly, &records, &marks);
+        let found: Vec<(&str, i64, [i64; 4])> = sums
+            .iter()
+            .map(|(key, counts)| (key.2, key.1, *counts))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("agt_a", 0, [3, 30, 3, 15]),
+                ("agt_b", 0, [1, 10, 1, 5]),
+                ("agt_a", HOUR_MS, [1, 10, 1, 5]),
+            ]
+        );
+    }
 }
