@@ -83,8 +83,8 @@ pub async fn list_evaluations(
          ORDER BY ended_at DESC, decision_id DESC, position LIMIT ${} OFFSET ${}",
         filters.decisions_clause(),
         filters.records_clause(),
-        filters.count + 1,
-        filters.count + 2,
+        filters.parameters() + 1,
+        filters.parameters() + 2,
     );
     let rows = filters
         .bind(sqlx::query(&list), &caller.tenant_id)
@@ -116,22 +116,22 @@ struct Filters<'q> {
     policy_id: Option<i64>,
     agent_id: Option<&'q str>,
     result: Option<&'static str>,
-    /// How many parameters the conditions bind, the tenant included.
-    count: usize,
 }
 
 impl<'q> Filters<'q> {
     fn of(query: &'q EvaluationQuery) -> Self {
-        let mut filters = Filters {
+        Filters {
             policy_id: query.policy_id,
             agent_id: query.agent_id.as_ref().map(Text::as_str),
             result: query.result.map(Outcome::as_str),
-            count: 1,
-        };
-        filters.count += usize::from(filters.policy_id.is_some())
-            + usize::from(filters.agent_id.is_some())
-            + usize::from(filters.result.is_some());
-        filters
+        }
+    }
+
+    /// How many parameters the conditions bind, the tenant included.
+    fn parameters(&self) -> usize {
+        1 + usize::from(self.policy_id.is_some())
+            + usize::from(self.agent_id.is_some())
+            + usize::from(self.result.is_some())
     }
 
     /// `FROM ... WHERE ...` over `policy_decisions` as `d`, joined to the results as `r`.
