@@ -18,9 +18,10 @@ use pingora::protocols::Stream;
 use pingora::proxy::HttpProxy;
 use pingora::server::configuration::ServerConf;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use warden_shared::secret::Secret;
 
+use crate::batch_queue::BatchReceiver;
 use crate::buffered_io::BufferedIo;
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::decisions::{self, DecisionReport};
@@ -69,9 +70,9 @@ pub struct ProxyApp {
     pub metrics: ProxyMetrics,
     listener: TcpListener,
     proxy: Arc<HttpProxy<ProxyService>>,
-    usage: mpsc::Receiver<UsageRecord>,
+    usage: BatchReceiver<UsageRecord>,
     flush: FlushTarget,
-    decisions: mpsc::Receiver<DecisionReport>,
+    decisions: BatchReceiver<DecisionReport>,
     decisions_flush: FlushTarget,
     rates: Arc<RateWindows>,
     stream: StreamSource,
@@ -87,9 +88,12 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let metrics = ProxyMetrics::new()?;
     let state = Arc::new(EnforcementState::default());
     let upstreams = Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
-    let (decision_sink, decisions) = decisions::channel(config.usage_buffer_capacity, &metrics);
+    let batch_size = config.usage_batch_size.clamp(1, 1000);
+    let (decision_sink, decisions) =
+        decisions::channel(config.usage_buffer_capacity, batch_size, &metrics);
     let (usage_sink, usage) = sink::channel(
         config.usage_buffer_capacity,
+        batch_size,
         metrics.clone(),
         decision_sink.clone(),
     );
@@ -132,7 +136,6 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         flush: FlushTarget {
             url: format!("{base}/internal/v1/usage-batches"),
             service_token: service_token.expose().to_owned(),
-            batch_size: config.usage_batch_size.clamp(1, 1000),
             interval: Duration::from_millis(config.usage_flush_interval_ms.max(1)),
         },
         decisions,
@@ -140,7 +143,6 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         decisions_flush: FlushTarget {
             url: format!("{base}/internal/v1/policy-decisions"),
             service_token: service_token.expose().to_owned(),
-            batch_size: config.usage_batch_size.clamp(1, 1000),
             interval: Duration::from_millis(config.usage_flush_interval_ms.max(1)),
         },
         stream: StreamSource {

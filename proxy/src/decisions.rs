@@ -14,14 +14,14 @@ use bytes::Bytes;
 use prometheus::IntCounter;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use warden_shared::ids::{new_id, IdKind};
 
 use warden_shared::policy::{Outcome, Policy, PolicyResult, PolicyType};
 use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
-use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
+use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
+use crate::flush::{now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// One request's decision, reported on its own: a request the policies refused or held
@@ -211,7 +211,7 @@ pub struct ApprovalAsk {
 /// decision keeps one): the queue and the one counter it needs, not the whole registry.
 #[derive(Clone)]
 pub struct DecisionSink {
-    queue: mpsc::Sender<DecisionReport>,
+    queue: BatchSender<DecisionReport>,
     dropped: IntCounter,
 }
 
@@ -223,24 +223,26 @@ impl DecisionSink {
     }
 }
 
+/// A queue of `capacity` reports, sent in batches of at most `batch_size`.
 pub fn channel(
     capacity: usize,
+    batch_size: usize,
     metrics: &ProxyMetrics,
-) -> (DecisionSink, mpsc::Receiver<DecisionReport>) {
-    let (queue, receiver) = mpsc::channel(capacity.max(1));
+) -> (DecisionSink, BatchReceiver<DecisionReport>) {
+    let (queue, receiver) = batch_queue(capacity, batch_size);
     let dropped = metrics.decisions_dropped.clone();
     (DecisionSink { queue, dropped }, receiver)
 }
 
 /// Sends batches until every sender is gone and the queue is empty.
 pub async fn flush_forever(
-    mut receiver: mpsc::Receiver<DecisionReport>,
+    mut receiver: BatchReceiver<DecisionReport>,
     target: FlushTarget,
     client: reqwest::Client,
     metrics: ProxyMetrics,
 ) {
-    let mut batch = Vec::with_capacity(target.batch_size);
-    while next_batch(&mut receiver, &mut batch, &target).await {
+    let mut batch = Vec::with_capacity(receiver.batch_size());
+    while receiver.next_batch(&mut batch, target.interval).await {
         let batch_id = new_id(IdKind::Usage, now_ms());
         let body = batch_body(&batch_id, &batch);
         let answered: Option<serde::de::IgnoredAny> = match body {

@@ -1,41 +1,19 @@
-//! What the proxy's two reporters (usage, policy decisions) share: gathering queued
-//! items into a batch, and posting a batch to the control plane until it answers.
+//! What the proxy's two reporters (usage, policy decisions) share: where batches go, and
+//! posting a batch to the control plane until it answers. Batches are gathered by
+//! [`crate::batch_queue`].
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use prometheus::IntCounter;
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
 
 /// Where and how a reporter sends its batches.
 pub struct FlushTarget {
     pub url: String,
     pub service_token: String,
-    pub batch_size: usize,
+    /// How long a batch's first item waits for others.
     pub interval: Duration,
-}
-
-/// Waits for the next item, then takes whatever else arrives within the interval, up to
-/// a full batch. `false` when every sender is gone and the queue is empty.
-pub async fn next_batch<T>(
-    receiver: &mut mpsc::Receiver<T>,
-    batch: &mut Vec<T>,
-    target: &FlushTarget,
-) -> bool {
-    batch.clear();
-    let Some(first) = receiver.recv().await else {
-        return false;
-    };
-    batch.push(first);
-    let deadline = tokio::time::Instant::now() + target.interval;
-    while batch.len() < target.batch_size {
-        match tokio::time::timeout_at(deadline, receiver.recv()).await {
-            Ok(Some(item)) => batch.push(item),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    true
 }
 
 /// The `data` of an acknowledgement: each reporter reads the fields it needs.

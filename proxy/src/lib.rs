@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod allocator;
 pub mod app;
+pub mod batch_queue;
 pub mod budget;
 pub mod buffered_io;
 pub mod config;

@@ -17,15 +17,16 @@ use warden_shared::ids::{new_id, IdKind};
 use warden_shared::snapshot::ScopeSpend;
 
 use super::UsageRecord;
+use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
 use crate::budget::{Budgets, FigureSource};
 use crate::decisions::DecisionSink;
-use crate::flush::{next_batch, now_ms, post_until_answered, FlushTarget};
+use crate::flush::{now_ms, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// The request path's handle on the queue.
 #[derive(Clone)]
 pub struct UsageSink {
-    queue: mpsc::Sender<UsageRecord>,
+    queue: BatchSender<UsageRecord>,
     metrics: ProxyMetrics,
     /// Where a dropped record's decision goes instead.
     decisions: DecisionSink,
@@ -65,13 +66,15 @@ fn finished(record: &UsageRecord) {
     }
 }
 
-/// Creates the queue and returns its handle and the flusher to spawn.
+/// Creates the queue (`capacity` records, sent in batches of at most `batch_size`) and
+/// returns its handle and the receiver the flusher takes.
 pub fn channel(
     capacity: usize,
+    batch_size: usize,
     metrics: ProxyMetrics,
     decisions: DecisionSink,
-) -> (UsageSink, mpsc::Receiver<UsageRecord>) {
-    let (queue, receiver) = mpsc::channel(capacity.max(1));
+) -> (UsageSink, BatchReceiver<UsageRecord>) {
+    let (queue, receiver) = batch_queue(capacity, batch_size);
     let sink = UsageSink {
         queue,
         metrics,
@@ -82,14 +85,14 @@ pub fn channel(
 
 /// Sends batches until every sender is gone and the queue is empty.
 pub async fn flush_forever(
-    mut receiver: mpsc::Receiver<UsageRecord>,
+    mut receiver: BatchReceiver<UsageRecord>,
     target: FlushTarget,
     client: reqwest::Client,
     metrics: ProxyMetrics,
     budgets: Arc<Budgets>,
 ) {
-    let mut batch = Vec::with_capacity(target.batch_size);
-    while next_batch(&mut receiver, &mut batch, &target).await {
+    let mut batch = Vec::with_capacity(receiver.batch_size());
+    while receiver.next_batch(&mut batch, target.interval).await {
         metrics.usage_queued.sub(batch.len() as i64);
         for hold in batch.iter_mut().filter_map(|record| record.budget.as_mut()) {
             hold.sending();
@@ -217,8 +220,8 @@ mod tests {
             expires_at: None,
         });
         let metrics = ProxyMetrics::new().expect("metrics");
-        let (decision_sink, mut reports) = decisions::channel(4, &metrics);
-        let (usage, _queue) = channel(1, metrics.clone(), decision_sink);
+        let (decision_sink, mut reports) = decisions::channel(4, 10, &metrics);
+        let (usage, _queue) = channel(1, 10, metrics.clone(), decision_sink);
         usage.record(record("usg_kept", &key));
         assert!(
             reports.try_recv().is_err(),
