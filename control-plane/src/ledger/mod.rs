@@ -196,10 +196,10 @@ pub async fn record_batch(
         });
     }
     let inserted = insert_records(tx, batch_id, &records).await?;
-    let mut recorded = Vec::with_capacity(inserted.len());
-    for candidate in records {
+    let mut recorded = Vec::with_capacity(records.len());
+    for (candidate, new) in records.into_iter().zip(inserted) {
         let (_, id, _, cost_micros, priced) = &candidate.record;
-        if inserted.contains(id) {
+        if new {
             outcomes[candidate.index] = Outcome::Recorded {
                 id: id.clone(),
                 cost_micros: *cost_micros,
@@ -392,12 +392,21 @@ const RECORD_COLUMNS: usize = 20;
 /// Appends `records`, skipping those whose record id the tenant already has; returns
 /// the ids of the records inserted. The unique index decides, so a concurrent batch with
 /// the same record cannot slip in between a check and an insert.
+/// Inserts `records`, skipping those whose `(tenant, record id)` the ledger has: for each,
+/// whether it was new.
+///
+/// The statement reports only how many rows it inserted. When that is all of them (the
+/// rule: a record is resent only when an acknowledgement was lost) nothing more is read;
+/// otherwise a second query asks which of the new ids are there. `RETURNING id` would
+/// say it in one statement, but sqlx hands SQLite's rows over from its worker thread one
+/// by one, and at a thousand rows a batch those hand-offs cost the control plane more
+/// than the insert itself.
 async fn insert_records(
     tx: &mut WriteTx,
     batch_id: &str,
     records: &[Candidate<'_, '_>],
-) -> Result<HashSet<String>, sqlx::Error> {
-    let mut inserted = HashSet::with_capacity(records.len());
+) -> Result<Vec<bool>, sqlx::Error> {
+    let mut inserted = Vec::with_capacity(records.len());
     for chunk in records.chunks(rows_per_statement(tx, RECORD_COLUMNS)) {
         let values = placeholders(tx, chunk.len(), RECORD_COLUMNS, 1);
         let sql = for_backend(
@@ -407,7 +416,7 @@ async fn insert_records(
                  model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
                  recorded_at, source, record_id, batch_id, api_key_id, decision_id, \
                  decision_set_id, evaluated_at, requested_model) VALUES {} \
-                 ON CONFLICT (tenant_id, record_id) DO NOTHING RETURNING id",
+                 ON CONFLICT (tenant_id, record_id) DO NOTHING",
                 values
             ),
         );
@@ -439,11 +448,42 @@ async fn insert_records(
                 .bind(entry.decision.map(|d| d.evaluated_at.as_millis()))
                 .bind(entry.decision.and_then(|d| d.requested_model));
         }
-        for row in query.fetch_all(&mut **tx).await? {
-            inserted.insert(row.try_get::<String, _>("id")?);
+        let written = query.execute(&mut **tx).await?.rows_affected();
+        if usize::try_from(written).is_ok_and(|written| written == chunk.len()) {
+            inserted.extend(std::iter::repeat_n(true, chunk.len()));
+        } else {
+            let present = present_ids(tx, chunk).await?;
+            inserted.extend(chunk.iter().map(|c| present.contains(c.record.1.as_str())));
         }
     }
     Ok(inserted)
+}
+
+/// Which of the ids given to `chunk`'s records are in the ledger: each id is new, so
+/// those present are the rows just inserted.
+async fn present_ids(
+    tx: &mut WriteTx,
+    chunk: &[Candidate<'_, '_>],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let sql = for_backend(
+        tx,
+        format!(
+            "SELECT id FROM usage_records WHERE id IN ({})",
+            (1..=chunk.len())
+                .map(|n| format!("${n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let mut query = sqlx::query(&sql);
+    for candidate in chunk {
+        query = query.bind(candidate.record.1.as_str());
+    }
+    let mut present = HashSet::with_capacity(chunk.len());
+    for row in query.fetch_all(&mut **tx).await? {
+        present.insert(row.try_get::<String, _>("id")?);
+    }
+    Ok(present)
 }
 
 #[cfg(test)]

@@ -119,6 +119,40 @@ db_test!(a_batch_sent_twice_counts_once, |app| {
         json!({ "batch_id": "batch-2", "records": [record("r-5", &tenant.id, agent, now, 0.125)] });
     let answer = expect_status(ingest(&app, SERVICE_TOKEN, &late).await, 200).await;
     assert_eq!(answer["data"]["accepted"], json!(1));
+
+    // A batch of seen and new records (a proxy that re-batched after a lost
+    // acknowledgement): each is told apart, and only the new ones count.
+    let mixed = json!({ "batch_id": "batch-4", "records": [
+        record("r-7", &tenant.id, agent, now, 2.0),
+        record("r-1", &tenant.id, agent, now, 0.25),
+        record("r-8", &tenant.id, agent, now, 4.0),
+        record("r-5", &tenant.id, agent, now, 0.125),
+    ] });
+    let answer = expect_status(ingest(&app, SERVICE_TOKEN, &mixed).await, 200).await;
+    assert_eq!(
+        (
+            answer["data"]["accepted"].clone(),
+            answer["data"]["duplicates"].clone()
+        ),
+        (json!(2), json!(2)),
+        "{answer}"
+    );
+    assert_eq!(app.count_rows("usage_records", &tenant.id).await, 6);
+    let summary = expect_status(
+        app.get(
+            &format!("/cost/summary?from={}", &yesterday[..10]),
+            &tenant.admin_key,
+        )
+        .await,
+        200,
+    )
+    .await;
+    assert_eq!(summary["data"]["total_requests"], json!(6), "{summary}");
+    assert_eq!(
+        summary["data"]["total_cost_usd"],
+        json!(6.9375),
+        "{summary}"
+    );
 });
 
 db_test!(only_the_service_token_reaches_internal_endpoints, |app| {
