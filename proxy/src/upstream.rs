@@ -157,8 +157,7 @@ impl Upstreams {
         loop {
             attempt += 1;
             let (stream, reused) = self
-                .connector
-                .get_stream(&peer)
+                .stream_to(&peer)
                 .await
                 .map_err(|e| refusal_of(provider, &e))?;
             match self.exchange(stream, &peer, build()?, &body).await {
@@ -175,6 +174,17 @@ impl Upstreams {
                 Err(error) => return Err(refusal_of(provider, &error)),
             }
         }
+    }
+
+    /// A pooled connection to `peer`, else a new one (and whether it was pooled): the
+    /// connector's `get_stream`, with the connecting half boxed. Connecting (TCP, TLS)
+    /// is a future of several kilobytes that every request's future would otherwise
+    /// reserve room for and move, while nearly every request finds a pooled connection.
+    async fn stream_to(&self, peer: &PoolPeer) -> pingora::Result<(Stream, bool)> {
+        if let Some(stream) = self.connector.reused_stream(peer).await {
+            return Ok((stream, true));
+        }
+        Ok((Box::pin(self.connector.new_stream(peer)).await?, false))
     }
 
     /// Writes the request (one write when the body is inlined) and reads the response

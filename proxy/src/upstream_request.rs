@@ -83,9 +83,9 @@ pub async fn credential<'s>(
             .state
             .managed_key(&view.key.tenant_id, provider)
             .ok_or(Refusal::ManagedKeyMissing(provider))?;
-        return service
-            .managed_keys
-            .resolve(&managed.secret_ref)
+        // Boxed: the AWS SDK's request future is over ten kilobytes, and every forwarded
+        // request's future would otherwise reserve (and move) room for it.
+        return Box::pin(service.managed_keys.resolve(&managed.secret_ref))
             .await
             .map(Credential::Managed)
             .map_err(|_| Refusal::ManagedKeyUnavailable(provider));
