@@ -18,10 +18,10 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pingora::connectors::{ConnectorOptions, TransportConnector};
-use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession};
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::v1::client::HttpSession;
 use pingora::protocols::Stream;
 use pingora::upstreams::peer::Peer;
 use pingora::{Error, ErrorType};
@@ -143,7 +143,7 @@ impl Upstreams {
     pub async fn send(
         &self,
         provider: Provider,
-        build: &(dyn Fn() -> Result<RequestHeader, Refusal> + Sync),
+        build: &(dyn Fn() -> Result<BytesMut, Refusal> + Sync),
         body: Bytes,
     ) -> Result<Exchange, Refusal> {
         let target = self
@@ -193,12 +193,9 @@ impl Upstreams {
         &self,
         mut stream: Stream,
         peer: &PoolPeer,
-        header: RequestHeader,
+        mut wire: BytesMut,
         body: &Bytes,
     ) -> pingora::Result<HttpSession> {
-        let mut wire = http_req_header_to_wire(&header).ok_or_else(|| {
-            Error::explain(ErrorType::InvalidHTTPHeader, "cannot encode the request")
-        })?;
         let write = async {
             if body.len() <= INLINE_BODY {
                 wire.extend_from_slice(body);
