@@ -12,6 +12,12 @@
 //! 97 MiB (glibc: 119 MiB). Freed pages now go back after one second, from jemalloc's
 //! own background thread (so an idle process shrinks too), and at once after a full
 //! snapshot has been applied ([`release_freed_pages`]).
+//!
+//! One setting can only be made when jemalloc is built: `.cargo/config.toml` sets
+//! `tcache_max` to 64 KiB (default 32 KiB), so that the two 64 KiB body buffers pingora
+//! allocates for every proxied request are reused from the thread's cache instead of
+//! going through the arena's locked extent path (callgrind: 2,600 instructions a
+//! request fewer; resident memory with 10,000 keys unchanged).
 
 use tikv_jemalloc_ctl::{Access, AsName};
 
