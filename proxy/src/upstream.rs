@@ -136,10 +136,10 @@ impl Upstreams {
         self.targets.get(&provider)
     }
 
-    /// Sends the header `build` makes and `body` to `provider` and waits for the response
-    /// header. A pooled connection the provider closed meanwhile is retried once on a
-    /// fresh one, with a header built anew (pingora keeps the one it wrote; building is
-    /// cheaper than cloning one for every request in case of a retry).
+    /// Sends the request head `build` writes and `body` to `provider` and waits for the
+    /// response header. A pooled connection the provider closed meanwhile is retried once
+    /// on a fresh one, with a head written anew (the first went out with the body in its
+    /// buffer; writing is cheaper than copying one for every request in case of a retry).
     pub async fn send(
         &self,
         provider: Provider,

@@ -389,11 +389,9 @@ async fn agent_teams<'e>(
 /// Bound values per usage record.
 const RECORD_COLUMNS: usize = 20;
 
-/// Appends `records`, skipping those whose record id the tenant already has; returns
-/// the ids of the records inserted. The unique index decides, so a concurrent batch with
+/// Appends `records`, skipping those whose record id the tenant already has; returns,
+/// for each, whether it was new. The unique index decides, so a concurrent batch with
 /// the same record cannot slip in between a check and an insert.
-/// Inserts `records`, skipping those whose `(tenant, record id)` the ledger has: for each,
-/// whether it was new.
 ///
 /// The statement reports only how many rows it inserted. When that is all of them (the
 /// rule: a record is resent only when an acknowledgement was lost) nothing more is read;
@@ -465,16 +463,8 @@ async fn present_ids(
     tx: &mut WriteTx,
     chunk: &[Candidate<'_, '_>],
 ) -> Result<HashSet<String>, sqlx::Error> {
-    let sql = for_backend(
-        tx,
-        format!(
-            "SELECT id FROM usage_records WHERE id IN ({})",
-            (1..=chunk.len())
-                .map(|n| format!("${n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    );
+    let ids = placeholders(tx, chunk.len(), 1, 1);
+    let sql = format!("SELECT id FROM usage_records WHERE id IN (VALUES {ids})");
     let mut query = sqlx::query(&sql);
     for candidate in chunk {
         query = query.bind(candidate.record.1.as_str());
