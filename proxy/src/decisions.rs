@@ -268,7 +268,7 @@ pub async fn flush_forever(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_shared::policy::{PolicyConfig, Scope};
+    use crate::test_fixtures::{no_nvidia, results};
 
     fn report(request: &str, policies: &Arc<Vec<Policy>>, result: Outcome) -> DecisionReport {
         DecisionReport {
@@ -279,15 +279,7 @@ mod tests {
                 provider: Provider::Openai,
                 model: "gpt-4o".into(),
                 evaluated_at: Timestamp::from_millis(0),
-                policy_results: PolicyResults {
-                    policies: policies.clone(),
-                    results: vec![PolicyResult {
-                        policy_id: 7,
-                        policy_type: PolicyType::BlockProvider,
-                        result,
-                        reason: None,
-                    }],
-                },
+                policy_results: results(policies, result),
             },
             approval: None,
         }
@@ -295,15 +287,7 @@ mod tests {
 
     #[test]
     fn a_batch_sends_each_distinct_results_list_once() {
-        let policies = Arc::new(vec![Policy {
-            id: 7,
-            name: "no \"nvidia\"".into(),
-            scope: Scope::Global,
-            priority: 0,
-            config: PolicyConfig::BlockProvider {
-                providers: vec![Provider::Nvidia],
-            },
-        }]);
+        let policies = no_nvidia();
         let reports = [
             report("a", &policies, Outcome::Pass),
             report("b", &policies, Outcome::Fail),

@@ -29,6 +29,8 @@ pub mod routing;
 pub mod service;
 pub mod state;
 pub mod sync;
+#[cfg(test)]
+mod test_fixtures;
 pub mod upstream;
 pub mod upstream_request;
 pub mod usage;

@@ -100,22 +100,27 @@ impl fmt::Display for Timestamp {
         if let Some(text) = self.rfc3339_bytes() {
             return f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?);
         }
-        let nanos = i128::from(self.0) * 1_000_000;
-        match time::OffsetDateTime::from_unix_timestamp_nanos(nanos) {
-            Ok(t) => write!(
-                f,
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-                t.year(),
-                u8::from(t.month()),
-                t.day(),
-                t.hour(),
-                t.minute(),
-                t.second(),
-                t.millisecond()
-            ),
-            Err(_) => write!(f, "{}", self.0),
+        match calendar_text(self.0) {
+            Some(text) => f.write_str(&text),
+            None => write!(f, "{}", self.0),
         }
     }
+}
+
+/// The same text through the `time` crate's calendar, which also names years before 0
+/// (`-001-...`); `None` beyond its range (years past ±9999).
+fn calendar_text(ms: i64) -> Option<String> {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
+    Some(format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    ))
 }
 
 impl Serialize for Timestamp {
@@ -158,20 +163,7 @@ mod tests {
     /// round), and at the edges.
     #[test]
     fn renders_every_day_as_the_calendar_does() {
-        let format = |ms: i64| {
-            let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-                .expect("in range");
-            format!(
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-                t.year(),
-                u8::from(t.month()),
-                t.day(),
-                t.hour(),
-                t.minute(),
-                t.second(),
-                t.millisecond()
-            )
-        };
+        let format = |ms: i64| calendar_text(ms).expect("in the calendar's range");
         let first = -62_167_219_200_000; // 0000-01-01T00:00:00.000Z
         let last = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
         let mut checked = 0;

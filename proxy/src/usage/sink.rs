@@ -155,27 +155,17 @@ async fn send_until_acknowledged(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use warden_shared::policy::{Outcome, Policy, PolicyConfig, PolicyResult, PolicyType, Scope};
+    use warden_shared::policy::Outcome;
     use warden_shared::registry::Provider;
     use warden_shared::snapshot::ProxyKeyState;
     use warden_shared::timestamp::Timestamp;
 
     use super::*;
-    use crate::decisions::{self, PolicyResults};
+    use crate::decisions;
+    use crate::test_fixtures::{key, no_nvidia, results};
     use crate::usage::RecordEvaluation;
 
     fn record(record_id: &str, key: &Arc<ProxyKeyState>) -> UsageRecord {
-        let policies = Arc::new(vec![Policy {
-            id: 7,
-            name: "no nvidia".into(),
-            scope: Scope::Global,
-            priority: 0,
-            config: PolicyConfig::BlockProvider {
-                providers: vec![Provider::Nvidia],
-            },
-        }]);
         UsageRecord {
             record_id: record_id.into(),
             key: key.clone(),
@@ -189,36 +179,14 @@ mod tests {
             evaluation: Some(RecordEvaluation {
                 model: "openai/gpt-4o".into(),
                 evaluated_at: Timestamp::from_millis(1_000),
-                policy_results: PolicyResults {
-                    policies,
-                    results: vec![PolicyResult {
-                        policy_id: 7,
-                        policy_type: PolicyType::BlockProvider,
-                        result: Outcome::Pass,
-                        reason: None,
-                    }],
-                },
+                policy_results: results(&no_nvidia(), Outcome::Pass),
             }),
         }
     }
 
     #[test]
     fn a_dropped_records_decision_is_reported_on_its_own() {
-        let key = Arc::new(ProxyKeyState {
-            id: "ak_1".into(),
-            key_hash: "hash".into(),
-            tenant_id: "ten_1".into(),
-            agent_id: "agt_1".into(),
-            team_id: None,
-            allowed_providers: vec![],
-            allowed_models: vec![],
-            model_overrides: BTreeMap::new(),
-            requests_per_minute: None,
-            tokens_per_minute: None,
-            budget_limit_micros: None,
-            use_managed_key: false,
-            expires_at: None,
-        });
+        let key = key("ak_1", "ten_1", "agt_1");
         let metrics = ProxyMetrics::new().expect("metrics");
         let (decision_sink, mut reports) = decisions::channel(4, 10, &metrics);
         let (usage, _queue) = channel(1, 10, metrics.clone(), decision_sink);

@@ -73,49 +73,18 @@ fn timestamp(out: &mut Vec<u8>, at: Timestamp) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
     use serde_json::{json, Value};
-    use warden_shared::policy::{Outcome, Policy, PolicyConfig, PolicyResult, PolicyType, Scope};
+    use warden_shared::policy::Outcome;
     use warden_shared::registry::Provider;
-    use warden_shared::snapshot::ProxyKeyState;
 
     use super::*;
-    use crate::decisions::PolicyResults;
+    use crate::test_fixtures::{key, no_nvidia, results};
     use crate::usage::{batch_body, RecordEvaluation};
 
-    fn key() -> Arc<ProxyKeyState> {
-        Arc::new(ProxyKeyState {
-            id: "ak_01KEY".into(),
-            key_hash: "hash".into(),
-            tenant_id: "ten_01TENANT".into(),
-            agent_id: "agt_01AGENT".into(),
-            team_id: None,
-            allowed_providers: vec![],
-            allowed_models: vec![],
-            model_overrides: BTreeMap::new(),
-            requests_per_minute: None,
-            tokens_per_minute: None,
-            budget_limit_micros: None,
-            use_managed_key: false,
-            expires_at: None,
-        })
-    }
-
     fn record(record_id: &str, model_name: &str, decided: bool) -> UsageRecord {
-        let policies = Arc::new(vec![Policy {
-            id: 7,
-            name: "no \"nvidia\"".into(),
-            scope: Scope::Global,
-            priority: 0,
-            config: PolicyConfig::BlockProvider {
-                providers: vec![Provider::Nvidia],
-            },
-        }]);
         UsageRecord {
             record_id: record_id.into(),
-            key: key(),
+            key: key("ak_01KEY", "ten_01TENANT", "agt_01AGENT"),
             model_provider: Provider::Anthropic,
             model_name: model_name.into(),
             request_type: "chat.completions",
@@ -126,15 +95,7 @@ mod tests {
             evaluation: decided.then(|| RecordEvaluation {
                 model: format!("anthropic/{model_name}"),
                 evaluated_at: Timestamp::from_millis(951_782_400_000),
-                policy_results: PolicyResults {
-                    policies,
-                    results: vec![PolicyResult {
-                        policy_id: 7,
-                        policy_type: PolicyType::BlockProvider,
-                        result: Outcome::Pass,
-                        reason: None,
-                    }],
-                },
+                policy_results: results(&no_nvidia(), Outcome::Pass),
             }),
         }
     }
