@@ -55,15 +55,8 @@ db_test!(a_batch_sent_twice_counts_once, |app| {
     assert_eq!(again["data"]["duplicates"], json!(2));
     assert_eq!(app.count_rows("usage_records", &tenant.id).await, 2);
     let yesterday = warden_shared::timestamp::Timestamp::from_millis(now - 86_400_000).to_string();
-    let summary = expect_status(
-        app.get(
-            &format!("/cost/summary?from={}", &yesterday[..10]),
-            &tenant.admin_key,
-        )
-        .await,
-        200,
-    )
-    .await;
+    let since_yesterday = format!("/cost/summary?from={}", &yesterday[..10]);
+    let summary = expect_status(app.get(&since_yesterday, &tenant.admin_key).await, 200).await;
     assert_eq!(summary["data"]["total_cost_usd"], json!(0.75));
     assert_eq!(summary["data"]["total_requests"], json!(2));
 
@@ -138,15 +131,7 @@ db_test!(a_batch_sent_twice_counts_once, |app| {
         "{answer}"
     );
     assert_eq!(app.count_rows("usage_records", &tenant.id).await, 6);
-    let summary = expect_status(
-        app.get(
-            &format!("/cost/summary?from={}", &yesterday[..10]),
-            &tenant.admin_key,
-        )
-        .await,
-        200,
-    )
-    .await;
+    let summary = expect_status(app.get(&since_yesterday, &tenant.admin_key).await, 200).await;
     assert_eq!(summary["data"]["total_requests"], json!(6), "{summary}");
     assert_eq!(
         summary["data"]["total_cost_usd"],
