@@ -18,6 +18,7 @@ use prometheus::IntCounterVec;
 use warden_shared::secret::Secret;
 
 use crate::config::SecretsManagerConfig;
+use crate::upstream_request::is_header_value;
 
 /// Most references held at once; far above any real number of tenants × providers.
 const CACHE_CAPACITY: u64 = 100_000;
@@ -27,7 +28,10 @@ const CACHE_CAPACITY: u64 = 100_000;
 pub enum ManagedKeyError {
     #[error("Secrets Manager could not return the secret: {0}")]
     Read(String),
-    #[error("the secret holds no usable key (empty, binary, or JSON without `api_key`)")]
+    #[error(
+        "the secret holds no usable key (empty, binary, JSON without `api_key`, or \
+         characters an HTTP header cannot carry)"
+    )]
     Unusable,
 }
 
@@ -117,15 +121,19 @@ impl ManagedKeys {
     }
 }
 
-/// The key in a secret's string: the string itself, or its JSON `api_key` field.
+/// The key in a secret's string: the string itself, or its JSON `api_key` field, without
+/// surrounding whitespace (a pasted key's trailing newline). `None` when that is empty or
+/// holds what a header cannot carry: the key goes into one, and a line break inside it
+/// would split the request sent to the provider.
 fn provider_key(secret: &str) -> Option<String> {
     let trimmed = secret.trim();
-    if trimmed.starts_with('{') {
+    let key = if trimmed.starts_with('{') {
         let value: serde_json::Value = serde_json::from_str(trimmed).ok()?;
-        let key = value.get("api_key")?.as_str()?.trim();
-        return (!key.is_empty()).then(|| key.to_owned());
-    }
-    (!trimmed.is_empty()).then(|| trimmed.to_owned())
+        value.get("api_key")?.as_str()?.trim().to_owned()
+    } else {
+        trimmed.to_owned()
+    };
+    (!key.is_empty() && is_header_value(key.as_bytes())).then_some(key)
 }
 
 #[cfg(test)]
@@ -142,5 +150,9 @@ mod tests {
         assert_eq!(provider_key(r#"{"key": "sk-wrong-field"}"#), None);
         assert_eq!(provider_key(r#"{"api_key": ""}"#), None);
         assert_eq!(provider_key("   "), None);
+        // A key that would break the header it goes into is no key.
+        assert_eq!(provider_key("sk-1\r\nx-injected: 1"), None);
+        assert_eq!(provider_key(r#"{"api_key": "sk-1\nx"}"#), None);
+        assert_eq!(provider_key("sk-\u{7f}"), None);
     }
 }

@@ -156,7 +156,10 @@ impl Refusal {
                 format!("the proxy has no credential for `{}`", p.as_str())
             }
             Refusal::ManagedKeyUnavailable(p) => {
-                format!("the managed key for `{}` cannot be read", p.as_str())
+                format!(
+                    "the managed key for `{}` cannot be read, or its secret holds no usable key",
+                    p.as_str()
+                )
             }
             Refusal::BudgetExceeded(over) => {
                 let whose = match &over.source {

@@ -31,6 +31,7 @@ use warden_shared::registry::Provider;
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::pool_peer::PoolPeer;
 use crate::refusal::Refusal;
+use crate::upstream_request::is_header_value;
 
 /// How long a resolved address is reused.
 const DNS_TTL: Duration = Duration::from_secs(60);
@@ -116,6 +117,15 @@ impl Upstreams {
         for provider in Provider::ALL {
             let endpoint = providers.endpoint(provider);
             targets.insert(provider, Target::parse(&endpoint.base_url)?);
+            if let Some(key) = &endpoint.api_key {
+                if !is_header_value(key.expose().as_bytes()) {
+                    return Err(format!(
+                        "providers.{}.api_key holds characters an HTTP header cannot carry \
+                         (a line break, say)",
+                        provider.as_str()
+                    ));
+                }
+            }
         }
         let mut options = ConnectorOptions::new(256);
         options.ca_file = config
@@ -288,7 +298,24 @@ fn refusal_of(provider: Provider, error: &pingora::Error) -> Refusal {
 
 #[cfg(test)]
 mod tests {
-    use super::Target;
+    use super::{Target, Upstreams};
+    use crate::config::{ProvidersConfig, ProxyConfig};
+    use warden_shared::secret::Secret;
+
+    #[test]
+    fn a_configured_key_that_cannot_be_a_header_stops_the_proxy_at_startup() {
+        let mut providers = ProvidersConfig::default();
+        providers.nvidia.api_key = Some(Secret::new("nvapi-1\n"));
+        let refused = Upstreams::new(&ProxyConfig::default(), &providers).err();
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.starts_with("providers.nvidia.api_key") && !e.contains("nvapi")),
+            "{refused:?}"
+        );
+        providers.nvidia.api_key = Some(Secret::new("nvapi-1"));
+        assert!(Upstreams::new(&ProxyConfig::default(), &providers).is_ok());
+    }
 
     #[test]
     fn base_urls_parse_into_targets() {

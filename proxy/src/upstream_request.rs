@@ -41,8 +41,11 @@ pub fn upstream_header(
         .upstreams
         .target(provider)
         .ok_or(Refusal::ProviderNotConfigured(provider))?;
+    // Both sources of credentials refuse values a header cannot carry (the proxy's
+    // configuration at startup, managed keys when read), so this is a last guard
+    // against header injection, not a path a request is expected to take.
     request_head(target, provider, endpoint, body, user_agent, credential)
-        .ok_or_else(|| Refusal::BadRequest("cannot build the upstream request".into()))
+        .ok_or(Refusal::ProviderNotConfigured(provider))
 }
 
 /// [`upstream_header`] for a provider at `target`; `None` when the credential cannot
@@ -104,7 +107,7 @@ fn request_head(
 
 /// Whether `value` may stand in a header as it is: visible ASCII, spaces and tabs, and
 /// bytes above ASCII (what `http::HeaderValue` accepts); no line breaks.
-fn is_header_value(value: &[u8]) -> bool {
+pub(crate) fn is_header_value(value: &[u8]) -> bool {
     value
         .iter()
         .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))

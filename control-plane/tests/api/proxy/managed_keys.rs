@@ -106,6 +106,28 @@ db_test!(
         })
         .await;
 
+        // A secret whose value would split the request's header (a line break inside the
+        // key) is refused as unusable once the cached value expires: nothing reaches the
+        // provider, and the answer does not carry the value.
+        let before = provider.requests().len();
+        moto.put_secret_value(&openai_ref, "sk-managed-openai-3\r\nx-injected: 1")
+            .await;
+        let unusable = eventually(Duration::from_secs(5), || async {
+            let response = proxy.chat(&managed_raw, simple_chat("gpt-4o-mini")).await;
+            (response.status() == 502).then_some(response)
+        })
+        .await;
+        let body = unusable.text().await.unwrap();
+        assert!(body.contains("\"managed_key_unavailable\""), "{body}");
+        assert!(!body.contains("sk-managed"), "{body}");
+        assert!(provider
+            .requests()
+            .iter()
+            .skip(before)
+            .all(|seen| !seen.headers.contains_key("x-injected")));
+        moto.put_secret_value(&openai_ref, "sk-managed-openai-2")
+            .await;
+
         // A JSON secret's `api_key`, sent the way the provider expects (Anthropic: x-api-key).
         moto.create_secret(&anthropic_ref, r#"{"api_key": "sk-managed-anthropic"}"#)
             .await;
