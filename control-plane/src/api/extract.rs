@@ -37,6 +37,28 @@ where
     }
 }
 
+/// A JSON request body, checked for its content type and size but not parsed: for a
+/// handler that parses it in more than one way (see `internal::usage_batches`).
+#[derive(Debug)]
+pub struct JsonBytes(pub Bytes);
+
+impl<S> FromRequest<S> for JsonBytes
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json(&req) {
+            return Err(not_json());
+        }
+        Bytes::from_request(req, state)
+            .await
+            .map(JsonBytes)
+            .map_err(body_rejection)
+    }
+}
+
 /// A JSON body that may be left out entirely (`POST /agents/{id}/block` with no body).
 /// A body that is present must be JSON with the JSON content type, like [`ApiJson`].
 #[derive(Debug)]

@@ -29,12 +29,25 @@ impl<const MIN: usize, const MAX: usize> TryFrom<String> for Text<MIN, MAX> {
 
     fn try_from(value: String) -> Result<Self, Self::Error> {
         let trimmed = value.trim();
-        let length = trimmed.chars().count();
+        // ASCII (ids, model names: nearly every value) is counted and checked by byte.
+        let (length, control) = if trimmed.is_ascii() {
+            let bytes = trimmed.as_bytes();
+            (bytes.len(), bytes.iter().any(|b| b.is_ascii_control()))
+        } else {
+            (
+                trimmed.chars().count(),
+                trimmed.chars().any(char::is_control),
+            )
+        };
         if length < MIN || length > MAX {
             return Err(format!("must be {MIN} to {MAX} characters long"));
         }
-        if trimmed.chars().any(char::is_control) {
+        if control {
             return Err("must not contain control characters".to_owned());
+        }
+        // Untrimmed input keeps its allocation (the proxy's batches parse thousands).
+        if trimmed.len() == value.len() {
+            return Ok(Text(value));
         }
         Ok(Text(trimmed.to_owned()))
     }
@@ -161,6 +174,12 @@ mod tests {
         assert!(Text::<1, 5>::try_from("   ".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("abcdef".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("a\u{0}b".to_owned()).is_err());
+        assert!(Text::<1, 5>::try_from("a\u{7f}b".to_owned()).is_err());
+        assert!(Text::<1, 5>::try_from("abcde".to_owned()).is_ok_and(|t| t.as_str() == "abcde"));
+        // Beyond ASCII, characters are counted, not bytes, and C1 controls are refused.
+        assert!(Text::<1, 5>::try_from(" ééééé".to_owned()).is_ok_and(|t| t.as_str() == "ééééé"));
+        assert!(Text::<1, 5>::try_from("éééééé".to_owned()).is_err());
+        assert!(Text::<1, 5>::try_from("é\u{9f}x".to_owned()).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! seen before and reports which rows are new, rollup increments for those are summed in
 //! memory first (`rollups`), and written with multi-row upserts.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use sqlx::Row;
 use warden_shared::ids::{new_id, IdKind};

@@ -162,11 +162,17 @@ fn sum<'r>(
     records: &'r [Record<'_, '_>],
     marks: &HashMap<String, Marks>,
 ) -> Vec<(Key<'r>, [i64; 4])> {
-    let mut sums: HashMap<Key<'r>, [i64; 4]> = HashMap::new();
+    let mut sums: foldhash::HashMap<Key<'r>, [i64; 4]> = foldhash::HashMapExt::new();
     let mut run: Option<(Key<'r>, [i64; 4])> = None;
+    // A batch's records mostly share one tenant: its marks are looked up once per run.
+    let mut tenant_marks = ("", Marks::NONE);
     for (entry, _, team_id, cost_micros, _) in records {
         let at = entry.recorded_at.as_millis();
-        let tenant_marks = marks.get(entry.tenant_id).copied().unwrap_or(Marks::NONE);
+        if tenant_marks.0 != entry.tenant_id {
+            let found = marks.get(entry.tenant_id).copied().unwrap_or(Marks::NONE);
+            tenant_marks = (entry.tenant_id, found);
+        }
+        let tenant_marks = tenant_marks.1;
         if !level.holds(at, tenant_marks) {
             continue;
         }

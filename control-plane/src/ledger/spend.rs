@@ -14,7 +14,7 @@
 //! batch either committed before the scope's spend was summed (and is in the sum) or
 //! sees the budget and adds to the scope itself. Never both, never neither.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use sqlx::Row;
 use warden_shared::budget::{agent_scope, key_scope, team_scope, TENANT_SCOPE};
@@ -26,6 +26,9 @@ use crate::db::WriteTx;
 
 /// Bound values per row: tenant, scope, month, requests, cost, updated_at.
 const COLUMNS: usize = 6;
+
+/// Tenant, agent, team and month: the spend of an agent's records in a batch.
+type AgentMonth<'r> = (&'r str, &'r str, Option<&'r str>, i64);
 
 /// Adds `records` to the spend of their scopes; `now` marks the rows as changed. Returns
 /// the scopes' new totals, which the proxy that sent the batch takes at once (they
@@ -41,28 +44,47 @@ pub(super) async fn add(
     let budgeted = budgeted_scopes(tx, &tenants).await?;
     let keys_with_budget = keys_with_budget(tx, records).await?;
     let mut sums: HashMap<(&str, String, i64), (i64, i64)> = HashMap::new();
+    let mut add_to = |tenant_id, scope: String, month, (requests, cost): (i64, i64)| {
+        let sum = sums.entry((tenant_id, scope, month)).or_default();
+        sum.0 += requests;
+        sum.1 += cost;
+    };
+    // Records are first summed by agent (a batch holds few agents): the scope names are
+    // then written once per agent, not once per record.
+    let mut by_agent: HashMap<AgentMonth<'_>, (i64, i64)> = HashMap::new();
     for (entry, _, team_id, cost_micros, _) in records {
         let month = entry.recorded_at.month_start();
-        let mut add_to = |scope: String| {
-            let sum = sums.entry((entry.tenant_id, scope, month)).or_default();
-            sum.0 += 1;
-            sum.1 += cost_micros;
-        };
         if let Some(api_key_id) = entry.api_key_id {
-            if keys_with_budget.contains(&(entry.tenant_id, api_key_id)) {
-                add_to(key_scope(api_key_id));
+            if !keys_with_budget.is_empty()
+                && keys_with_budget.contains(&(entry.tenant_id, api_key_id))
+            {
+                add_to(
+                    entry.tenant_id,
+                    key_scope(api_key_id),
+                    month,
+                    (1, *cost_micros),
+                );
             }
         }
-        let Some(scopes) = budgeted.get(entry.tenant_id) else {
+        if budgeted.contains_key(entry.tenant_id) {
+            let sum = by_agent
+                .entry((entry.tenant_id, entry.agent_id, team_id.as_deref(), month))
+                .or_default();
+            sum.0 += 1;
+            sum.1 += cost_micros;
+        }
+    }
+    for ((tenant_id, agent_id, team_id, month), sum) in by_agent {
+        let Some(scopes) = budgeted.get(tenant_id) else {
             continue;
         };
-        let mut candidates = vec![TENANT_SCOPE.to_owned(), agent_scope(entry.agent_id)];
+        let mut candidates = vec![TENANT_SCOPE.to_owned(), agent_scope(agent_id)];
         if let Some(team_id) = team_id {
             candidates.push(team_scope(team_id));
         }
         for scope in candidates {
             if scopes.contains(&scope) {
-                add_to(scope);
+                add_to(tenant_id, scope, month, sum);
             }
         }
     }
