@@ -1,6 +1,8 @@
 //! A fast OpenAI-compatible mock provider for load tests: answers every POST at once with
 //! a fixed chat completion, or (when the body asks for `"stream": true`) a fixed stream
-//! of five chunks plus usage. Hyper directly, one task per connection, no logging.
+//! of five chunks, then a usage chunk when the body asks for it
+//! (`"stream_options": {"include_usage": true}`, as the proxy does), then `[DONE]`.
+//! Hyper directly, one task per connection, no logging.
 //!
 //! Run: `mock-provider 127.0.0.1:9100`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,15 +20,27 @@ use hyper_util::rt::TokioIo;
 
 const COMPLETION: &str = r#"{"id":"chatcmpl-load","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the load-test mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20}}"#;
 
-fn stream_body() -> String {
+fn stream_body(with_usage: bool) -> String {
     let mut events = String::new();
     for word in ["Hello", " from", " the", " load-test", " mock."] {
         events.push_str(&format!(
             "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"finish_reason\":null}}]}}\n\n"
         ));
     }
-    events.push_str("data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":8,\"total_tokens\":20}}\n\ndata: [DONE]\n\n");
+    if with_usage {
+        events.push_str("data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":8,\"total_tokens\":20}}\n\n");
+    }
+    events.push_str("data: [DONE]\n\n");
     events
+}
+
+/// Whether the JSON text `body` holds `"name":true` (with or without a space after the
+/// colon). The mock does not parse its requests: it has to stay far cheaper than what
+/// it measures.
+fn flag(body: &[u8], name: &str) -> bool {
+    [format!("\"{name}\":true"), format!("\"{name}\": true")]
+        .iter()
+        .any(|needle| body.windows(needle.len()).any(|w| w == needle.as_bytes()))
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -37,7 +51,10 @@ async fn main() {
         .parse()
         .expect("an address such as 127.0.0.1:9100");
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-    let stream = Bytes::from(stream_body());
+    let streams = (
+        Bytes::from(stream_body(false)),
+        Bytes::from(stream_body(true)),
+    );
     println!(
         "mock provider on http://{}/v1",
         listener.local_addr().unwrap()
@@ -47,10 +64,10 @@ async fn main() {
             continue;
         };
         let _ = tcp.set_nodelay(true);
-        let stream = stream.clone();
+        let streams = streams.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
-                let stream = stream.clone();
+                let streams = streams.clone();
                 async move {
                     let body = request
                         .into_body()
@@ -58,9 +75,9 @@ async fn main() {
                         .await
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
-                    let streaming = body.windows(14).any(|w| w == b"\"stream\":true")
-                        || body.windows(15).any(|w| w == b"\"stream\": true");
-                    let (content_type, payload) = if streaming {
+                    let (content_type, payload) = if flag(&body, "stream") {
+                        let with_usage = flag(&body, "include_usage");
+                        let stream = if with_usage { streams.1 } else { streams.0 };
                         ("text/event-stream", stream)
                     } else {
                         (
@@ -80,5 +97,24 @@ async fn main() {
                 .serve_connection(TokioIo::new(tcp), service)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{flag, stream_body};
+
+    #[test]
+    fn streams_when_asked_and_sends_usage_only_when_asked() {
+        let plain = br#"{"model":"gpt-4o-mini","messages":[]}"#;
+        let sdk = br#"{"messages": [], "model": "gpt-4o-mini", "stream": true}"#;
+        let proxied = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#;
+        assert!(!flag(plain, "stream"));
+        assert!(flag(sdk, "stream") && !flag(sdk, "include_usage"));
+        assert!(flag(proxied, "stream") && flag(proxied, "include_usage"));
+        assert!(!flag(br#"{"stream":false}"#, "stream"));
+        assert!(!stream_body(false).contains("usage"));
+        assert!(stream_body(true).contains("\"usage\""));
+        assert!(stream_body(false).ends_with("data: [DONE]\n\n"));
     }
 }
