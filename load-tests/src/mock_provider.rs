@@ -34,13 +34,17 @@ fn stream_body(with_usage: bool) -> String {
     events
 }
 
-/// Whether the JSON text `body` holds `"name":true` (with or without a space after the
-/// colon). The mock does not parse its requests: it has to stay far cheaper than what
-/// it measures.
-fn flag(body: &[u8], name: &str) -> bool {
-    [format!("\"{name}\":true"), format!("\"{name}\": true")]
+/// A request's `"stream": true` and `"include_usage": true`, with or without a space
+/// after the colon.
+const STREAM: [&[u8]; 2] = [b"\"stream\":true", b"\"stream\": true"];
+const INCLUDE_USAGE: [&[u8]; 2] = [b"\"include_usage\":true", b"\"include_usage\": true"];
+
+/// Whether the JSON text `body` holds one of `needles`. The mock does not parse its
+/// requests: it has to stay far cheaper than what it measures.
+fn flag(body: &[u8], needles: [&[u8]; 2]) -> bool {
+    needles
         .iter()
-        .any(|needle| body.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        .any(|needle| body.windows(needle.len()).any(|w| w == *needle))
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -75,8 +79,8 @@ async fn main() {
                         .await
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
-                    let (content_type, payload) = if flag(&body, "stream") {
-                        let with_usage = flag(&body, "include_usage");
+                    let (content_type, payload) = if flag(&body, STREAM) {
+                        let with_usage = flag(&body, INCLUDE_USAGE);
                         let stream = if with_usage { streams.1 } else { streams.0 };
                         ("text/event-stream", stream)
                     } else {
@@ -102,17 +106,17 @@ async fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::{flag, stream_body};
+    use super::{flag, stream_body, INCLUDE_USAGE, STREAM};
 
     #[test]
     fn streams_when_asked_and_sends_usage_only_when_asked() {
         let plain = br#"{"model":"gpt-4o-mini","messages":[]}"#;
         let sdk = br#"{"messages": [], "model": "gpt-4o-mini", "stream": true}"#;
         let proxied = br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#;
-        assert!(!flag(plain, "stream"));
-        assert!(flag(sdk, "stream") && !flag(sdk, "include_usage"));
-        assert!(flag(proxied, "stream") && flag(proxied, "include_usage"));
-        assert!(!flag(br#"{"stream":false}"#, "stream"));
+        assert!(!flag(plain, STREAM));
+        assert!(flag(sdk, STREAM) && !flag(sdk, INCLUDE_USAGE));
+        assert!(flag(proxied, STREAM) && flag(proxied, INCLUDE_USAGE));
+        assert!(!flag(br#"{"stream":false}"#, STREAM));
         assert!(!stream_body(false).contains("usage"));
         assert!(stream_body(true).contains("\"usage\""));
         assert!(stream_body(false).ends_with("data: [DONE]\n\n"));

@@ -27,12 +27,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if !is_json(&req) {
-            return Err(not_json());
-        }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(body_rejection)?;
+        let JsonBytes(bytes) = JsonBytes::from_request(req, state).await?;
         parse_json(&bytes).map(ApiJson)
     }
 }
