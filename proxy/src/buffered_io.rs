@@ -8,9 +8,15 @@
 //! chunked one. Unbuffered, each of those writes is a system call of its own: a plain
 //! answer took two `sendto`s (header, body) and each streamed chunk three (size line,
 //! data, CRLF). Through this wrapper each is one.
+//!
+//! A stream's relay also corks it ([`Cork`]) across pingora's flushes that would send a
+//! piece on its own: a chunked response's header (flushed before any body) and a last
+//! chunk (flushed before the end that follows at once). Each then leaves with what
+//! comes next: a streamed answer that is in hand goes out in one write, not three.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -31,13 +37,35 @@ const WRITE_BUFFER: usize = 16 * 1024;
 #[derive(Debug)]
 pub struct BufferedIo {
     inner: BufWriter<L4Stream>,
+    cork: Cork,
+}
+
+/// While set, flushes keep what is buffered: whoever sets it clears it before the write
+/// whose flush is to send everything (see [`crate::relay`]).
+#[derive(Debug, Clone, Default)]
+pub struct Cork(Arc<AtomicBool>);
+
+impl Cork {
+    pub fn set(&self, corked: bool) {
+        self.0.store(corked, Ordering::Relaxed);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl BufferedIo {
     pub fn new(stream: L4Stream) -> BufferedIo {
         BufferedIo {
             inner: BufWriter::with_capacity(WRITE_BUFFER, stream),
+            cork: Cork::default(),
         }
+    }
+
+    /// The connection's cork, for the stream relayed on it.
+    pub fn cork(&self) -> Cork {
+        self.cork.clone()
     }
 }
 
@@ -73,6 +101,9 @@ impl AsyncWrite for BufferedIo {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.cork.is_set() {
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
@@ -137,5 +168,45 @@ impl GetSocketDigest for BufferedIo {
 impl Peek for BufferedIo {
     async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
         self.inner.get_mut().try_peek(buf).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use pingora::protocols::l4::stream::Stream as L4Stream;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::BufferedIo;
+
+    #[tokio::test]
+    async fn a_corked_connection_keeps_its_writes_until_a_flush_after_the_cork() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        let mut io = BufferedIo::new(L4Stream::from(accepted));
+        let cork = io.cork();
+
+        cork.set(true);
+        io.write_all(b"header;").await.expect("write");
+        io.flush().await.expect("corked flush");
+        let mut buf = [0u8; 64];
+        let nothing = tokio::time::timeout(Duration::from_millis(100), client.read(&mut buf)).await;
+        assert!(nothing.is_err(), "a corked flush sent {nothing:?}");
+
+        cork.set(false);
+        io.write_all(b"chunk").await.expect("write");
+        io.flush().await.expect("flush");
+        let mut received = Vec::new();
+        while received.len() < b"header;chunk".len() {
+            let n = client.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed early");
+            received.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(received, b"header;chunk");
     }
 }

@@ -7,6 +7,7 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use warden_shared::registry::Provider;
 
+use crate::buffered_io::{BufferedIo, Cork};
 use crate::refusal::Refusal;
 use crate::service::respond;
 use crate::upstream::Exchange;
@@ -46,29 +47,51 @@ pub async fn relay_stream(
     let Some(header) = downstream_header(exchange, None, budget_warning) else {
         return outcome(&relay, false);
     };
+    // pingora flushes a chunked response's header at once, each chunk after it is
+    // written, and the end on its own. Corked, the header leaves with the first data,
+    // and a last chunk with the end: a stream in hand is one write to the client, not
+    // three. Never corked across a wait for the provider with anything but the header.
+    let cork = client_cork(session);
+    let set_cork = |corked: bool| {
+        if let Some(cork) = &cork {
+            cork.set(corked);
+        }
+    };
+    set_cork(true);
     if session
         .write_response_header(Box::new(header), false)
         .await
         .is_err()
     {
+        set_cork(false);
         return outcome(&relay, false);
     }
     loop {
         match exchange.read_body().await {
             Ok(Some(chunk)) => {
                 let out = relay.push(&chunk);
-                if !out.is_empty() && session.write_response_body(Some(out), false).await.is_err() {
+                if out.is_empty() {
+                    continue;
+                }
+                // The provider's answer is complete: the end follows at once.
+                let last = exchange.is_body_done();
+                set_cork(last);
+                let written = session.write_response_body(Some(out), false).await;
+                set_cork(false);
+                if written.is_err() {
                     // The client hung up: dropping the upstream connection (not returning
                     // it to the pool) cancels the provider's generation.
                     return outcome(&relay, false);
                 }
             }
             Ok(None) => {
+                set_cork(false);
                 let rest = relay.finish();
                 let written = session.write_response_body(Some(rest), true).await.is_ok();
                 return outcome(&relay, written);
             }
             Err(error) => {
+                set_cork(false);
                 tracing::warn!(%error, "provider stream broke off");
                 let _ = session
                     .write_response_body(Some(relay.finish()), true)
@@ -138,6 +161,13 @@ pub async fn relay_whole(
         usage,
         generated_chars: 0,
     }
+}
+
+/// The cork of the client's connection: every connection the proxy's accept loop takes
+/// is a [`BufferedIo`].
+fn client_cork(session: &Session) -> Option<Cork> {
+    let io = session.stream()?.as_any().downcast_ref::<BufferedIo>()?;
+    Some(io.cork())
 }
 
 /// The header that tells the client which budgets passed their warn threshold.
