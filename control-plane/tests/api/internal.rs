@@ -16,6 +16,14 @@ async fn ingest(app: &TestApp, token: &str, body: &Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// A batch acknowledgement's counts of new and already-seen records.
+fn accepted_and_duplicates(answer: &Value) -> (Value, Value) {
+    (
+        answer["data"]["accepted"].clone(),
+        answer["data"]["duplicates"].clone(),
+    )
+}
+
 fn record(id: &str, tenant: &str, agent: &str, at: i64, cost: f64) -> Value {
     json!({
         "record_id": id, "tenant_id": tenant, "agent_id": agent, "model_provider": "openai",
@@ -92,13 +100,7 @@ db_test!(a_batch_sent_twice_counts_once, |app| {
         record("r-6", &tenant.id, agent, now, 0.0625),
     ] });
     let answer = expect_status(ingest(&app, SERVICE_TOKEN, &twice).await, 200).await;
-    assert_eq!(
-        (
-            answer["data"]["accepted"].clone(),
-            answer["data"]["duplicates"].clone()
-        ),
-        (json!(1), json!(1))
-    );
+    assert_eq!(accepted_and_duplicates(&answer), (json!(1), json!(1)));
     assert_eq!(app.count_rows("usage_records", &tenant.id).await, 3);
 
     // A deleted agent's usage that the proxy already served still counts.
@@ -123,10 +125,7 @@ db_test!(a_batch_sent_twice_counts_once, |app| {
     ] });
     let answer = expect_status(ingest(&app, SERVICE_TOKEN, &mixed).await, 200).await;
     assert_eq!(
-        (
-            answer["data"]["accepted"].clone(),
-            answer["data"]["duplicates"].clone()
-        ),
+        accepted_and_duplicates(&answer),
         (json!(2), json!(2)),
         "{answer}"
     );
