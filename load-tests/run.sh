@@ -7,7 +7,9 @@
 #
 #   load-tests/run.sh                 # 10,000 keys, concurrency 32, 15 s per run
 #   KEYS_COUNT=100000 DURATION=20 CONCURRENCY=32 load-tests/run.sh
-#   PROXY_THREADS=1 load-tests/run.sh  # the proxy on one runtime thread
+#   PROXY_LOOPS=1 load-tests/run.sh    # the proxy on one event loop (default one per core)
+#   PROXY_LOOPS=0 load-tests/run.sh    # connections on the proxy's shared runtime workers
+#   PROXY_THREADS=1 load-tests/run.sh  # the proxy's runtime on one thread
 #   ROUNDS=9 load-tests/run.sh         # more alternating rounds with and without policies (default 5)
 #   CP_NICE=0 load-tests/run.sh        # the control plane at the proxy's CPU priority
 #
@@ -78,7 +80,9 @@ WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
 wait_http "http://$API/healthz"
 echo "seeding $KEYS_COUNT proxy keys..."
 "$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt"
-# PROXY_THREADS sizes the proxy's runtime; 0 (one thread per core) measured best here.
+# PROXY_LOOPS sets the proxy's event loops (unset: its default, one per core);
+# PROXY_THREADS sizes its runtime (0: one thread per core).
+if [ -n "${PROXY_LOOPS:-}" ]; then export WARDEN_PROXY__EVENT_LOOPS=$PROXY_LOOPS; fi
 WARDEN_PROXY__WORKER_THREADS=${PROXY_THREADS:-0} \
 WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
   WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
@@ -108,8 +112,8 @@ run() {
 to_ms() { awk -v v="$1" 'BEGIN { u = v; gsub(/[0-9.]/, "", u); n = v + 0;
   if (u == "us") n /= 1000; else if (u == "s") n *= 1000; printf "%.3f", n }'; }
 
-printf '\nconcurrency %s, %s s per run, %s wrk threads, %s proxy keys, %s cores, control plane at nice %s\n' \
-  "$CONCURRENCY" "$DURATION" "$THREADS" "$KEYS_COUNT" "$(nproc)" "$CP_NICE"
+printf '\nconcurrency %s, %s s per run, %s wrk threads, %s proxy keys, %s cores, proxy event loops %s, control plane at nice %s\n' \
+  "$CONCURRENCY" "$DURATION" "$THREADS" "$KEYS_COUNT" "$(nproc)" "${PROXY_LOOPS:-one per core}" "$CP_NICE"
 printf '%-28s %12s %10s %10s %9s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200"
 declare -A WARDEN_RPS
 for stream in 0 1; do

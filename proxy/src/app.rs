@@ -12,9 +12,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::apps::ServerApp;
-use pingora::protocols::l4::stream::Stream as L4Stream;
-use pingora::protocols::Stream;
 use pingora::proxy::HttpProxy;
 use pingora::server::configuration::ServerConf;
 use tokio::net::TcpListener;
@@ -22,9 +19,9 @@ use tokio::sync::watch;
 use warden_shared::secret::Secret;
 
 use crate::batch_queue::BatchReceiver;
-use crate::buffered_io::BufferedIo;
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::decisions::{self, DecisionReport};
+use crate::event_loops::{proxy_handler, Servers, DRAIN};
 use crate::flush::FlushTarget;
 use crate::managed_keys::ManagedKeys;
 use crate::metrics::ProxyMetrics;
@@ -35,9 +32,6 @@ use crate::sync::{self, StreamSource};
 use crate::upstream::Upstreams;
 use crate::usage::sink;
 use crate::usage::UsageRecord;
-
-/// Connections still open at shutdown get this long to finish.
-const DRAIN: Duration = Duration::from_secs(10);
 
 /// Everything the proxy is configured with.
 #[derive(Debug, Clone)]
@@ -69,7 +63,9 @@ pub struct ProxyApp {
     pub state: Arc<EnforcementState>,
     pub metrics: ProxyMetrics,
     listener: TcpListener,
-    proxy: Arc<HttpProxy<ProxyService>>,
+    /// One per event loop (one in all when connections share the runtime's workers).
+    proxies: Vec<Arc<HttpProxy<ProxyService>>>,
+    event_loops: usize,
     usage: BatchReceiver<UsageRecord>,
     flush: FlushTarget,
     decisions: BatchReceiver<DecisionReport>,
@@ -87,7 +83,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     } = settings;
     let metrics = ProxyMetrics::new()?;
     let state = Arc::new(EnforcementState::default());
-    let upstreams = Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
+    // Checked before anything starts: the loops' copies below cannot fail then.
+    Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
     let batch_size = config.usage_batch_size.clamp(1, 1000);
     let (decision_sink, decisions) =
         decisions::channel(config.usage_buffer_capacity, batch_size, &metrics);
@@ -112,26 +109,35 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             source,
         })?;
     let base = config.control_plane_url.trim_end_matches('/').to_owned();
-    let service = ProxyService {
-        state: state.clone(),
-        upstreams,
-        usage: usage_sink,
-        decisions: decision_sink,
-        rates: rates.clone(),
-        metrics: metrics.clone(),
-        providers,
-        managed_keys: ManagedKeys::new(&config.secrets_manager, metrics.managed_key_reads.clone())
-            .await,
-        max_body_bytes: config.max_body_bytes,
-    };
+    let managed_keys =
+        ManagedKeys::new(&config.secrets_manager, metrics.managed_key_reads.clone()).await;
     let server_conf = Arc::new(ServerConf::default());
-    let proxy = Arc::new(pingora::proxy::http_proxy(&server_conf, service));
+    // One proxy per event loop, each with its own provider connections: a connection
+    // is registered with the loop that opened it, so sharing one pool across loops
+    // would send its readiness through another thread.
+    let mut proxies = Vec::new();
+    for _ in 0..config.event_loops.max(1) {
+        let service = ProxyService {
+            state: state.clone(),
+            upstreams: Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?,
+            usage: usage_sink.clone(),
+            decisions: decision_sink.clone(),
+            rates: rates.clone(),
+            metrics: metrics.clone(),
+            providers: providers.clone(),
+            managed_keys: managed_keys.clone(),
+            max_body_bytes: config.max_body_bytes,
+        };
+        proxies.push(Arc::new(pingora::proxy::http_proxy(&server_conf, service)));
+    }
+    drop((usage_sink, decision_sink));
     Ok(ProxyApp {
         addr,
         state,
         metrics,
         listener,
-        proxy,
+        proxies,
+        event_loops: config.event_loops,
         usage,
         flush: FlushTarget {
             url: format!("{base}/internal/v1/usage-batches"),
@@ -166,7 +172,8 @@ impl ProxyApp {
             state,
             metrics,
             listener,
-            proxy,
+            proxies,
+            event_loops,
             usage,
             flush,
             decisions,
@@ -187,48 +194,20 @@ impl ProxyApp {
         let forgetter = tokio::spawn(forget_old_rate_windows(rates));
         let flusher = tokio::spawn(sink::flush_forever(usage, flush, client, metrics, budgets));
         let (stop, stopping) = watch::channel(false);
-        let mut connections = tokio::task::JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                accepted = listener.accept() => {
-                    let (tcp, _) = match accepted {
-                        Ok(accepted) => accepted,
-                        Err(error) => {
-                            tracing::warn!(%error, "accept failed");
-                            continue;
-                        }
-                    };
-                    let _ = tcp.set_nodelay(true);
-                    let proxy = proxy.clone();
-                    let stopping = stopping.clone();
-                    connections.spawn(async move {
-                        let mut stream: Stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
-                        // A kept-alive connection comes back for its next request.
-                        while let Some(reused) = proxy.process_new(stream, &stopping).await {
-                            if *stopping.borrow() {
-                                break;
-                            }
-                            stream = reused;
-                        }
-                    });
-                }
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            }
-        }
-        let _ = stop.send(true);
+        let handlers = proxies.into_iter().map(proxy_handler).collect();
+        let mut servers = Servers::start(handlers, event_loops > 0, &stopping)?;
+        let stopper = async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        };
+        // Accepting ends with the stop.
+        tokio::join!(stopper, servers.accept(&listener, stopping));
         drop(listener);
-        let _ = tokio::time::timeout(DRAIN, async {
-            while connections.join_next().await.is_some() {}
-        })
-        .await;
-        connections.abort_all();
+        servers.finish().await;
         drop(follower);
         forgetter.abort();
-        // The last handle on the usage queue goes with the proxy; the flushers then send
-        // what is left and end.
-        drop(proxy);
+        // The last handle on the usage queue goes with the proxies; the flushers then
+        // send what is left and end.
         let _ = tokio::time::timeout(DRAIN, flusher).await;
         let _ = tokio::time::timeout(DRAIN, decision_flusher).await;
         Ok(())

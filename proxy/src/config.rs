@@ -36,10 +36,16 @@ pub struct ProxyConfig {
     /// A PEM file of extra CA certificates trusted for providers (private gateways, tests).
     pub ca_file: Option<PathBuf>,
     pub secrets_manager: SecretsManagerConfig,
-    /// Threads of `warden proxy`'s runtime (tokio workers); 0 = one per CPU core. Set it
-    /// to leave cores to neighbours on a shared machine (a sidecar, say). `warden dev`
-    /// runs both planes on one runtime and ignores it.
+    /// Threads of `warden proxy`'s runtime (tokio workers); 0 = one per CPU core. With
+    /// event loops it runs only the background work (usage flushing); with
+    /// `event_loops = 0` it serves the connections too. `warden dev` runs both planes on
+    /// one runtime and ignores it.
     pub worker_threads: usize,
+    /// Event loops serving agents' connections, a thread each; the default is one per
+    /// CPU core. 0 serves them on the runtime's workers instead, which can take over each
+    /// other's connections: a steadier tail where busy neighbours compete for the cores,
+    /// at about a fifth less throughput (`event_loops`, `load-tests/README.md`).
+    pub event_loops: usize,
 }
 
 /// Where managed provider keys are read (AWS Secrets Manager or a compatible emulator).
@@ -96,6 +102,7 @@ impl Default for ProxyConfig {
             ca_file: None,
             secrets_manager: SecretsManagerConfig::default(),
             worker_threads: 0,
+            event_loops: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
         }
     }
 }

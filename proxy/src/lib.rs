@@ -14,6 +14,7 @@ pub mod budget;
 pub mod buffered_io;
 pub mod config;
 pub mod decisions;
+pub mod event_loops;
 pub mod flush;
 pub mod forward;
 pub mod managed_keys;

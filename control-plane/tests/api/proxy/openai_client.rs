@@ -154,3 +154,47 @@ db_test!(a_client_that_asks_for_usage_keeps_its_usage_chunk, |app| {
     assert!(text.contains("\"prompt_tokens\":11"), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
 });
+
+db_test!(
+    connections_are_served_alike_on_event_loops_and_on_the_shared_runtime,
+    |app| {
+        let provider = MockProvider::start().await;
+        for loops in [0, 3] {
+            let proxy =
+                TestProxy::start_with(&app, &provider, |config| config.event_loops = loops).await;
+            let (_, raw_key, _) = proxy
+                .tenant_with_key(&app, json!({ "developer_label": "loops" }))
+                .await;
+            // A client each: connections of their own, dealt to every loop.
+            let requests = (0..6).map(|index| {
+                let base = proxy.base.clone();
+                let raw_key = raw_key.clone();
+                async move {
+                    let client = reqwest::Client::new();
+                    let body = json!({ "model": "gpt-4o-mini", "stream": index % 2 == 1,
+                                       "messages": [{ "role": "user", "content": "hi" }] });
+                    let mut answers = Vec::new();
+                    for _ in 0..2 {
+                        let response = client
+                            .post(format!("{base}/v1/chat/completions"))
+                            .bearer_auth(&raw_key)
+                            .json(&body)
+                            .send()
+                            .await
+                            .unwrap();
+                        answers.push((response.status().as_u16(), response.text().await.unwrap()));
+                    }
+                    answers
+                }
+            });
+            for (status, text) in futures_util::future::join_all(requests)
+                .await
+                .into_iter()
+                .flatten()
+            {
+                assert_eq!(status, 200, "event_loops = {loops}: {text}");
+                assert!(text.contains("Hello"), "event_loops = {loops}: {text}");
+            }
+        }
+    }
+);

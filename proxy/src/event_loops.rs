@@ -1,0 +1,263 @@
+//! Where accepted connections are served: on event loops of their own, one thread each
+//! (nginx's shape, the default), or on the runtime's shared workers.
+//!
+//! On a loop, an agent's connection and the provider connections its requests use are
+//! registered with the same thread's poller, so a request never waits for a wakeup sent
+//! from another thread. Under load on two cores that cut the proxy's CPU per request by
+//! about a tenth and stopped the cores going idle while requests waited (10 % idle →
+//! 4 %): a fifth more throughput. The price: a loop whose thread the kernel deschedules
+//! stalls its connections, with no other worker to take them over, so where busy
+//! neighbours compete for the cores the tail grows (`load-tests/README.md`).
+//!
+//! The acceptor deals connections out in turn, so the loops carry equal shares of
+//! long-lived connections.
+
+use std::future::Future;
+use std::net::TcpStream as StdTcpStream;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::apps::ServerApp;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::Stream;
+use pingora::proxy::HttpProxy;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::buffered_io::BufferedIo;
+use crate::service::ProxyService;
+
+/// Connections still open at shutdown get this long to finish.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// Serves one connection until it closes or the watch turns true.
+pub type Handler = Arc<
+    dyn Fn(TcpStream, watch::Receiver<bool>) -> Pin<Box<dyn Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The handler of a proxy's connections: its requests, one after another while the
+/// agent keeps the connection alive.
+pub fn proxy_handler(proxy: Arc<HttpProxy<ProxyService>>) -> Handler {
+    Arc::new(move |tcp, stopping| {
+        let proxy = proxy.clone();
+        Box::pin(async move {
+            let mut stream: Stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
+            while let Some(reused) = proxy.process_new(stream, &stopping).await {
+                if *stopping.borrow() {
+                    break;
+                }
+                stream = reused;
+            }
+        })
+    })
+}
+
+/// The servers connections are dealt to.
+pub struct Servers {
+    queues: Vec<mpsc::UnboundedSender<StdTcpStream>>,
+    next: usize,
+    finished: JoinSet<()>,
+}
+
+impl Servers {
+    /// One server per handler: a thread with a runtime of its own each when
+    /// `own_threads`, tasks of the calling runtime otherwise. Each serves until
+    /// `stopping` turns true, then drains its connections.
+    pub fn start(
+        handlers: Vec<Handler>,
+        own_threads: bool,
+        stopping: &watch::Receiver<bool>,
+    ) -> std::io::Result<Servers> {
+        let mut servers = Servers {
+            queues: Vec::with_capacity(handlers.len()),
+            next: 0,
+            finished: JoinSet::new(),
+        };
+        for (index, handler) in handlers.into_iter().enumerate() {
+            let (queue, connections) = mpsc::unbounded_channel();
+            servers.queues.push(queue);
+            let served = serve(connections, handler, stopping.clone());
+            if !own_threads {
+                servers.finished.spawn(served);
+                continue;
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (done, finished) = oneshot::channel::<()>();
+            std::thread::Builder::new()
+                .name(format!("warden-loop-{index}"))
+                .spawn(move || {
+                    runtime.block_on(served);
+                    let _ = done.send(());
+                })?;
+            servers.finished.spawn(async move {
+                let _ = finished.await;
+            });
+        }
+        Ok(servers)
+    }
+
+    /// Accepts from `listener` and deals the connections out until `stopping` turns
+    /// true (or its sender is gone).
+    pub async fn accept(&mut self, listener: &TcpListener, mut stopping: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = stopping.wait_for(|stop| *stop) => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => self.deal(tcp),
+                    Err(error) => tracing::warn!(%error, "accept failed"),
+                },
+            }
+        }
+    }
+
+    fn deal(&mut self, tcp: TcpStream) {
+        let _ = tcp.set_nodelay(true);
+        // Out of this runtime's poller: the server registers it with its own.
+        let Ok(tcp) = tcp.into_std() else { return };
+        if self.queues.is_empty() {
+            return;
+        }
+        let queue = &self.queues[self.next % self.queues.len()];
+        self.next = self.next.wrapping_add(1);
+        let _ = queue.send(tcp);
+    }
+
+    /// Waits until every server has drained and ended: call it once `stopping` is true.
+    pub async fn finish(mut self) {
+        self.queues.clear();
+        while self.finished.join_next().await.is_some() {}
+    }
+}
+
+/// Serves the connections that arrive on `connections` until `stopping` turns true
+/// (or no more can arrive), then lets open requests finish (up to [`DRAIN`]).
+async fn serve(
+    mut connections: mpsc::UnboundedReceiver<StdTcpStream>,
+    handler: Handler,
+    stopping: watch::Receiver<bool>,
+) {
+    let mut open = JoinSet::new();
+    let mut stop = stopping.clone();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => break,
+            arrived = connections.recv() => {
+                let Some(tcp) = arrived else { break };
+                match TcpStream::from_std(tcp) {
+                    Ok(tcp) => {
+                        open.spawn(handler(tcp, stopping.clone()));
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot serve a connection"),
+                }
+            }
+            Some(_) = open.join_next(), if !open.is_empty() => {}
+        }
+    }
+    let _ = tokio::time::timeout(DRAIN, async { while open.join_next().await.is_some() {} }).await;
+    open.abort_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A handler that answers one byte with the name of the thread serving it, then
+    /// holds the connection until the client closes it.
+    fn naming_handler(served: Arc<Mutex<Vec<String>>>) -> Handler {
+        Arc::new(move |mut tcp: TcpStream, _stopping| {
+            let served = served.clone();
+            Box::pin(async move {
+                let mut byte = [0u8; 1];
+                if tcp.read_exact(&mut byte).await.is_err() {
+                    return;
+                }
+                let name = std::thread::current().name().unwrap_or("").to_owned();
+                served.lock().expect("lock").push(name.clone());
+                let _ = tcp.write_all(name.as_bytes()).await;
+                let _ = tcp.shutdown().await;
+                let _ = tcp.read(&mut byte).await;
+            })
+        })
+    }
+
+    async fn ask(address: std::net::SocketAddr) -> (TcpStream, String) {
+        let mut tcp = TcpStream::connect(address).await.expect("connect");
+        tcp.write_all(b"?").await.expect("write");
+        let mut name = String::new();
+        tcp.read_to_string(&mut name).await.expect("read");
+        (tcp, name)
+    }
+
+    #[tokio::test]
+    async fn connections_are_dealt_to_the_loops_in_turn_each_on_its_own_thread() {
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let handlers = vec![
+            naming_handler(served.clone()),
+            naming_handler(served.clone()),
+        ];
+        let (stop, stopping) = watch::channel(false);
+        let mut servers = Servers::start(handlers, true, &stopping).expect("loops");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let accepting = tokio::spawn(async move {
+            servers.accept(&listener, stopping).await;
+            servers
+        });
+        let mut held = Vec::new();
+        let mut names = Vec::new();
+        for _ in 0..4 {
+            let (tcp, name) = ask(address).await;
+            held.push(tcp);
+            names.push(name);
+        }
+        assert_eq!(
+            names,
+            [
+                "warden-loop-0",
+                "warden-loop-1",
+                "warden-loop-0",
+                "warden-loop-1"
+            ]
+        );
+        stop.send(true).expect("stop");
+        drop(held);
+        let servers = accepting.await.expect("the acceptor stops");
+        tokio::time::timeout(Duration::from_secs(5), servers.finish())
+            .await
+            .expect("the loops drain and end");
+        assert_eq!(served.lock().expect("lock").len(), 4);
+    }
+
+    #[tokio::test]
+    async fn without_loops_connections_are_served_on_the_runtime() {
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stopping) = watch::channel(false);
+        let mut servers = Servers::start(vec![naming_handler(served.clone())], false, &stopping)
+            .expect("servers");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let accepting = tokio::spawn(async move {
+            servers.accept(&listener, stopping).await;
+            servers
+        });
+        let (tcp, name) = ask(address).await;
+        assert!(!name.starts_with("warden-loop"), "served on {name}");
+        stop.send(true).expect("stop");
+        drop(tcp);
+        let servers = accepting.await.expect("the acceptor stops");
+        tokio::time::timeout(Duration::from_secs(5), servers.finish())
+            .await
+            .expect("the server drains and ends");
+        assert_eq!(served.lock().expect("lock").len(), 1);
+    }
+}
