@@ -1,8 +1,9 @@
 //! Builds the proxy exactly as production runs it: `build` binds the listener (port 0
 //! allowed) and starts nothing else; `serve` runs the state stream follower, the usage
-//! flusher and the accept loop until the shutdown future resolves.
+//! flusher and the accept loop (which deals connections to the event loops of
+//! `event_loops`) until the shutdown future resolves.
 //!
-//! pingora's `HttpProxy` is driven from a tokio listener through `ServerApp::process_new`
+//! pingora's `HttpProxy` is driven from our own listener through `ServerApp::process_new`
 //! rather than by pingora's `Server`, which owns the process (its own runtimes, signals,
 //! `run_forever` exiting): the proxy then starts beside the control plane in one process
 //! (`warden dev`), in tests on port 0, and alone (`warden proxy`) the same way.
@@ -33,6 +34,9 @@ use crate::upstream::Upstreams;
 use crate::usage::sink;
 use crate::usage::UsageRecord;
 
+/// More event loops than this is a typo, not a machine: each is a thread.
+pub const MAX_EVENT_LOOPS: usize = 256;
+
 /// Everything the proxy is configured with.
 #[derive(Debug, Clone)]
 pub struct ProxySettings {
@@ -46,6 +50,8 @@ pub struct ProxySettings {
 pub enum ProxyStartupError {
     #[error("invalid provider configuration: {0}")]
     Providers(String),
+    #[error("proxy.event_loops: at most {MAX_EVENT_LOOPS} (a thread each), not {0}")]
+    EventLoops(usize),
     #[error("cannot bind {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -83,6 +89,9 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     } = settings;
     let metrics = ProxyMetrics::new()?;
     let state = Arc::new(EnforcementState::default());
+    if config.event_loops > MAX_EVENT_LOOPS {
+        return Err(ProxyStartupError::EventLoops(config.event_loops));
+    }
     // Checked before anything starts: the loops' copies below cannot fail then.
     Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
     let batch_size = config.usage_batch_size.clamp(1, 1000);
@@ -221,5 +230,32 @@ async fn forget_old_rate_windows(rates: Arc<RateWindows>) {
         ticker.tick().await;
         let minute = crate::rate_limit::minute_of(crate::flush::now_ms());
         rates.forget_before(minute);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn too_many_event_loops_stop_the_proxy_at_startup() {
+        let settings = ProxySettings {
+            proxy: ProxyConfig {
+                listen: ([127, 0, 0, 1], 0).into(),
+                event_loops: MAX_EVENT_LOOPS + 1,
+                ..ProxyConfig::default()
+            },
+            providers: ProvidersConfig::default(),
+            service_token: Secret::new("token"),
+        };
+        let Err(error) = build(settings).await else {
+            panic!("the proxy started with {} loops", MAX_EVENT_LOOPS + 1);
+        };
+        assert!(
+            error
+                .to_string()
+                .starts_with("proxy.event_loops: at most 256"),
+            "{error}"
+        );
     }
 }
