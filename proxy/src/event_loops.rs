@@ -198,6 +198,41 @@ mod tests {
         (tcp, name)
     }
 
+    /// Servers for `handlers` accepting on a port of their own, until [`Running::stop`].
+    struct Running {
+        address: std::net::SocketAddr,
+        stop: watch::Sender<bool>,
+        accepting: tokio::task::JoinHandle<Servers>,
+    }
+
+    impl Running {
+        async fn start(handlers: Vec<Handler>, own_threads: bool) -> Running {
+            let (stop, stopping) = watch::channel(false);
+            let mut servers = Servers::start(handlers, own_threads, &stopping).expect("servers");
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let address = listener.local_addr().expect("address");
+            let accepting = tokio::spawn(async move {
+                servers.accept(&listener, stopping).await;
+                servers
+            });
+            Running {
+                address,
+                stop,
+                accepting,
+            }
+        }
+
+        /// Stops accepting, closes `held` and waits for the servers to drain and end.
+        async fn stop(self, held: Vec<TcpStream>) {
+            self.stop.send(true).expect("stop");
+            drop(held);
+            let servers = self.accepting.await.expect("the acceptor stops");
+            tokio::time::timeout(Duration::from_secs(5), servers.finish())
+                .await
+                .expect("the servers drain and end");
+        }
+    }
+
     #[tokio::test]
     async fn connections_are_dealt_to_the_loops_in_turn_each_on_its_own_thread() {
         let served = Arc::new(Mutex::new(Vec::new()));
@@ -205,18 +240,11 @@ mod tests {
             naming_handler(served.clone()),
             naming_handler(served.clone()),
         ];
-        let (stop, stopping) = watch::channel(false);
-        let mut servers = Servers::start(handlers, true, &stopping).expect("loops");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address");
-        let accepting = tokio::spawn(async move {
-            servers.accept(&listener, stopping).await;
-            servers
-        });
+        let running = Running::start(handlers, true).await;
         let mut held = Vec::new();
         let mut names = Vec::new();
         for _ in 0..4 {
-            let (tcp, name) = ask(address).await;
+            let (tcp, name) = ask(running.address).await;
             held.push(tcp);
             names.push(name);
         }
@@ -229,35 +257,17 @@ mod tests {
                 "warden-loop-1"
             ]
         );
-        stop.send(true).expect("stop");
-        drop(held);
-        let servers = accepting.await.expect("the acceptor stops");
-        tokio::time::timeout(Duration::from_secs(5), servers.finish())
-            .await
-            .expect("the loops drain and end");
+        running.stop(held).await;
         assert_eq!(served.lock().expect("lock").len(), 4);
     }
 
     #[tokio::test]
     async fn without_loops_connections_are_served_on_the_runtime() {
         let served = Arc::new(Mutex::new(Vec::new()));
-        let (stop, stopping) = watch::channel(false);
-        let mut servers = Servers::start(vec![naming_handler(served.clone())], false, &stopping)
-            .expect("servers");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address");
-        let accepting = tokio::spawn(async move {
-            servers.accept(&listener, stopping).await;
-            servers
-        });
-        let (tcp, name) = ask(address).await;
+        let running = Running::start(vec![naming_handler(served.clone())], false).await;
+        let (tcp, name) = ask(running.address).await;
         assert!(!name.starts_with("warden-loop"), "served on {name}");
-        stop.send(true).expect("stop");
-        drop(tcp);
-        let servers = accepting.await.expect("the acceptor stops");
-        tokio::time::timeout(Duration::from_secs(5), servers.finish())
-            .await
-            .expect("the server drains and ends");
+        running.stop(vec![tcp]).await;
         assert_eq!(served.lock().expect("lock").len(), 1);
     }
 }
