@@ -12,6 +12,8 @@
 #   PROXY_THREADS=1 load-tests/run.sh  # the proxy's runtime on one thread
 #   ROUNDS=9 load-tests/run.sh         # more alternating rounds with and without policies (default 5)
 #   CP_NICE=0 load-tests/run.sh        # the control plane at the proxy's CPU priority
+#   MOCK_CHUNKED=1 load-tests/run.sh   # streams chunked, an HTTP chunk per event, as
+#                                      # providers send them (default: one Content-Length body)
 #
 # The control plane runs at nice 10 by default (CP_NICE): on a shared host the proxy's
 # requests come first and the ledger's ingest, which is asynchronous, takes the rest, as
@@ -44,7 +46,9 @@ wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; s
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
-"$BIN/mock-provider" "$MOCK" >/dev/null & PIDS+=($!)
+MOCK_ARGS=()
+if [ "${MOCK_CHUNKED:-0}" = 1 ]; then MOCK_ARGS+=(--chunked); fi
+"$BIN/mock-provider" "$MOCK" "${MOCK_ARGS[@]}" >/dev/null & PIDS+=($!)
 wait_http "http://$MOCK/"
 
 cat >"$WORK/nginx.conf" <<NGINX
@@ -112,8 +116,9 @@ run() {
 to_ms() { awk -v v="$1" 'BEGIN { u = v; gsub(/[0-9.]/, "", u); n = v + 0;
   if (u == "us") n /= 1000; else if (u == "s") n *= 1000; printf "%.3f", n }'; }
 
-printf '\nconcurrency %s, %s s per run, %s wrk threads, %s proxy keys, %s cores, proxy event loops %s, control plane at nice %s\n' \
-  "$CONCURRENCY" "$DURATION" "$THREADS" "$KEYS_COUNT" "$(nproc)" "${PROXY_LOOPS:-one per core}" "$CP_NICE"
+printf '\nconcurrency %s, %s s per run, %s wrk threads, %s proxy keys, %s cores, proxy event loops %s, control plane at nice %s, streams %s\n' \
+  "$CONCURRENCY" "$DURATION" "$THREADS" "$KEYS_COUNT" "$(nproc)" "${PROXY_LOOPS:-one per core}" "$CP_NICE" \
+  "$([ "${MOCK_CHUNKED:-0}" = 1 ] && echo "chunked, a chunk per event" || echo "in one Content-Length body")"
 printf '%-28s %12s %10s %10s %9s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200"
 declare -A WARDEN_RPS
 for stream in 0 1; do

@@ -4,15 +4,22 @@
 //! (`"stream_options": {"include_usage": true}`, as the proxy does), then `[DONE]`.
 //! Hyper directly, one task per connection, no logging.
 //!
-//! Run: `mock-provider 127.0.0.1:9100`
+//! A stream goes out whole with a `Content-Length` by default. With `--chunked` it goes
+//! out as real providers send one: `Transfer-Encoding: chunked`, an HTTP chunk per
+//! event (all ready at once, so they may share a packet; nothing waits between them).
+//!
+//! Run: `mock-provider 127.0.0.1:9100 [--chunked]`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -20,18 +27,88 @@ use hyper_util::rt::TokioIo;
 
 const COMPLETION: &str = r#"{"id":"chatcmpl-load","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the load-test mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20}}"#;
 
-fn stream_body(with_usage: bool) -> String {
-    let mut events = String::new();
+/// The stream's events, each with its blank line.
+fn stream_events(with_usage: bool) -> Vec<String> {
+    let mut events = Vec::new();
     for word in ["Hello", " from", " the", " load-test", " mock."] {
-        events.push_str(&format!(
+        events.push(format!(
             "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"finish_reason\":null}}]}}\n\n"
         ));
     }
     if with_usage {
-        events.push_str("data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":8,\"total_tokens\":20}}\n\n");
+        events.push("data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":8,\"total_tokens\":20}}\n\n".to_owned());
     }
-    events.push_str("data: [DONE]\n\n");
+    events.push("data: [DONE]\n\n".to_owned());
     events
+}
+
+fn stream_body(with_usage: bool) -> String {
+    stream_events(with_usage).concat()
+}
+
+/// An answer's body: whole, with its length known (`Content-Length`), or in pieces of
+/// unknown total (hyper frames each as an HTTP chunk).
+enum Answer {
+    Whole(Option<Bytes>),
+    Chunks(VecDeque<Bytes>),
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let next = match self.get_mut() {
+            Answer::Whole(body) => body.take(),
+            Answer::Chunks(chunks) => chunks.pop_front(),
+        };
+        Poll::Ready(next.map(|data| Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Answer::Whole(body) => body.is_none(),
+            Answer::Chunks(chunks) => chunks.is_empty(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Answer::Whole(body) => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            Answer::Chunks(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// A stream, whole and as its events, made once.
+struct Stream {
+    whole: Bytes,
+    events: Vec<Bytes>,
+}
+
+impl Stream {
+    fn new(with_usage: bool) -> Stream {
+        Stream {
+            whole: Bytes::from(stream_body(with_usage)),
+            events: stream_events(with_usage)
+                .into_iter()
+                .map(Bytes::from)
+                .collect(),
+        }
+    }
+
+    fn answer(&self, chunked: bool) -> Answer {
+        if chunked {
+            Answer::Chunks(self.events.iter().cloned().collect())
+        } else {
+            Answer::Whole(Some(self.whole.clone()))
+        }
+    }
 }
 
 /// A request's `"stream": true` and `"include_usage": true`, with or without a space
@@ -49,16 +126,17 @@ fn flag(body: &[u8], needles: [&[u8]; 2]) -> bool {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let addr: SocketAddr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:9100".to_owned())
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let chunked = args.iter().any(|arg| arg == "--chunked");
+    let addr: SocketAddr = args
+        .iter()
+        .find(|arg| !arg.starts_with("--"))
+        .map_or("127.0.0.1:9100", String::as_str)
         .parse()
         .expect("an address such as 127.0.0.1:9100");
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-    let streams = (
-        Bytes::from(stream_body(false)),
-        Bytes::from(stream_body(true)),
-    );
+    // Without and with the usage chunk.
+    let streams = std::sync::Arc::new([Stream::new(false), Stream::new(true)]);
     println!(
         "mock provider on http://{}/v1",
         listener.local_addr().unwrap()
@@ -80,19 +158,18 @@ async fn main() {
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
                     let (content_type, payload) = if flag(&body, STREAM) {
-                        let with_usage = flag(&body, INCLUDE_USAGE);
-                        let stream = if with_usage { streams.1 } else { streams.0 };
-                        ("text/event-stream", stream)
+                        let stream = &streams[usize::from(flag(&body, INCLUDE_USAGE))];
+                        ("text/event-stream", stream.answer(chunked))
                     } else {
                         (
                             "application/json",
-                            Bytes::from_static(COMPLETION.as_bytes()),
+                            Answer::Whole(Some(Bytes::from_static(COMPLETION.as_bytes()))),
                         )
                     };
                     Ok::<_, Infallible>(
                         Response::builder()
                             .header("content-type", content_type)
-                            .body(Full::new(payload))
+                            .body(payload)
                             .unwrap(),
                     )
                 }
@@ -106,7 +183,10 @@ async fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::{flag, stream_body, INCLUDE_USAGE, STREAM};
+    use http_body_util::BodyExt;
+    use hyper::body::Body;
+
+    use super::{flag, stream_body, Stream, INCLUDE_USAGE, STREAM};
 
     #[test]
     fn streams_when_asked_and_sends_usage_only_when_asked() {
@@ -120,5 +200,24 @@ mod tests {
         assert!(!stream_body(false).contains("usage"));
         assert!(stream_body(true).contains("\"usage\""));
         assert!(stream_body(false).ends_with("data: [DONE]\n\n"));
+    }
+
+    #[tokio::test]
+    async fn a_chunked_stream_has_no_length_and_its_events_arrive_one_by_one() {
+        let stream = Stream::new(true);
+        let whole = stream.answer(false);
+        assert_eq!(whole.size_hint().exact(), Some(stream.whole.len() as u64));
+        let mut chunked = stream.answer(true);
+        assert_eq!(
+            chunked.size_hint().exact(),
+            None,
+            "no Content-Length: chunked"
+        );
+        let mut frames = Vec::new();
+        while let Some(frame) = chunked.frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(frames.len(), 7, "five words, usage, [DONE]");
+        assert_eq!(frames.concat(), stream.whole.to_vec());
     }
 }
