@@ -2,6 +2,10 @@
 //! and the injected usage chunk stripped) or whole (bounded), with the headers worth
 //! passing on.
 
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::task::Poll;
+
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -48,9 +52,11 @@ pub async fn relay_stream(
         return outcome(&relay, false);
     };
     // pingora flushes a chunked response's header at once, each chunk after it is
-    // written, and the end on its own. Corked, the header leaves with the first data,
-    // and a last chunk with the end: a stream in hand is one write to the client, not
-    // three. Never corked across a wait for the provider with anything but the header.
+    // written, and the end on its own. The relay instead gathers what the provider has
+    // sent and writes it when the next read would wait, or with the end: the header
+    // leaves with the first data, and every burst of events (a whole stream in hand, or
+    // what one packet of a chunked stream held) is one write to the client. Nothing in
+    // hand is held across a wait for the provider, so tokens still arrive as they come.
     let cork = client_cork(session);
     let set_cork = |corked: bool| {
         if let Some(cork) = &cork {
@@ -66,39 +72,50 @@ pub async fn relay_stream(
         set_cork(false);
         return outcome(&relay, false);
     }
+    let mut in_hand = BytesMut::new();
     loop {
-        match exchange.read_body().await {
+        let mut read = pin!(exchange.read_body());
+        let next = match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
+                if !in_hand.is_empty() {
+                    set_cork(false);
+                    let written = session
+                        .write_response_body(Some(in_hand.split().freeze()), false)
+                        .await;
+                    set_cork(true);
+                    if written.is_err() {
+                        // The client hung up: dropping the upstream connection (not
+                        // returning it to the pool) cancels the provider's generation.
+                        return outcome(&relay, false);
+                    }
+                }
+                read.await
+            }
+        };
+        let complete = match next {
             Ok(Some(chunk)) => {
-                let out = relay.push(&chunk);
-                if out.is_empty() {
-                    continue;
-                }
-                // The provider's answer is complete: the end follows at once.
-                let last = exchange.is_body_done();
-                set_cork(last);
-                let written = session.write_response_body(Some(out), false).await;
-                set_cork(false);
-                if written.is_err() {
-                    // The client hung up: dropping the upstream connection (not returning
-                    // it to the pool) cancels the provider's generation.
-                    return outcome(&relay, false);
-                }
+                in_hand.extend_from_slice(&relay.push(&chunk));
+                continue;
             }
-            Ok(None) => {
-                set_cork(false);
-                let rest = relay.finish();
-                let written = session.write_response_body(Some(rest), true).await.is_ok();
-                return outcome(&relay, written);
-            }
+            Ok(None) => true,
             Err(error) => {
-                set_cork(false);
                 tracing::warn!(%error, "provider stream broke off");
-                let _ = session
-                    .write_response_body(Some(relay.finish()), true)
-                    .await;
-                return outcome(&relay, false);
+                false
             }
-        }
+        };
+        // The rest and the end, in one write: corked while the rest goes in.
+        in_hand.extend_from_slice(&relay.finish());
+        let rest = session
+            .write_response_body(Some(in_hand.freeze()), false)
+            .await
+            .is_ok();
+        set_cork(false);
+        let ended = session
+            .write_response_body(Some(Bytes::new()), true)
+            .await
+            .is_ok();
+        return outcome(&relay, complete && rest && ended);
     }
 }
 

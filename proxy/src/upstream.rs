@@ -105,12 +105,6 @@ impl Exchange {
         self.session.resp_header()
     }
 
-    /// Whether the answer's body has been read to its end (a next read returns `None`
-    /// without waiting).
-    pub fn is_body_done(&mut self) -> bool {
-        self.session.is_body_done()
-    }
-
     /// The next piece of the answer's body; `None` at its end.
     pub async fn read_body(&mut self) -> pingora::Result<Option<Bytes>> {
         self.session.read_body_bytes().await
