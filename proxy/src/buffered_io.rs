@@ -10,9 +10,10 @@
 //! data, CRLF). Through this wrapper each is one.
 //!
 //! A stream's relay also corks it ([`Cork`]) across pingora's flushes that would send a
-//! piece on its own: a chunked response's header (flushed before any body) and a last
-//! chunk (flushed before the end that follows at once). Each then leaves with what
-//! comes next: a streamed answer that is in hand goes out in one write, not three.
+//! piece on its own: a chunked response's header (flushed before any body) and the
+//! data written just before the end (flushed before the end that follows at once).
+//! Each then leaves with what comes next: a streamed answer that is in hand goes out in
+//! one write, not three.
 
 use std::io;
 use std::pin::Pin;
