@@ -18,6 +18,8 @@ use crate::upstream::Exchange;
 use crate::usage::extract::{self, Tokens};
 use crate::usage::sse::SseRelay;
 
+/// A stream's events gathered beyond this are written without waiting for a pause.
+const MAX_BURST: usize = 64 * 1024;
 /// The largest non-streamed answer relayed (provider answers are far smaller).
 const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
@@ -78,27 +80,25 @@ pub async fn relay_stream(
         let next = match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
             Poll::Ready(next) => next,
             Poll::Pending => {
-                if !in_hand.is_empty() {
-                    set_cork(false);
-                    let written = session
-                        .write_response_body(Some(in_hand.split().freeze()), false)
-                        .await;
-                    set_cork(true);
-                    if written.is_err() {
-                        // The client hung up: dropping the upstream connection (not
-                        // returning it to the pool) cancels the provider's generation.
-                        return outcome(&relay, false);
-                    }
+                if !write_in_hand(session, &mut in_hand, cork.as_ref()).await {
+                    return outcome(&relay, false);
                 }
                 read.await
             }
         };
-        let complete = match next {
-            Ok(Some(chunk)) => {
-                in_hand.extend_from_slice(&relay.push(&chunk));
-                continue;
+        if let Ok(Some(chunk)) = &next {
+            in_hand.extend_from_slice(&relay.push(chunk));
+            // A provider that sends faster than the client reads still goes out as it
+            // comes, under the client's backpressure, not gathered whole.
+            if in_hand.len() >= MAX_BURST
+                && !write_in_hand(session, &mut in_hand, cork.as_ref()).await
+            {
+                return outcome(&relay, false);
             }
-            Ok(None) => true,
+            continue;
+        }
+        let complete = match next {
+            Ok(_) => true,
             Err(error) => {
                 tracing::warn!(%error, "provider stream broke off");
                 false
@@ -117,6 +117,26 @@ pub async fn relay_stream(
             .is_ok();
         return outcome(&relay, complete && rest && ended);
     }
+}
+
+/// Writes the events gathered so far to the client, uncorked (so they leave now, with
+/// the header if it is still waiting); false when the client hung up, in which case
+/// dropping the upstream connection (not returning it to the pool) cancels the
+/// provider's generation.
+async fn write_in_hand(session: &mut Session, in_hand: &mut BytesMut, cork: Option<&Cork>) -> bool {
+    if in_hand.is_empty() {
+        return true;
+    }
+    if let Some(cork) = cork {
+        cork.set(false);
+    }
+    let written = session
+        .write_response_body(Some(in_hand.split().freeze()), false)
+        .await;
+    if let Some(cork) = cork {
+        cork.set(true);
+    }
+    written.is_ok()
 }
 
 pub async fn relay_whole(
