@@ -60,82 +60,71 @@ pub async fn relay_stream(
     // what one packet of a chunked stream held) is one write to the client. Nothing in
     // hand is held across a wait for the provider, so tokens still arrive as they come.
     let cork = client_cork(session);
-    let set_cork = |corked: bool| {
-        if let Some(cork) = &cork {
-            cork.set(corked);
-        }
-    };
-    set_cork(true);
+    cork.set(true);
     if session
         .write_response_header(Box::new(header), false)
         .await
         .is_err()
     {
-        set_cork(false);
+        cork.set(false);
         return outcome(&relay, false);
     }
     let mut in_hand = BytesMut::new();
-    loop {
+    let complete = loop {
         let mut read = pin!(exchange.read_body());
         let next = match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
             Poll::Ready(next) => next,
             Poll::Pending => {
-                if !write_in_hand(session, &mut in_hand, cork.as_ref()).await {
+                if !write_in_hand(session, &mut in_hand, &cork).await {
                     return outcome(&relay, false);
                 }
                 read.await
             }
         };
-        if let Ok(Some(chunk)) = &next {
-            in_hand.extend_from_slice(&relay.push(chunk));
-            // A provider that sends faster than the client reads still goes out as it
-            // comes, under the client's backpressure, not gathered whole.
-            if in_hand.len() >= MAX_BURST
-                && !write_in_hand(session, &mut in_hand, cork.as_ref()).await
-            {
-                return outcome(&relay, false);
+        match next {
+            Ok(Some(chunk)) => {
+                in_hand.extend_from_slice(&relay.push(&chunk));
+                // A provider that sends faster than the client reads still goes out as
+                // it comes, under the client's backpressure, not gathered whole.
+                if in_hand.len() >= MAX_BURST && !write_in_hand(session, &mut in_hand, &cork).await
+                {
+                    return outcome(&relay, false);
+                }
             }
-            continue;
-        }
-        let complete = match next {
-            Ok(_) => true,
+            Ok(None) => break true,
             Err(error) => {
                 tracing::warn!(%error, "provider stream broke off");
-                false
+                break false;
             }
-        };
-        // The rest and the end, in one write: corked while the rest goes in.
-        in_hand.extend_from_slice(&relay.finish());
-        let rest = session
-            .write_response_body(Some(in_hand.freeze()), false)
-            .await
-            .is_ok();
-        set_cork(false);
-        let ended = session
-            .write_response_body(Some(Bytes::new()), true)
-            .await
-            .is_ok();
-        return outcome(&relay, complete && rest && ended);
-    }
+        }
+    };
+    // The rest and the end, in one write: corked while the rest goes in.
+    in_hand.extend_from_slice(&relay.finish());
+    let rest = session
+        .write_response_body(Some(in_hand.freeze()), false)
+        .await
+        .is_ok();
+    cork.set(false);
+    let ended = session
+        .write_response_body(Some(Bytes::new()), true)
+        .await
+        .is_ok();
+    outcome(&relay, complete && rest && ended)
 }
 
 /// Writes the events gathered so far to the client, uncorked (so they leave now, with
 /// the header if it is still waiting); false when the client hung up, in which case
 /// dropping the upstream connection (not returning it to the pool) cancels the
 /// provider's generation.
-async fn write_in_hand(session: &mut Session, in_hand: &mut BytesMut, cork: Option<&Cork>) -> bool {
+async fn write_in_hand(session: &mut Session, in_hand: &mut BytesMut, cork: &Cork) -> bool {
     if in_hand.is_empty() {
         return true;
     }
-    if let Some(cork) = cork {
-        cork.set(false);
-    }
+    cork.set(false);
     let written = session
         .write_response_body(Some(in_hand.split().freeze()), false)
         .await;
-    if let Some(cork) = cork {
-        cork.set(true);
-    }
+    cork.set(true);
     written.is_ok()
 }
 
@@ -201,10 +190,12 @@ pub async fn relay_whole(
 }
 
 /// The cork of the client's connection: every connection the proxy's accept loop takes
-/// is a [`BufferedIo`].
-fn client_cork(session: &Session) -> Option<Cork> {
-    let io = session.stream()?.as_any().downcast_ref::<BufferedIo>()?;
-    Some(io.cork())
+/// is a [`BufferedIo`]. Any other gets a cork of its own that holds nothing back.
+fn client_cork(session: &Session) -> Cork {
+    session
+        .stream()
+        .and_then(|stream| stream.as_any().downcast_ref::<BufferedIo>())
+        .map_or_else(Cork::default, BufferedIo::cork)
 }
 
 /// The header that tells the client which budgets passed their warn threshold.
