@@ -13,6 +13,7 @@
 //! long-lived connections.
 
 use std::future::Future;
+use std::io;
 use std::net::TcpStream as StdTcpStream;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -27,10 +28,17 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::buffered_io::BufferedIo;
+use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::service::ProxyService;
 
 /// Connections still open at shutdown get this long to finish.
 pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// How long the acceptor waits after `accept` failed for want of a resource (file
+/// descriptors, memory). Retrying at once only spins: out of descriptors, the proxy took
+/// one and a half cores and wrote a million log lines in 3 s. The open connections are
+/// served meanwhile, and free what is lacking as they close.
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// Serves one connection until it closes or the watch turns true.
 pub type Handler = Arc<
@@ -106,12 +114,21 @@ impl Servers {
     /// true (or its sender is gone).
     pub async fn accept(&mut self, listener: &TcpListener, mut stopping: watch::Receiver<bool>) {
         loop {
-            tokio::select! {
+            let pause = tokio::select! {
                 _ = stopping.wait_for(|stop| *stop) => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, _)) => self.deal(tcp),
-                    Err(error) => tracing::warn!(%error, "accept failed"),
+                    Ok((tcp, _)) => {
+                        self.deal(tcp);
+                        continue;
+                    }
+                    Err(error) => accept_failed(&error),
                 },
+            };
+            if let Some(pause) = pause {
+                tokio::select! {
+                    _ = stopping.wait_for(|stop| *stop) => break,
+                    () = tokio::time::sleep(pause) => {}
+                }
             }
         }
     }
@@ -163,6 +180,37 @@ async fn serve(
     open.abort_all();
 }
 
+/// Logs a failed `accept` (a line per [`LOG_INTERVAL`] at most) and says how long to
+/// wait before the next: `None` when the failure was one connection's own (reset or
+/// aborted before it was taken, or a network error Linux reports on `accept`), which the
+/// next `accept` does not share. Anything else pauses (a rare connection error that does
+/// too costs that connection's neighbours 100 ms, not a spin).
+fn accept_failed(error: &io::Error) -> Option<Duration> {
+    static FAILURES: LogThrottle = LogThrottle::new(LOG_INTERVAL);
+    let pause = accept_pause(error);
+    if let Some(times) = FAILURES.hit() {
+        tracing::warn!(%error, times, pause_ms = pause.map_or(0, |p| p.as_millis()), "accept failed");
+    }
+    pause
+}
+
+/// How long to wait after `accept` failed with `error` (see [`accept_failed`]).
+fn accept_pause(error: &io::Error) -> Option<Duration> {
+    use io::ErrorKind::*;
+    let ones_own = matches!(
+        error.kind(),
+        ConnectionAborted
+            | ConnectionReset
+            | ConnectionRefused
+            | Interrupted
+            | WouldBlock
+            | NetworkDown
+            | NetworkUnreachable
+            | HostUnreachable
+    );
+    (!ones_own).then_some(ACCEPT_PAUSE)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -170,6 +218,29 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+
+    #[test]
+    fn accept_pauses_when_out_of_resources_not_for_one_connections_failure() {
+        // EMFILE and ENFILE (24 and 23 on Linux): out of file descriptors.
+        for out_of_descriptors in [24, 23] {
+            let error = io::Error::from_raw_os_error(out_of_descriptors);
+            assert_eq!(accept_pause(&error), Some(ACCEPT_PAUSE), "{error}");
+        }
+        assert_eq!(
+            accept_pause(&io::Error::from(io::ErrorKind::OutOfMemory)),
+            Some(ACCEPT_PAUSE)
+        );
+        for ones_own in [
+            io::ErrorKind::ConnectionAborted,
+            io::ErrorKind::ConnectionReset,
+        ] {
+            assert_eq!(
+                accept_pause(&io::Error::from(ones_own)),
+                None,
+                "{ones_own:?}"
+            );
+        }
+    }
 
     /// A handler that answers one byte with the name of the thread serving it, then
     /// holds the connection until the client closes it.

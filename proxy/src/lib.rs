@@ -17,6 +17,7 @@ pub mod decisions;
 pub mod event_loops;
 pub mod flush;
 pub mod forward;
+pub mod log_throttle;
 pub mod managed_keys;
 pub mod maps;
 pub mod metrics;

@@ -29,6 +29,7 @@ use tokio::io::AsyncWriteExt;
 use warden_shared::registry::Provider;
 
 use crate::config::{ProvidersConfig, ProxyConfig};
+use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::pool_peer::PoolPeer;
 use crate::refusal::Refusal;
 use crate::upstream_request::is_header_value;
@@ -272,7 +273,13 @@ impl Upstreams {
         }
         let addr = tokio::net::lookup_host((host, port))
             .await
-            .map_err(|error| tracing::warn!(%host, %error, "cannot resolve a provider"))?
+            .map_err(|error| {
+                // Every request to the provider fails the same way while DNS does.
+                static FAILURES: LogThrottle = LogThrottle::new(LOG_INTERVAL);
+                if let Some(times) = FAILURES.hit() {
+                    tracing::warn!(%host, %error, times, "cannot resolve a provider");
+                }
+            })?
             .next()
             .ok_or(())?;
         if let Ok(mut cache) = self.dns.lock() {

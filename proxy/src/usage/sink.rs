@@ -10,7 +10,6 @@
 //! a dropped record's policy decision is reported on its own (`crate::decisions`), so it
 //! is still recorded once.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -22,6 +21,7 @@ use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
 use crate::budget::{Budgets, FigureSource};
 use crate::decisions::DecisionSink;
 use crate::flush::{now_ms, post_until_answered, FlushTarget};
+use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::metrics::ProxyMetrics;
 
 /// The request path's handle on the queue.
@@ -31,7 +31,8 @@ pub struct UsageSink {
     metrics: ProxyMetrics,
     /// Where a dropped record's decision goes instead.
     decisions: DecisionSink,
-    drops: Arc<DropLog>,
+    /// An overloaded proxy can drop thousands of records a second.
+    drops: Arc<LogThrottle>,
 }
 
 impl UsageSink {
@@ -40,7 +41,7 @@ impl UsageSink {
         match self.queue.try_send(record) {
             Ok(()) => self.metrics.usage_queued.inc(),
             Err(mpsc::error::TrySendError::Full(record)) => {
-                if let Some(dropped) = self.drops.dropped(now_ms()) {
+                if let Some(dropped) = self.drops.hit() {
                     tracing::error!(
                         dropped,
                         tenant_id = %record.key.tenant_id,
@@ -85,43 +86,9 @@ pub fn channel(
         queue,
         metrics,
         decisions,
-        drops: Arc::default(),
+        drops: Arc::new(LogThrottle::new(LOG_INTERVAL)),
     };
     (sink, receiver)
-}
-
-/// How often, at most, dropping usage is logged.
-const DROP_LOG_INTERVAL_MS: i64 = 10_000;
-
-/// Logs dropped records a line per [`DROP_LOG_INTERVAL_MS`] at most: an overloaded proxy
-/// can drop thousands a second, and a line for each would flood the log and spend the
-/// CPU the proxy is short of. The metric counts every one.
-#[derive(Default)]
-struct DropLog {
-    /// When the next line may be written (0: at the first drop).
-    next_line_at_ms: AtomicI64,
-    /// Records dropped since the last line, this one included.
-    unlogged: AtomicU64,
-}
-
-impl DropLog {
-    /// Counts a drop at `now_ms`; returns how many the line written now should report,
-    /// or `None` when this drop waits for a later line.
-    fn dropped(&self, now_ms: i64) -> Option<u64> {
-        self.unlogged.fetch_add(1, Ordering::Relaxed);
-        let next = self.next_line_at_ms.load(Ordering::Relaxed);
-        let claimed = now_ms >= next
-            && self
-                .next_line_at_ms
-                .compare_exchange(
-                    next,
-                    now_ms + DROP_LOG_INTERVAL_MS,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok();
-        claimed.then(|| self.unlogged.swap(0, Ordering::Relaxed))
-    }
 }
 
 /// Sends batches until every sender is gone and the queue is empty.
@@ -205,27 +172,6 @@ mod tests {
     use crate::decisions;
     use crate::test_fixtures::{key, no_nvidia, results};
     use crate::usage::RecordEvaluation;
-
-    #[test]
-    fn drops_are_logged_once_per_interval_with_their_count() {
-        let log = DropLog::default();
-        assert_eq!(
-            log.dropped(1_000),
-            Some(1),
-            "the first drop is logged at once"
-        );
-        for at in 1_001..1_100 {
-            assert_eq!(log.dropped(at), None);
-        }
-        let next = 1_000 + DROP_LOG_INTERVAL_MS;
-        assert_eq!(log.dropped(next - 1), None);
-        assert_eq!(
-            log.dropped(next),
-            Some(101),
-            "the next line reports every drop since the last"
-        );
-        assert_eq!(log.dropped(next + 1), None);
-    }
 
     fn record(record_id: &str, key: &Arc<ProxyKeyState>) -> UsageRecord {
         UsageRecord {

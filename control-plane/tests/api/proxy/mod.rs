@@ -3,6 +3,7 @@
 
 mod bodies;
 mod budgets;
+mod descriptors;
 mod enforcement;
 mod failures;
 mod managed_keys;
