@@ -36,8 +36,8 @@ pub const DRAIN: Duration = Duration::from_secs(10);
 
 /// How long the acceptor waits after `accept` failed for want of a resource (file
 /// descriptors, memory). Retrying at once only spins: out of descriptors, the proxy took
-/// one and a half cores and wrote a million log lines in 3 s. The open connections are
-/// served meanwhile, and free what is lacking as they close.
+/// a core and wrote two million log lines in 3 s. The open connections are served
+/// meanwhile, and free what is lacking as they close.
 pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// Serves one connection until it closes or the watch turns true.
@@ -189,7 +189,8 @@ fn accept_failed(error: &io::Error) -> Option<Duration> {
     static FAILURES: LogThrottle = LogThrottle::new(LOG_INTERVAL);
     let pause = accept_pause(error);
     if let Some(times) = FAILURES.hit() {
-        tracing::warn!(%error, times, pause_ms = pause.map_or(0, |p| p.as_millis()), "accept failed");
+        let pause_ms = pause.map_or(0, |p| u64::try_from(p.as_millis()).unwrap_or(u64::MAX));
+        tracing::warn!(%error, times, pause_ms, "accept failed");
     }
     pause
 }
