@@ -201,6 +201,7 @@ impl ProxyApp {
             metrics.clone(),
         ));
         let forgetter = tokio::spawn(forget_old_rate_windows(rates));
+        let accept_failures = metrics.accept_failures.clone();
         let flusher = tokio::spawn(sink::flush_forever(usage, flush, client, metrics, budgets));
         let (stop, stopping) = watch::channel(false);
         let handlers = proxies.into_iter().map(proxy_handler).collect();
@@ -210,7 +211,10 @@ impl ProxyApp {
             let _ = stop.send(true);
         };
         // Accepting ends with the stop.
-        tokio::join!(stopper, servers.accept(&listener, stopping));
+        tokio::join!(
+            stopper,
+            servers.accept(&listener, stopping, &accept_failures)
+        );
         drop(listener);
         servers.finish().await;
         drop(follower);

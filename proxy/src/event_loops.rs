@@ -23,6 +23,7 @@ use pingora::apps::ServerApp;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::proxy::HttpProxy;
+use prometheus::IntCounter;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -111,8 +112,13 @@ impl Servers {
     }
 
     /// Accepts from `listener` and deals the connections out until `stopping` turns
-    /// true (or its sender is gone).
-    pub async fn accept(&mut self, listener: &TcpListener, mut stopping: watch::Receiver<bool>) {
+    /// true (or its sender is gone), counting failed accepts in `failures`.
+    pub async fn accept(
+        &mut self,
+        listener: &TcpListener,
+        mut stopping: watch::Receiver<bool>,
+        failures: &IntCounter,
+    ) {
         loop {
             let pause = tokio::select! {
                 _ = stopping.wait_for(|stop| *stop) => break,
@@ -121,7 +127,10 @@ impl Servers {
                         self.deal(tcp);
                         continue;
                     }
-                    Err(error) => accept_failed(&error),
+                    Err(error) => {
+                        failures.inc();
+                        accept_failed(&error)
+                    }
                 },
             };
             if let Some(pause) = pause {
@@ -284,7 +293,13 @@ mod tests {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let address = listener.local_addr().expect("address");
             let accepting = tokio::spawn(async move {
-                servers.accept(&listener, stopping).await;
+                servers
+                    .accept(
+                        &listener,
+                        stopping,
+                        &IntCounter::new("accept_failures", "-").unwrap(),
+                    )
+                    .await;
                 servers
             });
             Running {

@@ -33,6 +33,7 @@ pub struct ProxyMetrics {
     pub managed_key_reads: IntCounterVec,
     pub decisions_dropped: IntCounter,
     pub decisions_flush_failures: IntCounter,
+    pub accept_failures: IntCounter,
     /// Each provider's series of `duration`, `tokens` and `cost_micros`, looked up once
     /// here rather than by label on every request.
     by_provider: Arc<[ProviderMetrics; 5]>,
@@ -123,6 +124,11 @@ impl ProxyMetrics {
                 "warden_proxy_policy_decisions_dropped_total",
                 "Policy decision reports dropped (queue full or batch refused)",
             )?,
+            accept_failures: counter(
+                "warden_proxy_accept_failures_total",
+                "Agent connections the listener failed to accept (out of file descriptors or \
+                 memory pauses accepting for 100 ms)",
+            )?,
             decisions_flush_failures: counter(
                 "warden_proxy_policy_decisions_flush_failures_total",
                 "Failed attempts to send a batch of policy decision reports",
@@ -183,6 +189,7 @@ impl ProxyMetrics {
             &self.stream_reconnects,
             &self.decisions_dropped,
             &self.decisions_flush_failures,
+            &self.accept_failures,
         ] {
             r.register(Box::new(counter.clone()))?;
         }

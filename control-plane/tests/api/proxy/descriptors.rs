@@ -1,6 +1,7 @@
 //! `warden proxy` out of file descriptors: more agents connect than its limit lets it
 //! accept. It must neither spin on the failing `accept` nor write a log line per
-//! attempt, and it serves again once connections close.
+//! attempt; it counts the failures in its metrics and serves again once connections
+//! close.
 //! Before the fix, 60 idle connections over the limit took a core and wrote about
 //! 650,000 log lines a second.
 
@@ -80,6 +81,12 @@ fn a_proxy_out_of_descriptors_pauses_accepting_and_logs_once() {
 
     drop(held);
     wait_for_health(port);
+    // One failed accept per pause, not one per spin of the loop.
+    let failed = accept_failures(port);
+    assert!(
+        (1..=100).contains(&failed),
+        "{failed} failed accepts counted"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -97,6 +104,20 @@ fn wait_for_health(port: u16) {
         assert!(Instant::now() < deadline, "the proxy never answered");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `warden_proxy_accept_failures_total` from the proxy's `/metrics`.
+fn accept_failures(port: u16) -> u64 {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: proxy\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix("warden_proxy_accept_failures_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no accept failure count in {answer}"))
 }
 
 fn answers_health(port: u16) -> bool {

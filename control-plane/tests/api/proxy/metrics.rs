@@ -94,6 +94,7 @@ db_test!(
             "warden_proxy_usage_buffer_depth",
             "warden_proxy_usage_flush_failures_total",
             "warden_proxy_usage_dropped_total",
+            "warden_proxy_accept_failures_total",
         ] {
             assert!(exposition.families.contains_key(family), "{family} missing");
         }
