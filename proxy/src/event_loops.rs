@@ -127,10 +127,7 @@ impl Servers {
                         self.deal(tcp);
                         continue;
                     }
-                    Err(error) => {
-                        failures.inc();
-                        accept_failed(&error)
-                    }
+                    Err(error) => accept_failed(&error, failures),
                 },
             };
             if let Some(pause) = pause {
@@ -189,15 +186,17 @@ async fn serve(
     open.abort_all();
 }
 
-/// Logs a failed `accept` (a line per [`LOG_INTERVAL`] at most) and says how long to
-/// wait before the next: `None` when the failure was one connection's own (reset or
-/// aborted before it was taken, or a network error Linux reports on `accept`), which the
-/// next `accept` does not share. Anything else pauses (a rare connection error that does
-/// too costs that connection's neighbours 100 ms, not a spin).
-fn accept_failed(error: &io::Error) -> Option<Duration> {
-    static FAILURES: LogThrottle = LogThrottle::new(LOG_INTERVAL);
+/// Counts a failed `accept` in `failures`, logs it (a line per [`LOG_INTERVAL`] at most)
+/// and says how long to wait before the next: `None` when the failure was one
+/// connection's own (reset or aborted before it was taken, or a network error Linux
+/// reports on `accept`), which the next `accept` does not share. Anything else pauses (a
+/// rare connection error that does too costs that connection's neighbours 100 ms, not a
+/// spin).
+fn accept_failed(error: &io::Error, failures: &IntCounter) -> Option<Duration> {
+    static LOG: LogThrottle = LogThrottle::new(LOG_INTERVAL);
+    failures.inc();
     let pause = accept_pause(error);
-    if let Some(times) = FAILURES.hit() {
+    if let Some(times) = LOG.hit() {
         let pause_ms = pause.map_or(0, |p| u64::try_from(p.as_millis()).unwrap_or(u64::MAX));
         tracing::warn!(%error, times, pause_ms, "accept failed");
     }

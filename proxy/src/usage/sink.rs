@@ -31,8 +31,6 @@ pub struct UsageSink {
     metrics: ProxyMetrics,
     /// Where a dropped record's decision goes instead.
     decisions: DecisionSink,
-    /// An overloaded proxy can drop thousands of records a second.
-    drops: Arc<LogThrottle>,
 }
 
 impl UsageSink {
@@ -41,7 +39,9 @@ impl UsageSink {
         match self.queue.try_send(record) {
             Ok(()) => self.metrics.usage_queued.inc(),
             Err(mpsc::error::TrySendError::Full(record)) => {
-                if let Some(dropped) = self.drops.hit() {
+                // An overloaded proxy can drop thousands of records a second.
+                static DROPS: LogThrottle = LogThrottle::new(LOG_INTERVAL);
+                if let Some(dropped) = DROPS.hit() {
                     tracing::error!(
                         dropped,
                         tenant_id = %record.key.tenant_id,
@@ -86,7 +86,6 @@ pub fn channel(
         queue,
         metrics,
         decisions,
-        drops: Arc::new(LogThrottle::new(LOG_INTERVAL)),
     };
     (sink, receiver)
 }
