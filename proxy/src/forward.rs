@@ -85,9 +85,18 @@ pub async fn forward(
         estimate,
         now,
     )?;
-    let budget_rules = std::mem::take(&mut policies.budget_rules);
-    let admission = reserve_budget(service, &view, budget_rules, estimate, now)
+    let key_rate = service
+        .rates
+        .count_key_request(&view.key, now)
         .inspect_err(|_| policies.give_back())?;
+    let budget_rules = std::mem::take(&mut policies.budget_rules);
+    let admission =
+        reserve_budget(service, &view, budget_rules, estimate, now).inspect_err(|_| {
+            policies.give_back();
+            if let Some(counted) = &key_rate {
+                counted.give_back();
+            }
+        })?;
     let warning = budget_warning_header(&admission.warnings);
     let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
     let client_wants_usage =
@@ -154,6 +163,9 @@ pub async fn forward(
     });
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(tokens.input + tokens.output);
+    if let Some(counted) = &key_rate {
+        counted.add_tokens(tokens.input + tokens.output);
+    }
     let price = admitted.price;
     // The record carries the policies' decision too: one row and one post fewer.
     let recorded_at = now_ms();

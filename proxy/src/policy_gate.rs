@@ -19,7 +19,7 @@ use warden_shared::timestamp::Timestamp;
 use crate::admission::Admitted;
 use crate::budget::{BudgetRule, RuleSource};
 use crate::decisions::{ApprovalAsk, DecisionReport, DecisionSink, PolicyResults};
-use crate::rate_limit::{retry_after_secs, Counted, RateWindows};
+use crate::rate_limit::{retry_after_secs, Counted, Limiter, RateWindows};
 use crate::refusal::Refusal;
 use crate::service::ProxyService;
 use crate::state::{EnforcementState, KeyView};
@@ -132,7 +132,7 @@ pub fn check(
                 .unwrap_or_default();
             match policy_type {
                 PolicyType::RateLimit => Refusal::RateLimited {
-                    policy_id,
+                    policy_id: Some(policy_id),
                     reason,
                     retry_after_secs: retry_after_secs(now_ms),
                 },
@@ -249,7 +249,9 @@ impl Counters for ProxyCounters<'_> {
 
     fn minute_counts(&self, policy_id: i64, per: RatePer) -> (i64, i64) {
         let bucket = rate_bucket_id(per, self.request);
-        let (counts, counted) = self.rates.count_request(policy_id, bucket, self.now_ms);
+        let (counts, counted) =
+            self.rates
+                .count_request(Limiter::Policy(policy_id), bucket, self.now_ms);
         self.counted.borrow_mut().push(counted);
         counts
     }

@@ -1,5 +1,6 @@
-//! Counters of `rate_limit` policies: requests and tokens per policy and bucket (agent,
-//! team, tenant or key) in fixed one-minute windows, in this proxy's memory.
+//! Counters of `rate_limit` policies and of proxy keys' own `rate_limit_override`:
+//! requests and tokens per limiter and bucket (agent, team, tenant or key) in fixed
+//! one-minute windows, in this proxy's memory.
 //!
 //! A request is counted when it is admitted (the check and the count happen together
 //! under the window's lock, so concurrent requests on one proxy cannot all pass on the
@@ -14,15 +15,27 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::maps::FastMap;
+use warden_shared::snapshot::ProxyKeyState;
 
-/// Windows by policy, then by the id of the bucket (agent, team or key id; empty for the
+use crate::maps::FastMap;
+use crate::refusal::Refusal;
+
+/// What a window counts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limiter {
+    /// A `rate_limit` policy, by id.
+    Policy(i64),
+    /// Proxy keys' own limits (`rate_limit_override`), bucketed by key id.
+    Key,
+}
+
+/// Windows by limiter, then by the id of the bucket (agent, team or key id; empty for the
 /// tenant or a request without a team or key: a policy counts per one kind, so the id
 /// alone names the bucket within it). A lookup borrows the id: the request path
 /// allocates only for a bucket's first request.
 #[derive(Default)]
 pub struct RateWindows {
-    windows: FastMap<i64, FastMap<String, Arc<Mutex<Window>>>>,
+    windows: FastMap<Limiter, FastMap<String, Arc<Mutex<Window>>>>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -86,12 +99,12 @@ impl RateWindows {
     /// The counts before this request, and the request counted in the same step.
     pub fn count_request(
         &self,
-        policy_id: i64,
+        limiter: Limiter,
         bucket: &str,
         now_ms: i64,
     ) -> ((i64, i64), Counted) {
         let minute = minute_of(now_ms);
-        let window = self.window(policy_id, bucket);
+        let window = self.window(limiter, bucket);
         let before = {
             let mut counts = lock(&window);
             let counts = counts.at(minute);
@@ -102,13 +115,44 @@ impl RateWindows {
         (before, Counted { window, minute })
     }
 
-    fn window(&self, policy_id: i64, bucket: &str) -> Arc<Mutex<Window>> {
-        if let Some(buckets) = self.windows.get(&policy_id) {
+    /// Counts a request against its key's own limits (`rate_limit_override`), which apply
+    /// on top of the tenant's `rate_limit` policies: a key can be held tighter than its
+    /// tenant's policies, never looser. `Ok(None)` for a key without limits; a refused
+    /// request is not counted.
+    pub fn count_key_request(
+        &self,
+        key: &ProxyKeyState,
+        now_ms: i64,
+    ) -> Result<Option<Counted>, Refusal> {
+        if key.requests_per_minute.is_none() && key.tokens_per_minute.is_none() {
+            return Ok(None);
+        }
+        let ((requests, tokens), counted) = self.count_request(Limiter::Key, &key.id, now_ms);
+        let reason = if key
+            .requests_per_minute
+            .is_some_and(|limit| requests >= limit)
+        {
+            "requests per minute limit reached"
+        } else if key.tokens_per_minute.is_some_and(|limit| tokens >= limit) {
+            "tokens per minute limit reached"
+        } else {
+            return Ok(Some(counted));
+        };
+        counted.give_back();
+        Err(Refusal::RateLimited {
+            policy_id: None,
+            reason: reason.to_owned(),
+            retry_after_secs: retry_after_secs(now_ms),
+        })
+    }
+
+    fn window(&self, limiter: Limiter, bucket: &str) -> Arc<Mutex<Window>> {
+        if let Some(buckets) = self.windows.get(&limiter) {
             if let Some(window) = buckets.get(bucket) {
                 return window.clone();
             }
         }
-        let buckets = self.windows.entry(policy_id).or_default();
+        let buckets = self.windows.entry(limiter).or_default();
         let window = buckets.entry(bucket.to_owned()).or_default().clone();
         window
     }
@@ -137,24 +181,71 @@ mod tests {
     #[test]
     fn windows_count_per_minute_and_give_back() {
         let windows = RateWindows::default();
-        let (counts, first) = windows.count_request(1, "agt_a", 60_000);
+        let p1 = Limiter::Policy(1);
+        let (counts, first) = windows.count_request(p1, "agt_a", 60_000);
         assert_eq!(counts, (0, 0));
-        let (counts, second) = windows.count_request(1, "agt_a", 61_000);
+        let (counts, second) = windows.count_request(p1, "agt_a", 61_000);
         assert_eq!(counts, (1, 0));
         first.add_tokens(500);
         second.give_back();
-        assert_eq!(windows.count_request(1, "agt_a", 119_999).0, (1, 500));
-        assert_eq!(windows.count_request(1, "agt_b", 119_999).0, (0, 0));
-        assert_eq!(windows.count_request(2, "agt_a", 119_999).0, (0, 0));
+        assert_eq!(windows.count_request(p1, "agt_a", 119_999).0, (1, 500));
+        assert_eq!(windows.count_request(p1, "agt_b", 119_999).0, (0, 0));
+        assert_eq!(
+            windows
+                .count_request(Limiter::Policy(2), "agt_a", 119_999)
+                .0,
+            (0, 0)
+        );
         // A new minute starts from nothing, and a late request of the last one changes
         // nothing in it.
-        assert_eq!(windows.count_request(1, "agt_a", 120_000).0, (0, 0));
+        assert_eq!(windows.count_request(p1, "agt_a", 120_000).0, (0, 0));
         first.add_tokens(700);
         second.give_back();
-        assert_eq!(windows.count_request(1, "agt_a", 120_001).0, (1, 0));
+        assert_eq!(windows.count_request(p1, "agt_a", 120_001).0, (1, 0));
         assert_eq!(retry_after_secs(119_001), 1);
         assert_eq!(retry_after_secs(60_000), 60);
         windows.forget_before(2);
-        assert_eq!(windows.count_request(1, "agt_b", 120_000).0, (0, 0));
+        assert_eq!(windows.count_request(p1, "agt_b", 120_000).0, (0, 0));
+    }
+
+    #[test]
+    fn a_keys_own_limits_count_apart_from_policies_and_refusals_are_not_counted() {
+        let windows = RateWindows::default();
+        let unlimited = crate::test_fixtures::key("key_free", "ten_a", "agt_a");
+        assert!(matches!(
+            windows.count_key_request(&unlimited, 60_000),
+            Ok(None)
+        ));
+
+        let mut limited = (*crate::test_fixtures::key("key_a", "ten_a", "agt_a")).clone();
+        limited.requests_per_minute = Some(2);
+        limited.tokens_per_minute = Some(1_000);
+        // A policy counting per key keeps its own windows for the same key.
+        windows.count_request(Limiter::Policy(1), "key_a", 60_000);
+        let first = windows.count_key_request(&limited, 60_000);
+        assert!(matches!(first, Ok(Some(_))));
+        assert!(matches!(
+            windows.count_key_request(&limited, 60_001),
+            Ok(Some(_))
+        ));
+        let third = windows.count_key_request(&limited, 60_002);
+        let Err(refusal) = third else {
+            panic!("the third request of the minute must be refused: {third:?}");
+        };
+        assert_eq!(refusal.status(), 429);
+        assert_eq!(refusal.code(), "rate_limit_exceeded");
+        assert_eq!(refusal.retry_after_secs(), Some(60));
+        // The refusal itself was not counted: the next minute starts from nothing and
+        // tokens of a request count against the tokens per minute.
+        limited.requests_per_minute = None;
+        let Ok(Some(counted)) = windows.count_key_request(&limited, 120_000) else {
+            panic!("a new minute must admit the key");
+        };
+        counted.add_tokens(1_000);
+        assert!(windows.count_key_request(&limited, 120_500).is_err());
+        assert_eq!(
+            windows.count_request(Limiter::Key, "key_a", 120_600).0,
+            (1, 1_000)
+        );
     }
 }

@@ -37,8 +37,9 @@ pub enum Refusal {
         reason: String,
     },
     /// A `rate_limit` policy's window is full until the next minute.
+    /// A `rate_limit` policy (`policy_id`), or the key's own `rate_limit_override` (`None`).
     RateLimited {
-        policy_id: i64,
+        policy_id: Option<i64>,
         reason: String,
         retry_after_secs: u64,
     },
@@ -185,9 +186,13 @@ impl Refusal {
                 policy_id,
                 reason,
                 retry_after_secs,
-            } => format!(
-                "rate limited by policy {policy_id}: {reason}; retry in {retry_after_secs} s"
-            ),
+            } => {
+                let limiter = match policy_id {
+                    Some(id) => format!("policy {id}"),
+                    None => "this key's rate_limit_override".to_owned(),
+                };
+                format!("rate limited by {limiter}: {reason}; retry in {retry_after_secs} s")
+            }
             Refusal::ApprovalRequired { policy_id } => {
                 format!("policy {policy_id} requires a human approval of this request")
             }
@@ -264,7 +269,7 @@ mod tests {
             json!({ "error": "approval_required", "approval_policy_id": 7 })
         );
         let limited = Refusal::RateLimited {
-            policy_id: 1,
+            policy_id: Some(1),
             reason: "requests per minute limit reached".into(),
             retry_after_secs: 12,
         };

@@ -51,7 +51,10 @@ pub struct CreateProxyKeyInput {
     pub team_id: Option<String>,
 }
 
-/// Per-key limits that replace the tenant's rate-limit policies for this key.
+/// The key's own limits per UTC minute, counted by each proxy replica like a
+/// `rate_limit` policy's. They apply on top of the tenant's `rate_limit` policies (a key
+/// can be held tighter than its tenant's policies, never looser); over them the proxy
+/// answers 429 `rate_limit_exceeded` with `Retry-After`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitOverride {

@@ -6,6 +6,7 @@ mod budgets;
 mod descriptors;
 mod enforcement;
 mod failures;
+mod key_limits;
 mod managed_keys;
 mod metrics;
 mod mock;

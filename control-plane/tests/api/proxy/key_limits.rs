@@ -1,0 +1,124 @@
+//! A proxy key's own `rate_limit_override`, enforced by the running proxy per key and
+//! UTC minute, apart from the tenant's other keys.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
+use super::{simple_chat, MockProvider, TestProxy};
+use crate::helpers::{expect_status, TestApp};
+
+/// Waits out the last seconds of a UTC minute, so the requests that follow share one
+/// window and the counts they are checked against are exact.
+async fn start_of_a_quiet_minute() {
+    let second = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        % 60;
+    if second >= 50 {
+        tokio::time::sleep(Duration::from_secs(61 - second)).await;
+    }
+}
+
+/// Status, `Retry-After` and body of a chat request.
+async fn attempt(proxy: &TestProxy, key: &str) -> (u16, Option<u64>, Value) {
+    let response = proxy.chat(key, simple_chat("gpt-4o-mini")).await;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    (
+        status,
+        retry_after,
+        response.json().await.unwrap_or_default(),
+    )
+}
+
+/// A second key of `app`'s tenant with `admin`, known to the proxy.
+async fn another_key(app: &TestApp, proxy: &TestProxy, admin: &str, body: Value) -> String {
+    let created = expect_status(app.post("/proxy-keys", admin, body).await, 201).await;
+    let raw = created["data"]["raw_key"].as_str().unwrap().to_owned();
+    super::eventually(Duration::from_secs(3), || {
+        let request = proxy
+            .client
+            .get(format!("{}/v1/models", proxy.base))
+            .bearer_auth(&raw);
+        async move { (request.send().await.unwrap().status() == 200).then_some(()) }
+    })
+    .await;
+    raw
+}
+
+db_test!(
+    a_keys_rate_limit_override_is_enforced_per_key_and_minute,
+    |app| {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start(&app, &provider).await;
+        let (tenant, limited, created) = proxy
+            .tenant_with_key(
+                &app,
+                json!({ "developer_label": "limited",
+                        "rate_limit_override": { "requests_per_minute": 2 } }),
+            )
+            .await;
+        let admin = tenant.admin_key.clone();
+        let agent = created["agent_id"].as_str().unwrap().to_owned();
+        // Same agent, no limits of its own.
+        let free = another_key(
+            &app,
+            &proxy,
+            &admin,
+            json!({ "developer_label": "free", "agent_id": agent }),
+        )
+        .await;
+        // A tokens-per-minute limit that one answer uses up.
+        let thrifty = another_key(
+            &app,
+            &proxy,
+            &admin,
+            json!({ "developer_label": "thrifty", "agent_id": agent,
+                    "rate_limit_override": { "tokens_per_minute": PROMPT_TOKENS + COMPLETION_TOKENS } }),
+        )
+        .await;
+
+        start_of_a_quiet_minute().await;
+        assert_eq!(attempt(&proxy, &limited).await.0, 200);
+        assert_eq!(attempt(&proxy, &limited).await.0, 200);
+        let (status, retry_after, body) = attempt(&proxy, &limited).await;
+        assert_eq!(status, 429, "{body}");
+        assert!((1..=60).contains(&retry_after.unwrap()), "{retry_after:?}");
+        assert_eq!(body["error"]["code"], json!("rate_limit_exceeded"));
+        assert_eq!(body["error"]["type"], json!("rate_limit_error"));
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("rate_limit_override"),
+            "{body}"
+        );
+        // Refused requests are not counted, and other keys of the agent are not held.
+        assert_eq!(attempt(&proxy, &limited).await.0, 429);
+        for _ in 0..4 {
+            assert_eq!(attempt(&proxy, &free).await.0, 200);
+        }
+
+        // The first answer's tokens reach the limit; the next request waits for the minute.
+        assert_eq!(attempt(&proxy, &thrifty).await.0, 200);
+        let (status, _, body) = attempt(&proxy, &thrifty).await;
+        assert_eq!(status, 429, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("tokens per minute"),
+            "{body}"
+        );
+
+        // What was refused never reached the provider: 2 + 4 + 1 forwarded requests.
+        assert_eq!(provider.requests().len(), 7);
+    }
+);
