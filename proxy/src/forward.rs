@@ -19,7 +19,7 @@ use crate::flush::now_ms;
 use crate::metrics::{model_label, status_class};
 use crate::policy_gate;
 use crate::refusal::Refusal;
-use crate::relay::{relay_stream, relay_whole};
+use crate::relay::{relay_stream, relay_whole, Relayed};
 use crate::request_body::{rewrite, Peek};
 use crate::service::ProxyService;
 use crate::state::KeyView;
@@ -130,30 +130,48 @@ pub async fn forward(
     };
     let mut overhead = work.elapsed();
 
-    let mut exchange = service
-        .upstreams
-        .send(provider, &build_header, upstream_body)
-        .await?;
-    let status = exchange
-        .response_header()
-        .map_or(502, |h| h.status.as_u16());
-    let is_event_stream = exchange
-        .response_header()
-        .and_then(|h| h.headers.get(http::header::CONTENT_TYPE))
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    let relayed = if streaming && is_event_stream && (200..300).contains(&status) {
-        relay_stream(session, &mut exchange, inject_usage, warning.as_deref()).await
-    } else {
-        relay_whole(session, &mut exchange, status, provider, warning.as_deref()).await
+    // The provider's answer, unless the client hangs up first: then the request to the
+    // provider is dropped with its connection, which cancels it there.
+    let sent = tokio::select! {
+        biased;
+        sent = service.upstreams.send(provider, &build_header, upstream_body) => Some(sent?),
+        () = client_gone(session) => None,
     };
+    let (status, relayed, exchange) = match sent {
+        Some(mut exchange) => {
+            let status = exchange
+                .response_header()
+                .map_or(502, |h| h.status.as_u16());
+            let is_event_stream = exchange
+                .response_header()
+                .and_then(|h| h.headers.get(http::header::CONTENT_TYPE))
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let relayed = if streaming && is_event_stream && (200..300).contains(&status) {
+                relay_stream(session, &mut exchange, inject_usage, warning.as_deref()).await
+            } else {
+                relay_whole(session, &mut exchange, status, provider, warning.as_deref()).await
+            };
+            (status, relayed, Some(exchange))
+        }
+        None => {
+            session.set_keepalive(None);
+            let relayed = Relayed {
+                complete: false,
+                usage: None,
+                generated_chars: 0,
+            };
+            (CLIENT_CLOSED, relayed, None)
+        }
+    };
+    let cancelled = exchange.is_none();
 
     let work = Instant::now();
-    // Usage the provider reported; otherwise, for a stream cut short (or a provider that
-    // never reports), an estimate from the request size and the text relayed, so a
-    // cancelled request is never free. An error answer without usage counts as a request
-    // with no tokens.
-    let tokens = relayed.usage.unwrap_or(if streaming {
+    // Usage the provider reported; otherwise, for a stream cut short, a request whose
+    // client hung up before the answer (or a provider that never reports), an estimate
+    // from the request size and the text relayed, so a cancelled request is never free.
+    // An error answer without usage counts as a request with no tokens.
+    let tokens = relayed.usage.unwrap_or(if streaming || cancelled {
         Tokens {
             input: estimate_tokens(body.len()),
             output: estimate_tokens(relayed.generated_chars),
@@ -181,7 +199,7 @@ pub async fn forward(
         budget: admission.reservation.settle(cost_micros),
         evaluation: policies.decision_for_usage(),
     });
-    if relayed.complete {
+    if let Some(exchange) = exchange.filter(|_| relayed.complete) {
         service.upstreams.release(exchange).await;
     }
     overhead += work.elapsed();
@@ -198,6 +216,26 @@ pub async fn forward(
         overhead,
     );
     Ok(())
+}
+
+/// The status recorded (metrics only: nothing is sent) for a request whose client hung
+/// up before the provider answered; nginx's convention.
+const CLIENT_CLOSED: u16 = 499;
+
+/// How long a request waits on its provider before the proxy starts watching its
+/// client's connection. Watching is a read on the client's socket, a system call that
+/// answers arriving sooner (a cached or tiny completion) would pay for nothing, while an
+/// answer worth cancelling takes far longer than this to generate.
+const CLIENT_WATCH_AFTER: Duration = Duration::from_millis(20);
+
+/// Completes when the client closes its connection (or sends bytes where none may come)
+/// after its request body; pending while it waits. pingora's own proxy watches the same
+/// way (`read_body_or_idle`) while it waits on an upstream.
+async fn client_gone(session: &mut Session) {
+    tokio::time::sleep(CLIENT_WATCH_AFTER).await;
+    if let Err(error) = session.read_body_or_idle(true).await {
+        tracing::debug!(%error, "client went away while its provider was answering");
+    }
 }
 
 fn ensure_json(session: &Session) -> Result<(), Refusal> {

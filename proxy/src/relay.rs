@@ -14,7 +14,7 @@ use warden_shared::registry::Provider;
 use crate::buffered_io::{BufferedIo, Cork};
 use crate::refusal::Refusal;
 use crate::service::respond;
-use crate::upstream::Exchange;
+use crate::upstream::{refusal_of, Exchange};
 use crate::usage::extract::{self, Tokens};
 use crate::usage::sse::SseRelay;
 
@@ -136,24 +136,28 @@ pub async fn relay_whole(
     budget_warning: Option<&str>,
 ) -> Relayed {
     let mut body = BytesMut::new();
-    let mut complete = true;
+    let mut failed = None;
     loop {
         match exchange.read_body().await {
             Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RESPONSE_BYTES => {
                 body.extend_from_slice(&chunk);
             }
-            Ok(Some(_)) | Err(_) => {
-                complete = false;
+            Ok(Some(_)) => {
+                failed = Some(Refusal::UpstreamFailed(provider));
+                break;
+            }
+            // A body that went silent past the idle timeout is a 504, like a late header.
+            Err(error) => {
+                failed = Some(refusal_of(provider, &error));
                 break;
             }
             Ok(None) => break,
         }
     }
-    if !complete {
-        let refusal = Refusal::UpstreamFailed(provider);
+    if let Some(refusal) = failed {
         respond(
             session,
-            502,
+            refusal.status(),
             "application/json",
             Bytes::from(refusal.body()),
         )

@@ -289,7 +289,7 @@ impl Upstreams {
     }
 }
 
-fn refusal_of(provider: Provider, error: &pingora::Error) -> Refusal {
+pub(crate) fn refusal_of(provider: Provider, error: &pingora::Error) -> Refusal {
     match error.etype() {
         ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
             Refusal::UpstreamTimeout(provider)

@@ -12,13 +12,24 @@ use crate::helpers::expect_status;
 
 db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     let provider = MockProvider::start().await;
-    let proxy =
-        TestProxy::start_with(&app, &provider, |config| config.first_byte_timeout_ms = 300).await;
+    let proxy = TestProxy::start_with(&app, &provider, |config| {
+        config.first_byte_timeout_ms = 300;
+        config.idle_timeout_ms = 300;
+    })
+    .await;
     let (_, raw_key, _) = proxy
         .tenant_with_key(&app, json!({ "developer_label": "timeouts" }))
         .await;
     let started = Instant::now();
     let response = proxy.chat(&raw_key, simple_chat("mock-hang")).await;
+    assert_eq!(response.status().as_u16(), 504);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], json!("upstream_timeout"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // An answer that falls silent after its headers is a timeout too.
+    let started = Instant::now();
+    let response = proxy.chat(&raw_key, simple_chat("mock-stall")).await;
     assert_eq!(response.status().as_u16(), 504);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], json!("upstream_timeout"));
@@ -74,6 +85,48 @@ db_test!(
         .await;
         assert!(summary["data"]["total_input_tokens"].as_i64().unwrap() > 0);
         assert!(summary["data"]["total_output_tokens"].as_i64().unwrap() > 0);
+    }
+);
+
+db_test!(
+    a_client_hanging_up_before_the_answer_cancels_the_provider,
+    |app| {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start(&app, &provider).await;
+        let (tenant, raw_key, _) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "hasty" }))
+            .await;
+        // The provider would take 30 s; the client gives up after 300 ms.
+        let gave_up = proxy
+            .client
+            .post(format!("{}/v1/chat/completions", proxy.base))
+            .bearer_auth(&raw_key)
+            .json(&simple_chat("mock-hang"))
+            .timeout(Duration::from_millis(300))
+            .send()
+            .await;
+        assert!(gave_up.is_err_and(|e| e.is_timeout()));
+        // The proxy notices, and hangs up on the provider well before its timeout.
+        eventually(Duration::from_secs(5), || async {
+            (provider.abandoned.load(Ordering::SeqCst) == 1).then_some(())
+        })
+        .await;
+        // The request is not free: its input is estimated from its size, with no output.
+        let summary = eventually(Duration::from_secs(10), || async {
+            let body = expect_status(app.get("/cost/summary", &tenant.admin_key).await, 200).await;
+            (body["data"]["total_requests"] == json!(1)).then_some(body)
+        })
+        .await;
+        assert!(summary["data"]["total_input_tokens"].as_i64().unwrap() > 0);
+        assert_eq!(summary["data"]["total_output_tokens"], json!(0));
+        // The proxy's own connection to the provider stays usable for the next request.
+        assert_eq!(
+            proxy
+                .chat(&raw_key, simple_chat("gpt-4o-mini"))
+                .await
+                .status(),
+            200
+        );
     }
 );
 

@@ -24,8 +24,8 @@ pub struct MockProvider {
     /// The base URL the proxy is configured with (`.../v1`).
     pub base: String,
     pub received: Arc<Mutex<Vec<Received>>>,
-    /// Slow streams (`mock-slow-stream`) abandoned before their end: the proxy hung up
-    /// on the provider.
+    /// Slow streams (`mock-slow-stream`) and hanging answers (`mock-hang`) abandoned
+    /// before their end: the proxy hung up on the provider.
     pub abandoned: Arc<AtomicUsize>,
 }
 
@@ -108,7 +108,22 @@ async fn chat(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -
         return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response();
     }
     if model == "mock-hang" {
+        let mut guard = Abandoned(false, state.abandoned.clone());
         tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        guard.0 = true;
+    }
+    if model == "mock-stall" {
+        // Headers and the start of a body, then silence.
+        let start = futures_util::stream::once(async { Ok::<_, std::convert::Infallible>("{") });
+        let silence = futures_util::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            Ok("}")
+        });
+        return (
+            [("content-type", "application/json")],
+            axum::body::Body::from_stream(futures_util::StreamExt::chain(start, silence)),
+        )
+            .into_response();
     }
     if model == "mock-slow-stream" {
         return slow_stream(state.abandoned.clone());
@@ -141,16 +156,19 @@ async fn chat(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -
     ([("x-request-id", "req-mock-1")], axum::Json(answer)).into_response()
 }
 
-/// Fifty chunks, 50 ms apart; notes when the reader goes away before the end.
-fn slow_stream(abandoned: Arc<AtomicUsize>) -> Response {
-    struct Abandoned(bool, Arc<AtomicUsize>);
-    impl Drop for Abandoned {
-        fn drop(&mut self) {
-            if !self.0 {
-                self.1.fetch_add(1, Ordering::SeqCst);
-            }
+/// Counts an answer dropped before it finished (`.0` still false): the proxy hung up.
+struct Abandoned(bool, Arc<AtomicUsize>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.0 {
+            self.1.fetch_add(1, Ordering::SeqCst);
         }
     }
+}
+
+/// Fifty chunks, 50 ms apart; notes when the reader goes away before the end.
+fn slow_stream(abandoned: Arc<AtomicUsize>) -> Response {
     let guard = Abandoned(false, abandoned);
     let chunks = futures_util::stream::unfold((0, guard), |(n, mut guard)| async move {
         if n == 50 {
