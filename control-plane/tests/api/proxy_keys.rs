@@ -193,9 +193,53 @@ db_test!(
             )
             .await;
         }
+        // Bad input of every other kind, each a 4xx that creates nothing.
+        let good_ref = format!("warden/managed/{}/anthropic", tenant.id);
+        for (body, field) in [
+            (
+                json!({ "provider": "azure", "label": "x", "secret_ref": good_ref }),
+                "provider",
+            ),
+            (
+                json!({ "provider": "anthropic", "label": "", "secret_ref": good_ref }),
+                "label",
+            ),
+            (
+                json!({ "provider": "anthropic", "label": "x" }),
+                "secret_ref",
+            ),
+            (
+                json!({ "provider": "anthropic", "label": "x", "secret_ref": "" }),
+                "secret_ref",
+            ),
+            (
+                json!({ "provider": "anthropic", "label": "x", "secret_ref": good_ref,
+                     "value": "sk-leak" }),
+                "value",
+            ),
+        ] {
+            let refused = expect_error(
+                app.post("/managed-keys", key, body.clone()).await,
+                422,
+                "validation_failed",
+            )
+            .await;
+            assert_eq!(refused["error"]["details"]["field"], json!(field), "{body}");
+        }
+        let malformed = app
+            .request(reqwest::Method::POST, "/managed-keys", Some(key))
+            .header("content-type", "application/json")
+            .body("{\"provider\": ")
+            .send()
+            .await
+            .unwrap();
+        expect_error(malformed, 400, "malformed_json").await;
         let listed = expect_status(app.get("/managed-keys", key).await, 200).await;
         assert_eq!(listed["meta"]["total"], json!(1));
         assert!(!listed.to_string().contains("openai-prod"));
+        // Another tenant lists none of them.
+        let theirs = expect_status(app.get("/managed-keys", &other.admin_key).await, 200).await;
+        assert_eq!(theirs["meta"]["total"], json!(0));
         let id = created["data"]["id"].as_str().unwrap();
         expect_error(
             app.delete(&format!("/managed-keys/{id}"), &other.admin_key)
