@@ -222,17 +222,15 @@ pub async fn forward(
 /// up before the provider answered; nginx's convention.
 const CLIENT_CLOSED: u16 = 499;
 
-/// How long a request waits on its provider before the proxy starts watching its
-/// client's connection. Watching is a read on the client's socket, a system call that
-/// answers arriving sooner (a cached or tiny completion) would pay for nothing, while an
-/// answer worth cancelling takes far longer than this to generate.
-const CLIENT_WATCH_AFTER: Duration = Duration::from_millis(20);
-
 /// Completes when the client closes its connection (or sends bytes where none may come)
 /// after its request body; pending while it waits. pingora's own proxy watches the same
-/// way (`read_body_or_idle`) while it waits on an upstream.
+/// way (`read_body_or_idle`) while it waits on an upstream. The watch costs no system
+/// call while the client is quiet: the read finds the socket not ready (its last read
+/// drained it) and only registers for a wake-up (strace under load: 2.00 `recvfrom` a
+/// request with and without it). Starting it after a delay instead cost a timer, whose
+/// registration woke the event loop's driver through an eventfd `write` on 5 to 14 %
+/// of requests.
 async fn client_gone(session: &mut Session) {
-    tokio::time::sleep(CLIENT_WATCH_AFTER).await;
     if let Err(error) = session.read_body_or_idle(true).await {
         tracing::debug!(%error, "client went away while its provider was answering");
     }
