@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{eventually, simple_chat, MockProvider, TestProxy};
-use crate::helpers::expect_status;
+use crate::helpers::{expect_status, TestApp};
 
 db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     let provider = MockProvider::start().await;
@@ -50,6 +50,20 @@ db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     assert_eq!(body["error"]["code"], json!("upstream_unreachable"));
 });
 
+/// Waits until `provider` saw one answer abandoned and the ledger holds that one request;
+/// the tenant's cost summary then.
+async fn abandoned_and_recorded(provider: &MockProvider, app: &TestApp, admin: &str) -> Value {
+    eventually(Duration::from_secs(5), || async {
+        (provider.abandoned.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        let body = expect_status(app.get("/cost/summary", admin).await, 200).await;
+        (body["data"]["total_requests"] == json!(1)).then_some(body)
+    })
+    .await
+}
+
 db_test!(
     a_client_hanging_up_cancels_the_provider_and_is_still_accounted,
     |app| {
@@ -73,16 +87,8 @@ db_test!(
             read += chunk.windows(6).filter(|w| w == b"token ").count();
         }
         drop(response);
-        eventually(Duration::from_secs(5), || async {
-            (provider.abandoned.load(Ordering::SeqCst) == 1).then_some(())
-        })
-        .await;
         // The cut-short request is recorded with estimated tokens.
-        let summary = eventually(Duration::from_secs(10), || async {
-            let body = expect_status(app.get("/cost/summary", &tenant.admin_key).await, 200).await;
-            (body["data"]["total_requests"] == json!(1)).then_some(body)
-        })
-        .await;
+        let summary = abandoned_and_recorded(&provider, &app, &tenant.admin_key).await;
         assert!(summary["data"]["total_input_tokens"].as_i64().unwrap() > 0);
         assert!(summary["data"]["total_output_tokens"].as_i64().unwrap() > 0);
     }
@@ -106,17 +112,9 @@ db_test!(
             .send()
             .await;
         assert!(gave_up.is_err_and(|e| e.is_timeout()));
-        // The proxy notices, and hangs up on the provider well before its timeout.
-        eventually(Duration::from_secs(5), || async {
-            (provider.abandoned.load(Ordering::SeqCst) == 1).then_some(())
-        })
-        .await;
-        // The request is not free: its input is estimated from its size, with no output.
-        let summary = eventually(Duration::from_secs(10), || async {
-            let body = expect_status(app.get("/cost/summary", &tenant.admin_key).await, 200).await;
-            (body["data"]["total_requests"] == json!(1)).then_some(body)
-        })
-        .await;
+        // The proxy notices, and hangs up on the provider well before its timeout. The
+        // request is not free: its input is estimated from its size, with no output.
+        let summary = abandoned_and_recorded(&provider, &app, &tenant.admin_key).await;
         assert!(summary["data"]["total_input_tokens"].as_i64().unwrap() > 0);
         assert_eq!(summary["data"]["total_output_tokens"], json!(0));
         // The proxy's own connection to the provider stays usable for the next request.

@@ -42,14 +42,7 @@ async fn attempt(proxy: &TestProxy, key: &str) -> (u16, Option<u64>, Value) {
 async fn another_key(app: &TestApp, proxy: &TestProxy, admin: &str, body: Value) -> String {
     let created = expect_status(app.post("/proxy-keys", admin, body).await, 201).await;
     let raw = created["data"]["raw_key"].as_str().unwrap().to_owned();
-    super::eventually(Duration::from_secs(3), || {
-        let request = proxy
-            .client
-            .get(format!("{}/v1/models", proxy.base))
-            .bearer_auth(&raw);
-        async move { (request.send().await.unwrap().status() == 200).then_some(()) }
-    })
-    .await;
+    proxy.until_known(&raw).await;
     raw
 }
 

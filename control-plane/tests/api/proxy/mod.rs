@@ -138,15 +138,20 @@ impl TestProxy {
         )
         .await;
         let raw = created["data"]["raw_key"].as_str().unwrap().to_owned();
+        self.until_known(&raw).await;
+        (tenant, raw, created["data"].clone())
+    }
+
+    /// Waits until this proxy knows the key `raw` (keys arrive within a second).
+    pub async fn until_known(&self, raw: &str) {
         eventually(Duration::from_secs(3), || {
             let request = self
                 .client
                 .get(format!("{}/v1/models", self.base))
-                .bearer_auth(&raw);
+                .bearer_auth(raw);
             async move { (request.send().await.unwrap().status() == 200).then_some(()) }
         })
         .await;
-        (tenant, raw, created["data"].clone())
     }
 }
 

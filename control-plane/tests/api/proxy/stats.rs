@@ -108,21 +108,18 @@ db_test!(
     }
 );
 
-/// The models and owners `GET /v1/models` lists for `key` (none while the proxy does not
-/// know the key yet).
+/// The models and owners `GET /v1/models` lists for `key`.
 async fn listed(proxy: &TestProxy, key: &str) -> Vec<(String, String)> {
-    let response = proxy
+    let list: Value = proxy
         .client
         .get(format!("{}/v1/models", proxy.base))
         .bearer_auth(key)
         .send()
         .await
+        .unwrap()
+        .json()
+        .await
         .unwrap();
-    if response.status() != 200 {
-        // Not yet known to the proxy.
-        return Vec::new();
-    }
-    let list: Value = response.json().await.unwrap();
     assert_eq!(list["object"], json!("list"));
     list["data"]
         .as_array()
@@ -167,14 +164,10 @@ db_test!(the_model_list_holds_only_what_the_key_may_use, |app| {
         201,
     )
     .await;
-    let two_models = created["data"]["raw_key"].as_str().unwrap().to_owned();
-    let models = eventually(Duration::from_secs(3), || async {
-        let models = listed(&proxy, &two_models).await;
-        (!models.is_empty()).then_some(models)
-    })
-    .await;
+    let two_models = created["data"]["raw_key"].as_str().unwrap();
+    proxy.until_known(two_models).await;
     assert_eq!(
-        models,
+        listed(&proxy, two_models).await,
         vec![
             ("claude-sonnet-4-5".to_owned(), "anthropic".to_owned()),
             ("gpt-4o-mini".to_owned(), "openai".to_owned()),
