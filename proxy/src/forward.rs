@@ -18,7 +18,7 @@ use crate::budget::{self, Admission, BudgetRule, BudgetWarning, RuleSource};
 use crate::flush::now_ms;
 use crate::metrics::{model_label, status_class};
 use crate::policy_gate;
-use crate::refusal::Refusal;
+use crate::refusal::{Refusal, Refused, RouteLabels};
 use crate::relay::{relay_stream, relay_whole, Relayed};
 use crate::request_body::{rewrite, Peek};
 use crate::service::ProxyService;
@@ -54,7 +54,7 @@ pub async fn forward(
     session: &mut Session,
     view: KeyView,
     endpoint: Endpoint,
-) -> Result<(), Refusal> {
+) -> Result<(), Refused> {
     let started = Instant::now();
     admission::check_key(&view, now_ms())?;
     ensure_json(session)?;
@@ -70,6 +70,60 @@ pub async fn forward(
         .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?
         .to_owned();
     let admitted = admission::admit(&view, &model)?;
+    // From here on the provider and model are known: refusals are counted under them.
+    let labels = RouteLabels {
+        provider: admitted.route.provider,
+        model: model_label(admitted.price),
+    };
+    let ready = Ready {
+        view,
+        endpoint,
+        body: &body,
+        peek,
+        model,
+        admitted,
+        started,
+        work,
+    };
+    send_admitted(service, session, ready)
+        .await
+        .map_err(|refusal| Refused {
+            refusal,
+            labels: Some(labels),
+        })
+}
+
+/// An admitted request, its body read: what `send_admitted` checks and sends.
+struct Ready<'a> {
+    view: KeyView,
+    endpoint: Endpoint,
+    body: &'a Bytes,
+    peek: Peek<'a>,
+    /// The model as the client named it.
+    model: String,
+    admitted: admission::Admitted,
+    started: Instant,
+    /// When the proxy's own work on the request began (after reading the body).
+    work: Instant,
+}
+
+/// Checks an admitted request against the policies, its key's rate limit and the
+/// budgets, sends it, relays the answer and records its usage.
+async fn send_admitted(
+    service: &ProxyService,
+    session: &mut Session,
+    ready: Ready<'_>,
+) -> Result<(), Refusal> {
+    let Ready {
+        view,
+        endpoint,
+        body,
+        peek,
+        model,
+        admitted,
+        started,
+        work,
+    } = ready;
     let provider = admitted.route.provider;
     let estimate = budget::estimate_micros(
         admitted.price,
@@ -103,7 +157,7 @@ pub async fn forward(
         peek.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
     let inject_usage = streaming && !client_wants_usage;
     let upstream_body = if inject_usage || admitted.route.upstream_model != model {
-        rewrite(&body, &admitted.route.upstream_model, inject_usage)?
+        rewrite(body, &admitted.route.upstream_model, inject_usage)?
     } else {
         body.clone()
     };

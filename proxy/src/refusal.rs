@@ -241,6 +241,31 @@ impl Refusal {
     }
 }
 
+/// A refusal, and the provider and model of the request when the proxy knew them (it
+/// was admitted), for the metrics.
+#[derive(Debug)]
+pub struct Refused {
+    pub refusal: Refusal,
+    pub labels: Option<RouteLabels>,
+}
+
+/// The `provider` and `model` labels of a request's metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteLabels {
+    pub provider: Provider,
+    /// `crate::metrics::model_label`: the price table's model family, or `other`.
+    pub model: &'static str,
+}
+
+impl From<Refusal> for Refused {
+    fn from(refusal: Refusal) -> Refused {
+        Refused {
+            refusal,
+            labels: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

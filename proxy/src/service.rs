@@ -18,7 +18,7 @@ use crate::admission;
 use crate::flush::now_ms;
 use crate::forward::{self, Endpoint};
 use crate::metrics::ProxyMetrics;
-use crate::refusal::Refusal;
+use crate::refusal::{Refusal, Refused};
 use crate::state::{EnforcementState, KeyView};
 use crate::upstream::Upstreams;
 use crate::usage::sink::UsageSink;
@@ -44,12 +44,15 @@ impl ProxyHttp for ProxyService {
 
     /// Answers the request completely; `Ok(true)` tells pingora that the response is sent.
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> pingora::Result<bool> {
-        if let Err(refusal) = self.route(session).await {
+        if let Err(Refused { refusal, labels }) = self.route(session).await {
+            let (provider, model) = labels.map_or(("none", "none"), |labels| {
+                (labels.provider.as_str(), labels.model)
+            });
             self.metrics
                 .requests
                 .with_label_values(&[
-                    "none",
-                    "none",
+                    provider,
+                    model,
                     crate::metrics::status_class(refusal.status()),
                     refusal.code(),
                 ])
@@ -70,7 +73,7 @@ impl ProxyHttp for ProxyService {
 }
 
 impl ProxyService {
-    async fn route(&self, session: &mut Session) -> Result<(), Refusal> {
+    async fn route(&self, session: &mut Session) -> Result<(), Refused> {
         let method = session.req_header().method.as_str().to_owned();
         let path = session.req_header().uri.path().to_owned();
         match (method.as_str(), path.as_str()) {
@@ -115,8 +118,8 @@ impl ProxyService {
             (
                 _,
                 "/v1/chat/completions" | "/v1/embeddings" | "/v1/models" | "/healthz" | "/metrics",
-            ) => Err(Refusal::MethodNotAllowed),
-            _ => Err(Refusal::NotFound),
+            ) => Err(Refusal::MethodNotAllowed.into()),
+            _ => Err(Refusal::NotFound.into()),
         }
     }
 

@@ -7,6 +7,7 @@ use openmetrics_parser::{MetricNumber, PrometheusValue};
 use serde_json::json;
 
 use super::{eventually, simple_chat, MockProvider, TestProxy};
+use crate::helpers::expect_status;
 
 fn number(value: &MetricNumber) -> f64 {
     match value {
@@ -20,9 +21,31 @@ db_test!(
     |app| {
         let provider = MockProvider::start().await;
         let proxy = TestProxy::start(&app, &provider).await;
-        let (_, raw_key, _) = proxy
+        let (tenant, raw_key, created) = proxy
             .tenant_with_key(&app, json!({ "developer_label": "metrics" }))
             .await;
+        // A key that wants the tenant's managed key, which the tenant has not stored: its
+        // request is admitted (provider and model known), then refused.
+        let managed = expect_status(
+            app.post(
+                "/proxy-keys",
+                &tenant.admin_key,
+                json!({ "developer_label": "managed", "use_managed_key": true,
+                        "agent_id": created["agent_id"] }),
+            )
+            .await,
+            201,
+        )
+        .await;
+        let managed = managed["data"]["raw_key"].as_str().unwrap();
+        proxy.until_known(managed).await;
+        assert_eq!(
+            proxy
+                .chat(managed, simple_chat("claude-haiku-4-5"))
+                .await
+                .status(),
+            403
+        );
         for model in [
             "gpt-4o-mini",
             "gpt-4o-mini-2024-07-18",
@@ -56,6 +79,7 @@ db_test!(
         let exposition = openmetrics_parser::prometheus::parse_prometheus(&text).unwrap();
         let requests = &exposition.families["warden_proxy_requests_total"];
         let mut counted: HashMap<(String, String, String), f64> = HashMap::new();
+        let mut providers: HashMap<String, String> = HashMap::new();
         for sample in requests.iter_samples() {
             let labels: HashMap<String, String> = sample
                 .get_labelset()
@@ -63,6 +87,7 @@ db_test!(
                 .iter()
                 .map(|(name, value)| (name.clone(), value.clone()))
                 .collect();
+            providers.insert(labels["decision"].clone(), labels["provider"].clone());
             if let PrometheusValue::Counter(counter) = &sample.value {
                 counted.insert(
                     (
@@ -83,12 +108,24 @@ db_test!(
             counted[&("other".into(), "2xx".into(), "forwarded".into())],
             1.0
         );
-        // (Waiting for the key to reach the proxy made some refused requests too.)
+        // (Waiting for the key to reach the proxy made some refused requests too.) Refused
+        // before the model was read, a request has no provider or model; after, it has.
         assert!(counted[&("none".into(), "4xx".into(), "invalid_api_key".into())] >= 1.0);
+        assert_eq!(providers["invalid_api_key"], "none");
+        assert_eq!(
+            counted[&(
+                "claude-haiku-4-5".into(),
+                "4xx".into(),
+                "managed_key_missing".into()
+            )],
+            1.0
+        );
+        assert_eq!(providers["managed_key_missing"], "anthropic");
         for family in [
             "warden_proxy_request_duration_seconds",
             "warden_proxy_overhead_seconds",
             "warden_proxy_tokens_total",
+            "warden_proxy_cost_microdollars_total",
             "warden_proxy_snapshot_version",
             "warden_proxy_snapshot_age_seconds",
             "warden_proxy_usage_buffer_depth",
