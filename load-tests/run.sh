@@ -130,10 +130,12 @@ printf '%-28s %12s %10s %10s %9s\n' "target" "requests/s" "p50 ms" "p99 ms" "non
 declare -A WARDEN_RPS
 for stream in 0 1; do
   label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
-  read -r d_rps d_p50 d_p99 _ d_bad < <(run direct "http://$MOCK/v1/chat/completions" "$stream")
-  read -r n_rps n_p50 n_p99 _ n_bad < <(run nginx "http://$NGINX/v1/chat/completions" "$stream")
+  # Every target gets the very same requests, the rotating proxy keys included (the
+  # mock ignores them), so wrk's own work per request is the same in every row.
+  read -r d_rps d_p50 d_p99 _ d_bad < <(run direct "http://$MOCK/v1/chat/completions" "$stream" "$WORK/keys.txt")
+  read -r n_rps n_p50 n_p99 _ n_bad < <(run nginx "http://$NGINX/v1/chat/completions" "$stream" "$WORK/keys.txt")
   bare_before=$(cpu_ticks "$BARE_PID")
-  read -r b_rps b_p50 b_p99 b_total b_bad < <(run bare "http://$BARE/v1/chat/completions" "$stream")
+  read -r b_rps b_p50 b_p99 b_total b_bad < <(run bare "http://$BARE/v1/chat/completions" "$stream" "$WORK/keys.txt")
   bare_after=$(cpu_ticks "$BARE_PID")
   before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
   read -r w_rps w_p50 w_p99 w_total w_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
