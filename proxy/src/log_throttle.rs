@@ -1,6 +1,7 @@
 //! One log line per interval for an event that can repeat thousands of times a second
-//! (a full usage queue, a failing `accept`, an unresolvable provider): a line for each
-//! would flood the log and spend the CPU an overloaded proxy is short of. The line that
+//! (a full usage queue, a failing `accept`, an unresolvable provider, a provider breaking
+//! off its streams): a line for each would flood the log and spend the CPU an overloaded
+//! proxy is short of. The line that
 //! gets through says how many times the event happened since the last one; metrics
 //! count every occurrence where it matters.
 

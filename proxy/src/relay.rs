@@ -12,6 +12,7 @@ use pingora::proxy::Session;
 use warden_shared::registry::Provider;
 
 use crate::buffered_io::{BufferedIo, Cork};
+use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::refusal::Refusal;
 use crate::service::respond;
 use crate::upstream::{refusal_of, Exchange};
@@ -93,7 +94,11 @@ pub async fn relay_stream(
             }
             Ok(None) => break true,
             Err(error) => {
-                tracing::warn!(%error, "provider stream broke off");
+                // A provider in trouble breaks every stream at once: a line per 10 s.
+                static BROKEN: LogThrottle = LogThrottle::new(LOG_INTERVAL);
+                if let Some(times) = BROKEN.hit() {
+                    tracing::warn!(%error, times, "provider stream broke off");
+                }
                 break false;
             }
         }
