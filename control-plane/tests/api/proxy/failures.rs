@@ -48,6 +48,27 @@ db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     assert_eq!(response.status().as_u16(), 502);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], json!("upstream_unreachable"));
+
+    // A provider whose host does not complete the handshake: a listener with a backlog
+    // of 0 and one connection waiting in it, so the kernel drops the next SYN.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = socket.listen(0).unwrap();
+    let address = full.local_addr().unwrap();
+    let _waiting = std::net::TcpStream::connect(address).unwrap();
+    let silent = MockProvider {
+        base: format!("http://{address}/v1"),
+        received: Default::default(),
+        abandoned: Default::default(),
+    };
+    let proxy =
+        TestProxy::start_with(&app, &silent, |config| config.connect_timeout_ms = 300).await;
+    let started = Instant::now();
+    let response = proxy.chat(&raw_key, simple_chat("gpt-4o-mini")).await;
+    assert_eq!(response.status().as_u16(), 504);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], json!("upstream_timeout"));
+    assert!(started.elapsed() < Duration::from_secs(5));
 });
 
 /// Waits until `provider` saw one answer abandoned and the ledger holds that one request;
