@@ -67,9 +67,8 @@ pub async fn forward(
         .model
         .as_deref()
         .filter(|m| !m.is_empty())
-        .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?
-        .to_owned();
-    let admitted = admission::admit(&view, &model)?;
+        .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?;
+    let admitted = admission::admit(&view, model)?;
     // From here on the provider and model are known: refusals are counted under them.
     let labels = RouteLabels {
         provider: admitted.route.provider,
@@ -80,7 +79,6 @@ pub async fn forward(
         endpoint,
         body: &body,
         peek,
-        model,
         admitted,
         started,
         work,
@@ -99,8 +97,6 @@ struct Ready<'a> {
     endpoint: Endpoint,
     body: &'a Bytes,
     peek: Peek<'a>,
-    /// The model as the client named it.
-    model: String,
     admitted: admission::Admitted,
     started: Instant,
     /// When the proxy's own work on the request began (after reading the body).
@@ -119,7 +115,6 @@ async fn send_admitted(
         endpoint,
         body,
         peek,
-        model,
         admitted,
         started,
         work,
@@ -139,24 +134,23 @@ async fn send_admitted(
         estimate,
         now,
     )?;
-    let key_rate = service
+    if let Some(counted) = service
         .rates
         .count_key_request(&view.key, now)
-        .inspect_err(|_| policies.give_back())?;
+        .inspect_err(|_| policies.give_back())?
+    {
+        policies.counted_also(counted);
+    }
     let budget_rules = std::mem::take(&mut policies.budget_rules);
-    let admission =
-        reserve_budget(service, &view, budget_rules, estimate, now).inspect_err(|_| {
-            policies.give_back();
-            if let Some(counted) = &key_rate {
-                counted.give_back();
-            }
-        })?;
+    let admission = reserve_budget(service, &view, budget_rules, estimate, now)
+        .inspect_err(|_| policies.give_back())?;
     let warning = budget_warning_header(&admission.warnings);
     let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
     let client_wants_usage =
         peek.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
     let inject_usage = streaming && !client_wants_usage;
-    let upstream_body = if inject_usage || admitted.route.upstream_model != model {
+    let upstream_body = if inject_usage || admitted.route.upstream_model != admitted.requested_model
+    {
         rewrite(body, &admitted.route.upstream_model, inject_usage)?
     } else {
         body.clone()
@@ -235,9 +229,6 @@ async fn send_admitted(
     });
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(tokens.input + tokens.output);
-    if let Some(counted) = &key_rate {
-        counted.add_tokens(tokens.input + tokens.output);
-    }
     let price = admitted.price;
     // The record carries the policies' decision too: one row and one post fewer.
     let recorded_at = now_ms();

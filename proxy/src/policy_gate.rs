@@ -27,8 +27,9 @@ use crate::usage::RecordEvaluation;
 
 /// What an admitted request owes the policies: the budgets of the `budget_limit`
 /// policies it passed, which `crate::budget` must hold it to atomically (the evaluator
-/// only read the spend), when it ends, its tokens to the rate windows that counted it,
-/// and the report of its decision.
+/// only read the spend), when it ends, its tokens to the rate windows that counted it
+/// (the policies' and its key's own, [`PolicyPass::counted_also`]), and the report of
+/// its decision.
 #[derive(Debug, Default)]
 pub struct PolicyPass {
     pub budget_rules: Vec<BudgetRule>,
@@ -43,14 +44,20 @@ impl PolicyPass {
         Some(self.decision.as_mut()?.parts.take()?.evaluation)
     }
 
+    /// A window that counted the request besides the policies' (its key's own limit):
+    /// it gets its tokens and its give-back with theirs.
+    pub fn counted_also(&mut self, counted: Counted) {
+        self.counted.push(counted);
+    }
+
     pub fn add_tokens(&self, tokens: i64) {
         for counted in &self.counted {
             counted.add_tokens(tokens);
         }
     }
 
-    /// The request was refused after the policies let it through (a budget had no room
-    /// for it): the rate windows give back the request they counted.
+    /// The request was refused after the policies let it through (its key's rate limit or
+    /// a budget had no room for it): the rate windows give back the request they counted.
     pub fn give_back(&self) {
         for counted in &self.counted {
             counted.give_back();

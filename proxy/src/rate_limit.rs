@@ -15,6 +15,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use warden_shared::policy::minute_limit_reached;
 use warden_shared::snapshot::ProxyKeyState;
 
 use crate::maps::FastMap;
@@ -127,15 +128,10 @@ impl RateWindows {
         if key.requests_per_minute.is_none() && key.tokens_per_minute.is_none() {
             return Ok(None);
         }
-        let ((requests, tokens), counted) = self.count_request(Limiter::Key, &key.id, now_ms);
-        let reason = if key
-            .requests_per_minute
-            .is_some_and(|limit| requests >= limit)
-        {
-            "requests per minute limit reached"
-        } else if key.tokens_per_minute.is_some_and(|limit| tokens >= limit) {
-            "tokens per minute limit reached"
-        } else {
+        let (counts, counted) = self.count_request(Limiter::Key, &key.id, now_ms);
+        let Some(reason) =
+            minute_limit_reached(counts, key.requests_per_minute, key.tokens_per_minute)
+        else {
             return Ok(Some(counted));
         };
         counted.give_back();

@@ -36,8 +36,8 @@ pub enum Refusal {
         policy_id: i64,
         reason: String,
     },
-    /// A `rate_limit` policy's window is full until the next minute.
-    /// A `rate_limit` policy (`policy_id`), or the key's own `rate_limit_override` (`None`).
+    /// A rate window is full until the next minute: a `rate_limit` policy's
+    /// (`policy_id`), or the key's own `rate_limit_override`'s (`None`).
     RateLimited {
         policy_id: Option<i64>,
         reason: String,

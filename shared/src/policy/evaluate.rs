@@ -128,13 +128,10 @@ fn check(
             tokens_per_minute,
             per,
         } => {
-            let (requests, tokens) = counters.minute_counts(policy.id, *per);
-            if requests_per_minute.is_some_and(|limit| requests >= limit) {
-                fail("requests per minute limit reached")
-            } else if tokens_per_minute.is_some_and(|limit| tokens >= limit) {
-                fail("tokens per minute limit reached")
-            } else {
-                (Outcome::Pass, None)
+            let counts = counters.minute_counts(policy.id, *per);
+            match minute_limit_reached(counts, *requests_per_minute, *tokens_per_minute) {
+                Some(reason) => fail(reason),
+                None => (Outcome::Pass, None),
             }
         }
         PolicyConfig::RequireHumanReview(matcher) => {
@@ -151,6 +148,23 @@ fn check(
                 )
             }
         }
+    }
+}
+
+/// Why a request may not start in a minute whose earlier requests counted `(requests,
+/// tokens)`, under these per-minute limits; `None` when it may. The one rule of rate
+/// limits, for `rate_limit` policies and proxy keys' own limits alike.
+pub fn minute_limit_reached(
+    (requests, tokens): (i64, i64),
+    requests_per_minute: Option<i64>,
+    tokens_per_minute: Option<i64>,
+) -> Option<&'static str> {
+    if requests_per_minute.is_some_and(|limit| requests >= limit) {
+        Some("requests per minute limit reached")
+    } else if tokens_per_minute.is_some_and(|limit| tokens >= limit) {
+        Some("tokens per minute limit reached")
+    } else {
+        None
     }
 }
 

@@ -50,7 +50,8 @@ mod evaluate;
 
 pub use config::{check_scope, ConfigError, MAX_MODELS, MAX_MONTHLY_LIMIT_USD};
 pub use evaluate::{
-    budget_scope, evaluate, model_matches, rate_bucket, rate_bucket_id, sort_for_evaluation,
+    budget_scope, evaluate, minute_limit_reached, model_matches, rate_bucket, rate_bucket_id,
+    sort_for_evaluation,
 };
 
 /// The six kinds of policy.
