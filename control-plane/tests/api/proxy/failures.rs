@@ -20,34 +20,18 @@ db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     let (_, raw_key, _) = proxy
         .tenant_with_key(&app, json!({ "developer_label": "timeouts" }))
         .await;
-    let started = Instant::now();
-    let response = proxy.chat(&raw_key, simple_chat("mock-hang")).await;
-    assert_eq!(response.status().as_u16(), 504);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["error"]["code"], json!("upstream_timeout"));
-    assert!(started.elapsed() < Duration::from_secs(5));
-
+    let took = expect_refusal(&proxy, &raw_key, "mock-hang", 504, "upstream_timeout").await;
+    assert!(took < Duration::from_secs(5));
     // An answer that falls silent after its headers is a timeout too.
-    let started = Instant::now();
-    let response = proxy.chat(&raw_key, simple_chat("mock-stall")).await;
-    assert_eq!(response.status().as_u16(), 504);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["error"]["code"], json!("upstream_timeout"));
-    assert!(started.elapsed() < Duration::from_secs(5));
+    let took = expect_refusal(&proxy, &raw_key, "mock-stall", 504, "upstream_timeout").await;
+    assert!(took < Duration::from_secs(5));
 
     // A provider nobody listens for.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = MockProvider {
-        base: format!("http://{}/v1", closed.local_addr().unwrap()),
-        received: Default::default(),
-        abandoned: Default::default(),
-    };
+    let dead = MockProvider::elsewhere(closed.local_addr().unwrap());
     drop(closed);
     let proxy = TestProxy::start(&app, &dead).await;
-    let response = proxy.chat(&raw_key, simple_chat("gpt-4o-mini")).await;
-    assert_eq!(response.status().as_u16(), 502);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["error"]["code"], json!("upstream_unreachable"));
+    expect_refusal(&proxy, &raw_key, "gpt-4o-mini", 502, "upstream_unreachable").await;
 
     // A provider whose host does not complete the handshake: a listener with a backlog
     // of 0 and one connection waiting in it, so the kernel drops the next SYN.
@@ -56,20 +40,28 @@ db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     let full = socket.listen(0).unwrap();
     let address = full.local_addr().unwrap();
     let _waiting = std::net::TcpStream::connect(address).unwrap();
-    let silent = MockProvider {
-        base: format!("http://{address}/v1"),
-        received: Default::default(),
-        abandoned: Default::default(),
-    };
+    let silent = MockProvider::elsewhere(address);
     let proxy =
         TestProxy::start_with(&app, &silent, |config| config.connect_timeout_ms = 300).await;
-    let started = Instant::now();
-    let response = proxy.chat(&raw_key, simple_chat("gpt-4o-mini")).await;
-    assert_eq!(response.status().as_u16(), 504);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["error"]["code"], json!("upstream_timeout"));
-    assert!(started.elapsed() < Duration::from_secs(5));
+    let took = expect_refusal(&proxy, &raw_key, "gpt-4o-mini", 504, "upstream_timeout").await;
+    assert!(took < Duration::from_secs(5));
 });
+
+/// A chat request for `model` is refused with `status` and `code`; how long that took.
+async fn expect_refusal(
+    proxy: &TestProxy,
+    key: &str,
+    model: &str,
+    status: u16,
+    code: &str,
+) -> Duration {
+    let started = Instant::now();
+    let response = proxy.chat(key, simple_chat(model)).await;
+    assert_eq!(response.status().as_u16(), status, "{model}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], json!(code), "{model}");
+    started.elapsed()
+}
 
 /// Waits until `provider` saw one answer abandoned and the ledger holds that one request;
 /// the tenant's cost summary then.
@@ -155,7 +147,7 @@ db_test!(
 async fn provider_dropping_reused_connections() -> (MockProvider, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let address = listener.local_addr().unwrap();
     let requests = Arc::new(AtomicUsize::new(0));
     let counted = requests.clone();
     tokio::spawn(async move {
@@ -205,12 +197,7 @@ async fn provider_dropping_reused_connections() -> (MockProvider, Arc<AtomicUsiz
             });
         }
     });
-    let provider = MockProvider {
-        base,
-        received: Default::default(),
-        abandoned: Default::default(),
-    };
-    (provider, requests)
+    (MockProvider::elsewhere(address), requests)
 }
 
 db_test!(

@@ -66,6 +66,16 @@ impl MockProvider {
         }
     }
 
+    /// A provider at `address` that this mock does not serve (nobody, or a test's own
+    /// server): nothing is recorded.
+    pub fn elsewhere(address: impl std::fmt::Display) -> MockProvider {
+        MockProvider {
+            base: format!("http://{address}/v1"),
+            received: Arc::default(),
+            abandoned: Arc::default(),
+        }
+    }
+
     pub fn requests(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
     }
