@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 
 use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
 use super::{simple_chat, MockProvider, TestProxy};
-use crate::helpers::{expect_status, TestApp};
 
 /// Waits out the last seconds of a UTC minute, so the requests that follow share one
 /// window and the counts they are checked against are exact.
@@ -38,14 +37,6 @@ async fn attempt(proxy: &TestProxy, key: &str) -> (u16, Option<u64>, Value) {
     )
 }
 
-/// A second key of `app`'s tenant with `admin`, known to the proxy.
-async fn another_key(app: &TestApp, proxy: &TestProxy, admin: &str, body: Value) -> String {
-    let created = expect_status(app.post("/proxy-keys", admin, body).await, 201).await;
-    let raw = created["data"]["raw_key"].as_str().unwrap().to_owned();
-    proxy.until_known(&raw).await;
-    raw
-}
-
 db_test!(
     a_keys_rate_limit_override_is_enforced_per_key_and_minute,
     |app| {
@@ -61,22 +52,23 @@ db_test!(
         let admin = tenant.admin_key.clone();
         let agent = created["agent_id"].as_str().unwrap().to_owned();
         // Same agent, no limits of its own.
-        let free = another_key(
-            &app,
-            &proxy,
-            &admin,
-            json!({ "developer_label": "free", "agent_id": agent }),
-        )
-        .await;
+        let (free, _) = proxy
+            .new_key(
+                &app,
+                &admin,
+                json!({ "developer_label": "free", "agent_id": agent }),
+            )
+            .await;
         // A tokens-per-minute limit that one answer uses up.
-        let thrifty = another_key(
-            &app,
-            &proxy,
-            &admin,
-            json!({ "developer_label": "thrifty", "agent_id": agent,
-                    "rate_limit_override": { "tokens_per_minute": PROMPT_TOKENS + COMPLETION_TOKENS } }),
-        )
-        .await;
+        let tokens_per_minute = PROMPT_TOKENS + COMPLETION_TOKENS;
+        let (thrifty, _) = proxy
+            .new_key(
+                &app,
+                &admin,
+                json!({ "developer_label": "thrifty", "agent_id": agent,
+                        "rate_limit_override": { "tokens_per_minute": tokens_per_minute } }),
+            )
+            .await;
 
         start_of_a_quiet_minute().await;
         assert_eq!(attempt(&proxy, &limited).await.0, 200);

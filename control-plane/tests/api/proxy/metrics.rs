@@ -7,7 +7,6 @@ use openmetrics_parser::{MetricNumber, PrometheusValue};
 use serde_json::json;
 
 use super::{eventually, simple_chat, MockProvider, TestProxy};
-use crate::helpers::expect_status;
 
 fn number(value: &MetricNumber) -> f64 {
     match value {
@@ -26,22 +25,17 @@ db_test!(
             .await;
         // A key that wants the tenant's managed key, which the tenant has not stored: its
         // request is admitted (provider and model known), then refused.
-        let managed = expect_status(
-            app.post(
-                "/proxy-keys",
+        let (managed, _) = proxy
+            .new_key(
+                &app,
                 &tenant.admin_key,
                 json!({ "developer_label": "managed", "use_managed_key": true,
                         "agent_id": created["agent_id"] }),
             )
-            .await,
-            201,
-        )
-        .await;
-        let managed = managed["data"]["raw_key"].as_str().unwrap();
-        proxy.until_known(managed).await;
+            .await;
         assert_eq!(
             proxy
-                .chat(managed, simple_chat("claude-haiku-4-5"))
+                .chat(&managed, simple_chat("claude-haiku-4-5"))
                 .await
                 .status(),
             403

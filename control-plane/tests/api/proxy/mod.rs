@@ -132,26 +132,24 @@ impl TestProxy {
         key_body: Value,
     ) -> (TestTenant, String, Value) {
         let tenant = app.new_tenant("starter").await;
-        let created = expect_status(
-            app.post("/proxy-keys", &tenant.admin_key, key_body).await,
-            201,
-        )
-        .await;
-        let raw = created["data"]["raw_key"].as_str().unwrap().to_owned();
-        self.until_known(&raw).await;
-        (tenant, raw, created["data"].clone())
+        let (raw, created) = self.new_key(app, &tenant.admin_key, key_body).await;
+        (tenant, raw, created)
     }
 
-    /// Waits until this proxy knows the key `raw` (keys arrive within a second).
-    pub async fn until_known(&self, raw: &str) {
+    /// A proxy key created with `admin` from `body`, once this proxy knows it (keys
+    /// arrive within a second): raw key, body of the created key.
+    pub async fn new_key(&self, app: &TestApp, admin: &str, body: Value) -> (String, Value) {
+        let created = expect_status(app.post("/proxy-keys", admin, body).await, 201).await;
+        let raw = created["data"]["raw_key"].as_str().unwrap().to_owned();
         eventually(Duration::from_secs(3), || {
             let request = self
                 .client
                 .get(format!("{}/v1/models", self.base))
-                .bearer_auth(raw);
+                .bearer_auth(&raw);
             async move { (request.send().await.unwrap().status() == 200).then_some(()) }
         })
         .await;
+        (raw, created["data"].clone())
     }
 }
 

@@ -153,21 +153,16 @@ db_test!(the_model_list_holds_only_what_the_key_may_use, |app| {
     );
 
     let agent = created["agent_id"].as_str().unwrap();
-    let created = expect_status(
-        app.post(
-            "/proxy-keys",
+    let (two_models, _) = proxy
+        .new_key(
+            &app,
             &tenant.admin_key,
             json!({ "developer_label": "two models", "agent_id": agent,
                     "allowed_models": ["gpt-4o-mini", "claude-sonnet-4-5"] }),
         )
-        .await,
-        201,
-    )
-    .await;
-    let two_models = created["data"]["raw_key"].as_str().unwrap();
-    proxy.until_known(two_models).await;
+        .await;
     assert_eq!(
-        listed(&proxy, two_models).await,
+        listed(&proxy, &two_models).await,
         vec![
             ("claude-sonnet-4-5".to_owned(), "anthropic".to_owned()),
             ("gpt-4o-mini".to_owned(), "openai".to_owned()),
