@@ -11,7 +11,8 @@ use warden_shared::scopes::Scope;
 use crate::clock::Clock;
 use crate::config::Secret;
 use crate::db::{Backend, Db};
-use crate::tenancy::{self, NewTenant, Plan};
+use crate::plans::Plan;
+use crate::tenancy::{self, NewTenant};
 
 /// What bootstrap found or did.
 #[derive(Debug)]

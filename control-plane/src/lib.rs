@@ -4,9 +4,9 @@
 //! tests and benchmarks call too, so they exercise exactly what production runs.
 
 pub mod api;
-pub mod audit;
 pub mod auth;
 pub mod bootstrap;
+pub mod changes;
 pub mod clock;
 pub mod config;
 pub mod db;
@@ -14,6 +14,7 @@ pub mod error;
 pub mod ledger;
 pub mod metrics;
 pub mod periodic;
+pub mod plans;
 pub mod proxy_state;
 pub mod startup;
 pub mod state;

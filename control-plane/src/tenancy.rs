@@ -1,64 +1,16 @@
-//! Tenants, plans and the credentials that belong to them, shared by signup, platform
+//! Tenants and the credentials that belong to them, shared by signup, platform
 //! administration and bootstrap.
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
-use utoipa::ToSchema;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::keys;
 use warden_shared::scopes::Scope;
 use warden_shared::timestamp::Timestamp;
 
-use crate::audit::{self, AuditEvent};
 use crate::auth::format_scopes;
+use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::WriteTx;
-
-/// A tenant's plan. `free` is where self-service signups start, below `starter`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Plan {
-    Free,
-    Starter,
-    Professional,
-    Enterprise,
-    EnterprisePlus,
-}
-
-impl Plan {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Plan::Free => "free",
-            Plan::Starter => "starter",
-            Plan::Professional => "professional",
-            Plan::Enterprise => "enterprise",
-            Plan::EnterprisePlus => "enterprise_plus",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Plan> {
-        [
-            Plan::Free,
-            Plan::Starter,
-            Plan::Professional,
-            Plan::Enterprise,
-            Plan::EnterprisePlus,
-        ]
-        .into_iter()
-        .find(|plan| plan.as_str() == text)
-    }
-
-    /// Active agents a tenant on this plan may have unless an operator set a limit.
-    /// Starter's 25 comes from the spec; the others are Warden's choice.
-    pub const fn default_agent_limit(self) -> i64 {
-        match self {
-            Plan::Free => 3,
-            Plan::Starter => 25,
-            Plan::Professional => 100,
-            Plan::Enterprise => 1_000,
-            Plan::EnterprisePlus => 10_000,
-        }
-    }
-}
+use crate::plans::Plan;
 
 /// What is needed to create a tenant.
 #[derive(Debug)]
@@ -101,10 +53,12 @@ pub async fn insert_tenant(
     .execute(&mut **tx)
     .await?;
     crate::ledger::open_for_new_tenant(tx, &id, now).await?;
-    audit::record(
+    changes::record(
         tx,
-        &id,
-        actor,
+        Author {
+            tenant_id: &id,
+            actor: actor,
+        },
         now,
         AuditEvent {
             event_type: "tenant.created",
@@ -116,6 +70,7 @@ pub async fn insert_tenant(
                 "agent_limit": tenant.agent_limit,
             }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     Ok(id)
@@ -155,10 +110,12 @@ pub async fn insert_api_key(
     .execute(&mut **tx)
     .await?;
     let scope_names: Vec<&str> = scopes.iter().map(|scope| scope.as_str()).collect();
-    audit::record(
+    changes::record(
         tx,
-        tenant_id,
-        actor,
+        Author {
+            tenant_id: tenant_id,
+            actor: actor,
+        },
         now,
         AuditEvent {
             event_type: "api_key.created",
@@ -166,6 +123,7 @@ pub async fn insert_api_key(
             target_id: &id,
             details: json!({ "name": name, "scopes": scope_names, "key_prefix": key_prefix }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     Ok(IssuedKey {
@@ -175,10 +133,23 @@ pub async fn insert_api_key(
     })
 }
 
-/// Every table that holds tenant rows, children before parents. Deleting a tenant walks
-/// this list; a test compares it with the database catalog so a new table cannot be
-/// forgotten.
-pub const TENANT_TABLES: &[&str] = &[
+/// Every table that holds tenant rows, children before parents, each with the statement
+/// that deletes a tenant's rows from it (written by the macro from the one list of
+/// names, so no SQL text is ever built from a value and no table can be listed without
+/// its delete).
+/// Deleting a tenant walks this list; a test compares it with the database catalog so a
+/// new table cannot be forgotten.
+macro_rules! tenant_tables {
+    ($($table:literal),* $(,)?) => {
+        /// Every table with a `tenant_id`, children before parents.
+        pub const TENANT_TABLES: &[&str] = &[$($table),*];
+        /// The statement that deletes a tenant's rows, for each of `TENANT_TABLES`.
+        const TENANT_TABLE_DELETES: &[&str] =
+            &[$(concat!("DELETE FROM ", $table, " WHERE tenant_id = $1")),*];
+    };
+}
+
+tenant_tables![
     "budget_alerts",
     "budget_limits",
     "policy_decisions",
@@ -218,8 +189,8 @@ pub const PLATFORM_TABLES: &[&str] = &[
 /// Removes every row of `tenant_id`, the tenant row last. Returns false when there was
 /// no such tenant.
 pub async fn delete_tenant_rows(tx: &mut WriteTx, tenant_id: &str) -> Result<bool, sqlx::Error> {
-    for table in TENANT_TABLES {
-        sqlx::query(delete_statement(table))
+    for delete in TENANT_TABLE_DELETES {
+        sqlx::query(delete)
             .bind(tenant_id)
             .execute(&mut **tx)
             .await?;
@@ -229,34 +200,4 @@ pub async fn delete_tenant_rows(tx: &mut WriteTx, tenant_id: &str) -> Result<boo
         .execute(&mut **tx)
         .await?;
     Ok(result.rows_affected() == 1)
-}
-
-/// Static statements per table: no SQL text is ever built from a value.
-fn delete_statement(table: &str) -> &'static str {
-    match table {
-        "budget_alerts" => "DELETE FROM budget_alerts WHERE tenant_id = $1",
-        "budget_limits" => "DELETE FROM budget_limits WHERE tenant_id = $1",
-        "policy_decisions" => "DELETE FROM policy_decisions WHERE tenant_id = $1",
-        "policy_result_set_members" => "DELETE FROM policy_result_set_members WHERE tenant_id = $1",
-        "policy_result_sets" => "DELETE FROM policy_result_sets WHERE tenant_id = $1",
-        "approvals" => "DELETE FROM approvals WHERE tenant_id = $1",
-        "policies" => "DELETE FROM policies WHERE tenant_id = $1",
-        "proxy_keys" => "DELETE FROM proxy_keys WHERE tenant_id = $1",
-        "managed_keys" => "DELETE FROM managed_keys WHERE tenant_id = $1",
-        "usage_hourly" => "DELETE FROM usage_hourly WHERE tenant_id = $1",
-        "usage_daily" => "DELETE FROM usage_daily WHERE tenant_id = $1",
-        "usage_daily_open" => "DELETE FROM usage_daily_open WHERE tenant_id = $1",
-        "usage_model_hourly" => "DELETE FROM usage_model_hourly WHERE tenant_id = $1",
-        "usage_days_closed" => "DELETE FROM usage_days_closed WHERE tenant_id = $1",
-        "usage_spend_monthly" => "DELETE FROM usage_spend_monthly WHERE tenant_id = $1",
-        "usage_records" => "DELETE FROM usage_records WHERE tenant_id = $1",
-        "heartbeats" => "DELETE FROM heartbeats WHERE tenant_id = $1",
-        "audit_events" => "DELETE FROM audit_events WHERE tenant_id = $1",
-        "agents" => "DELETE FROM agents WHERE tenant_id = $1",
-        "teams" => "DELETE FROM teams WHERE tenant_id = $1",
-        "sessions" => "DELETE FROM sessions WHERE tenant_id = $1",
-        "api_keys" => "DELETE FROM api_keys WHERE tenant_id = $1",
-        "users" => "DELETE FROM users WHERE tenant_id = $1",
-        _ => "SELECT $1",
-    }
 }

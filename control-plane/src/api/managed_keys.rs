@@ -19,13 +19,12 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::api::proxy_keys::ensure_proxy_plan;
 use crate::api::validate::Text;
-use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::is_unique_violation;
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_state::outbox::{self, ChangeKind};
+use crate::plans::{self, Feature};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -81,7 +80,7 @@ async fn create_managed_key(
         created_at: now,
     };
     let mut tx = state.db.begin_write().await?;
-    ensure_proxy_plan(&mut tx, &caller.tenant_id, "managed keys").await?;
+    plans::require(&mut tx, &caller.tenant_id, Feature::Proxy, "managed keys").await?;
     let inserted = sqlx::query(
         "INSERT INTO managed_keys (id, tenant_id, provider, label, secret_ref, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -103,10 +102,9 @@ async fn create_managed_key(
         }
         other => other?,
     };
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "managed_key.created",
@@ -114,9 +112,9 @@ async fn create_managed_key(
             target_id: &key.id,
             details: json!({ "provider": key.provider, "label": key.label }),
         },
+        Proxies::Reload(ChangeKind::ManagedKey),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::ManagedKey, &key.id, now).await?;
     tx.commit().await?;
     Ok(envelope::created(key))
 }
@@ -180,10 +178,9 @@ async fn delete_managed_key(
     let Some(provider) = provider else {
         return Err(ApiError::not_found("managed_key"));
     };
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "managed_key.deleted",
@@ -191,9 +188,9 @@ async fn delete_managed_key(
             target_id: &managed_key_id,
             details: json!({ "provider": provider }),
         },
+        Proxies::Reload(ChangeKind::ManagedKey),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::ManagedKey, &managed_key_id, now).await?;
     tx.commit().await?;
     Ok(envelope::no_content())
 }

@@ -17,6 +17,7 @@ use sqlx::Row;
 use warden_shared::keys::{self, CredentialKind};
 use warden_shared::scopes::{self, Scope};
 
+use crate::changes::Author;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -34,6 +35,14 @@ pub struct Caller {
 impl Caller {
     pub fn has(&self, scope: Scope) -> bool {
         scopes::satisfies(&self.scopes, scope)
+    }
+
+    /// The caller as the author of a change in its tenant's trail.
+    pub fn author(&self) -> Author<'_> {
+        Author {
+            tenant_id: &self.tenant_id,
+            actor: &self.actor,
+        }
     }
 }
 

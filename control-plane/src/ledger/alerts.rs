@@ -10,7 +10,7 @@ use warden_shared::pricing::micros_to_usd;
 use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
 
-use crate::audit::{self, AuditEvent};
+use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::WriteTx;
 
 /// Who the audit trail names for these events.
@@ -103,10 +103,12 @@ impl Crossing<'_> {
         } else {
             "budget.block_threshold_reached"
         };
-        audit::record(
+        changes::record(
             tx,
-            self.tenant_id,
-            ACTOR,
+            Author {
+                tenant_id: self.tenant_id,
+                actor: ACTOR,
+            },
             now,
             AuditEvent {
                 event_type,
@@ -120,7 +122,9 @@ impl Crossing<'_> {
                     "threshold_pct": pct,
                 }),
             },
+            Proxies::Unaffected,
         )
         .await
+        .map(|_| ())
     }
 }

@@ -24,8 +24,9 @@ use std::collections::HashMap;
 use sqlx::Row;
 use warden_shared::timestamp::Timestamp;
 
-use super::{is_postgres, placeholders, rows_per_statement, start_of_day, DAY_MS, HOUR_MS};
+use super::{start_of_day, DAY_MS, HOUR_MS};
 use crate::clock::Clock;
+use crate::db::bulk::{for_backend, is_postgres, placeholders, rows_per_statement};
 use crate::db::{Db, WriteTx};
 
 /// How long after midnight a day stays open: usage the proxies and agents still hold
@@ -70,7 +71,7 @@ pub(super) async fn lock_marks_for_batch(
     for chunk in tenants.chunks(rows_per_statement(tx, 1)) {
         // PostgreSQL locks the rows as the sorted result emits them: in tenant order.
         let values = placeholders(tx, 1, chunk.len(), 1);
-        let sql = super::for_backend(
+        let sql = for_backend(
             tx,
             format!(
                 "SELECT tenant_id, open_from, rolled_until FROM usage_days_closed \

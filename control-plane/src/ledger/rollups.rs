@@ -19,7 +19,8 @@
 use std::collections::HashMap;
 
 use super::days::Marks;
-use super::{placeholders, rows_per_statement, Record, DAY_MS, HOUR_MS};
+use super::{Record, DAY_MS, HOUR_MS};
+use crate::db::bulk::{for_backend, placeholders, rows_per_statement};
 use crate::db::WriteTx;
 
 /// One rollup table.
@@ -129,7 +130,7 @@ pub(super) async fn add(
         let rows = rows_per_statement(tx, level.columns());
         for chunk in sums.chunks(rows) {
             let values = placeholders(tx, chunk.len(), level.columns(), 1);
-            let sql = super::for_backend(tx, level.upsert_sql(&values));
+            let sql = for_backend(tx, level.upsert_sql(&values));
             let mut query = sqlx::query(&sql);
             for ((tenant_id, bucket, agent_id, team_id, provider, model, source), sum) in chunk {
                 query = query.bind(*tenant_id).bind(*bucket);

@@ -21,7 +21,8 @@ use warden_shared::budget::{agent_scope, key_scope, team_scope, TENANT_SCOPE};
 use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
 
-use super::{alerts, days, placeholders, rows_per_statement, Record, DAY_MS};
+use super::{alerts, days, Record, DAY_MS};
+use crate::db::bulk::{for_backend, placeholders, rows_per_statement};
 use crate::db::WriteTx;
 
 /// Bound values per row: tenant, scope, month, requests, cost, updated_at.
@@ -94,7 +95,7 @@ pub(super) async fn add(
     let mut totals = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(rows_per_statement(tx, COLUMNS)) {
         let values = placeholders(tx, chunk.len(), COLUMNS, 1);
-        let sql = super::for_backend(
+        let sql = for_backend(
             tx,
             format!(
                 "INSERT INTO usage_spend_monthly (tenant_id, scope, month, requests, cost_micros, \
@@ -149,7 +150,7 @@ async fn keys_with_budget<'r>(
     let mut with_budget = HashSet::new();
     for chunk in keys.chunks(rows_per_statement(tx, 2)) {
         let values = placeholders(tx, chunk.len(), 2, 1);
-        let sql = super::for_backend(
+        let sql = for_backend(
             tx,
             format!(
                 "SELECT tenant_id, api_key_id FROM proxy_keys \

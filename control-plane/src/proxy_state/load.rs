@@ -12,7 +12,7 @@ use warden_shared::snapshot::{
     PolicyState, ProxyKeyState, ScopeSpend, Snapshot, TenantState,
 };
 
-use super::outbox::ChangeKind;
+use crate::changes::ChangeKind;
 use crate::db::json_column;
 
 /// The most changes one delta carries; a proxy further behind gets several deltas.

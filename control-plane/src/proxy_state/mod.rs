@@ -10,7 +10,6 @@
 //! snapshot instead.
 
 pub mod load;
-pub mod outbox;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -20,12 +20,12 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::{Email, Text};
-use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_state::outbox::{self, ChangeKind};
+use crate::plans::Plan;
 use crate::state::AppState;
-use crate::tenancy::{self, NewTenant, Plan};
+use crate::tenancy::{self, NewTenant};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -184,18 +184,12 @@ async fn create_tenant(
         None,
     )
     .await?;
-    audit::record(
-        &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
-        now,
-        AuditEvent {
+    changes::record(&mut tx, caller.author(), now, AuditEvent {
             event_type: "tenant.created",
             target_type: "tenant",
             target_id: &tenant_id,
             details: json!({ "company_name": input.company_name.as_str(), "plan": input.plan.as_str() }),
-        },
-    )
+        }, Proxies::Unaffected)
     .await?;
     let tenant = fetch_tenant(&mut tx, &tenant_id, crate::api::cost::month_start(now))
         .await?
@@ -260,11 +254,9 @@ async fn delete_tenant(
         return Err(ApiError::not_found("tenant"));
     }
     // Proxies drop everything of the tenant (its keys above all) from their snapshots.
-    outbox::record(&mut tx, ChangeKind::Tenant, &tenant_id, state.clock.now()).await?;
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         state.clock.now(),
         AuditEvent {
             event_type: "tenant.deleted",
@@ -272,6 +264,7 @@ async fn delete_tenant(
             target_id: &tenant_id,
             details: json!({ "company_name": company_name }),
         },
+        Proxies::Reload(ChangeKind::Tenant),
     )
     .await?;
     tx.commit().await?;

@@ -19,10 +19,9 @@ use super::Agent;
 use crate::api::envelope::{self, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery, OptionalJson};
 use crate::api::validate::Text;
-use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized, Caller};
+use crate::changes::{self, AuditEvent, Author, ChangeKind, Proxies};
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -161,10 +160,12 @@ async fn set_flag(
     if !store::set_flag(&mut tx, tenant_id, agent_id, flag, on, reason, at).await? {
         return Err(ApiError::not_found("agent"));
     }
-    audit::record(
+    changes::record(
         &mut tx,
-        tenant_id,
-        &caller.actor,
+        Author {
+            tenant_id: tenant_id,
+            actor: &caller.actor,
+        },
         now,
         AuditEvent {
             event_type: event_type(flag, on),
@@ -172,9 +173,9 @@ async fn set_flag(
             target_id: agent_id,
             details: json!({ "reason": reason }),
         },
+        Proxies::Reload(ChangeKind::Agent),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::Agent, agent_id, now).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -9,11 +9,10 @@ use super::store::{self, AgentRow};
 use super::{Agent, AgentFilter, CreateAgentInput, UpdateAgentInput};
 use crate::api::envelope::Page;
 use crate::api::teams::find_or_create_team_id;
-use crate::audit::{self, AuditEvent};
 use crate::auth::Caller;
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 pub async fn list_agents(
@@ -95,10 +94,9 @@ pub async fn register_agent_in(
         tags: input.tags.unwrap_or_default().to_json(),
     };
     store::insert(&mut **tx, &caller.tenant_id, &id, &row, now.as_millis()).await?;
-    audit::record(
+    changes::record(
         tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "agent.registered",
@@ -110,6 +108,7 @@ pub async fn register_agent_in(
                 "team": input.team.as_ref().map(|t| t.as_str()),
             }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     store::get(&mut **tx, &caller.tenant_id, &id, now.as_millis())
@@ -181,10 +180,9 @@ pub async fn update_agent(
     if !store::update(&mut *tx, &caller.tenant_id, agent_id, &row, now.as_millis()).await? {
         return Err(ApiError::not_found("agent"));
     }
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "agent.updated",
@@ -192,6 +190,7 @@ pub async fn update_agent(
             target_id: agent_id,
             details: json!({ "changed": changed }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     let agent = store::get(&mut *tx, &caller.tenant_id, agent_id, now.as_millis())
@@ -208,10 +207,9 @@ pub async fn delete_agent(state: &AppState, caller: &Caller, agent_id: &str) -> 
     if !store::soft_delete(&mut tx, &caller.tenant_id, agent_id, now.as_millis()).await? {
         return Err(ApiError::not_found("agent"));
     }
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "agent.deleted",
@@ -219,10 +217,9 @@ pub async fn delete_agent(state: &AppState, caller: &Caller, agent_id: &str) -> 
             target_id: agent_id,
             details: json!({ "name": agent.name }),
         },
+        Proxies::Reload(ChangeKind::Agent),
     )
     .await?;
-    // A proxy drops a deleted agent's keys from its snapshot.
-    outbox::record(&mut tx, ChangeKind::Agent, agent_id, now).await?;
     tx.commit().await?;
     Ok(())
 }

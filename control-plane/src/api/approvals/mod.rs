@@ -26,10 +26,9 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::Text;
-use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 /// A pending approval's lifetime (spec 8: 24 hours, no per-policy override).
@@ -215,10 +214,9 @@ async fn decide_approval(
         .with_details(json!({ "status": approval.status })));
     }
     let target_id = id.to_string();
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: if grant_until.is_some() {
@@ -236,9 +234,9 @@ async fn decide_approval(
                 "request_context": approval.request_context,
             }),
         },
+        Proxies::Reload(ChangeKind::Approval),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::Approval, &target_id, now).await?;
     tx.commit().await?;
     Ok(envelope::no_content())
 }

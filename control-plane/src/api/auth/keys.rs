@@ -15,10 +15,9 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::Text;
-use crate::audit::{self, AuditEvent};
 use crate::auth::{parse_scopes, require, Authorized};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 use crate::tenancy;
 
@@ -205,11 +204,9 @@ pub async fn delete_api_key(
         .execute(&mut *tx)
         .await?;
     let now = state.clock.now();
-    outbox::record(&mut tx, ChangeKind::ApiKey, &key_id, now).await?;
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "api_key.deleted",
@@ -220,6 +217,7 @@ pub async fn delete_api_key(
                 "key_prefix": row.try_get::<String, _>("key_prefix")?,
             }),
         },
+        Proxies::Reload(ChangeKind::ApiKey),
     )
     .await?;
     tx.commit().await?;

@@ -15,12 +15,13 @@ use warden_shared::scopes::Scope;
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::ApiJson;
 use crate::api::validate::{Email, Password, Text};
-use crate::audit::{self, AuditEvent};
 use crate::auth::{format_scopes, parse_scopes, password};
+use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::is_unique_violation;
 use crate::error::{ApiError, ApiResult};
+use crate::plans::Plan;
 use crate::state::AppState;
-use crate::tenancy::{self, NewTenant, Plan};
+use crate::tenancy::{self, NewTenant};
 
 /// A login session lasts one hour (spec 8).
 pub const SESSION_TTL_SECS: i64 = 3600;
@@ -100,10 +101,12 @@ pub async fn signup(
             error.into()
         }
     })?;
-    audit::record(
+    changes::record(
         &mut tx,
-        &tenant_id,
-        &actor,
+        Author {
+            tenant_id: &tenant_id,
+            actor: &actor,
+        },
         now,
         AuditEvent {
             event_type: "user.created",
@@ -111,6 +114,7 @@ pub async fn signup(
             target_id: &user_id,
             details: json!({ "email": input.email.as_str(), "scopes": ["admin"] }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     let key = tenancy::insert_api_key(

@@ -26,13 +26,12 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{ApiJson, ApiPath};
-use crate::api::proxy_keys::ensure_proxy_plan;
-use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized, Caller};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
 use crate::ledger::spend::track_scope;
-use crate::proxy_state::outbox::{self, ChangeKind};
+use crate::plans::{self, Feature};
 use crate::state::AppState;
 
 pub use input::{CreateBudgetLimitInput, UpdateBudgetLimitInput};
@@ -136,7 +135,7 @@ async fn create_limit(
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
     // The plan first: a free tenant learns it needs an upgrade, not how to fix its body.
-    ensure_proxy_plan(&mut tx, &caller.tenant_id, "budget limits").await?;
+    plans::require(&mut tx, &caller.tenant_id, Feature::Proxy, "budget limits").await?;
     let amounts = input.amounts()?;
     let scope = match (&input.team_id, &input.agent_id) {
         (Some(_), Some(_)) => {
@@ -220,7 +219,7 @@ async fn update_limit(
     let Some(mut limit) = store::get(&mut *tx, &caller.tenant_id, &id).await? else {
         return Err(ApiError::not_found("budget_limit"));
     };
-    ensure_proxy_plan(&mut tx, &caller.tenant_id, "budget limits").await?;
+    plans::require(&mut tx, &caller.tenant_id, Feature::Proxy, "budget limits").await?;
     let amounts = input.apply(limit.amounts())?;
     if amounts != limit.amounts() {
         // Crossings this month were of the old amounts: report the new ones afresh.
@@ -314,10 +313,9 @@ async fn publish(
     details: serde_json::Value,
     now: Timestamp,
 ) -> ApiResult<()> {
-    audit::record(
+    changes::record(
         tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type,
@@ -325,8 +323,8 @@ async fn publish(
             target_id: id,
             details,
         },
+        Proxies::Reload(ChangeKind::BudgetLimit),
     )
     .await?;
-    outbox::record(tx, ChangeKind::BudgetLimit, id, now).await?;
     Ok(())
 }

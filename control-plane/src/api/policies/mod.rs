@@ -22,12 +22,11 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{ApiJson, ApiPath, OptionalJson};
-use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized, Caller};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
 use crate::ledger::spend::track_scope;
-use crate::proxy_state::outbox::{self, ChangeKind};
 use crate::state::AppState;
 
 pub use dry_run::{dry_run, DryRunInput};
@@ -123,10 +122,9 @@ async fn create_policy(
 async fn insert(tx: &mut WriteTx, caller: &Caller, mut policy: Policy) -> ApiResult<Policy> {
     policy.id = store::insert(tx, &caller.tenant_id, &policy).await?;
     let id = policy.id.to_string();
-    audit::record(
+    changes::record(
         tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         policy.created_at,
         AuditEvent {
             event_type: "policy.created",
@@ -138,9 +136,9 @@ async fn insert(tx: &mut WriteTx, caller: &Caller, mut policy: Policy) -> ApiRes
                 "template_id": policy.template_id,
             }),
         },
+        Proxies::Reload(ChangeKind::Policy),
     )
     .await?;
-    outbox::record(tx, ChangeKind::Policy, &id, policy.created_at).await?;
     track_budget_scope(tx, &caller.tenant_id, &policy).await?;
     Ok(policy)
 }
@@ -220,10 +218,9 @@ async fn update_policy(
     policy.updated_at = now;
     store::update(&mut tx, &caller.tenant_id, &policy).await?;
     let target_id = id.to_string();
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "policy.updated",
@@ -234,9 +231,9 @@ async fn update_policy(
                 "scope": policy.scope, "enabled": policy.enabled, "priority": policy.priority,
             }),
         },
+        Proxies::Reload(ChangeKind::Policy),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::Policy, &target_id, now).await?;
     track_budget_scope(&mut tx, &caller.tenant_id, &policy).await?;
     tx.commit().await?;
     Ok(envelope::ok(policy))
@@ -256,10 +253,9 @@ async fn delete_policy(
         return Err(ApiError::not_found("policy"));
     };
     let target_id = id.to_string();
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "policy.deleted",
@@ -267,9 +263,9 @@ async fn delete_policy(
             target_id: &target_id,
             details: json!({ "name": name }),
         },
+        Proxies::Reload(ChangeKind::Policy),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::Policy, &target_id, now).await?;
     tx.commit().await?;
     Ok(envelope::no_content())
 }

@@ -13,7 +13,6 @@ mod store;
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Serialize;
 use serde_json::json;
@@ -28,13 +27,13 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::agents::{register_agent_in, CreateAgentInput};
 use crate::api::envelope::{self, Envelope, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::audit::{self, AuditEvent};
 use crate::auth::{require, Authorized, Caller};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
-use crate::proxy_state::outbox::{self, ChangeKind};
+use crate::plans::{self, Feature};
 use crate::state::AppState;
-use crate::tenancy::{self, Plan};
+use crate::tenancy;
 
 pub use input::{CreateProxyKeyInput, RateLimitOverride};
 
@@ -83,7 +82,7 @@ async fn create_proxy_key(
     let settings = input.validate()?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
-    ensure_proxy_plan(&mut tx, &caller.tenant_id, "proxy keys").await?;
+    plans::require(&mut tx, &caller.tenant_id, Feature::Proxy, "proxy keys").await?;
     let (agent_id, team_id) = agent_behind_key(&state, &mut tx, &caller, &input).await?;
     let expires_at = input
         .expires_in_days
@@ -122,10 +121,9 @@ async fn create_proxy_key(
         input.budget_limit_usd.map(usd_to_micros),
     )
     .await?;
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "proxy_key.created",
@@ -137,9 +135,9 @@ async fn create_proxy_key(
                 "key_prefix": key.key_prefix,
             }),
         },
+        Proxies::Reload(ChangeKind::ApiKey),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::ApiKey, &key.api_key_id, now).await?;
     tx.commit().await?;
     Ok(envelope::created(key))
 }
@@ -174,10 +172,9 @@ async fn delete_proxy_key(
     let Some(label) = store::delete(&mut tx, &caller.tenant_id, &api_key_id).await? else {
         return Err(ApiError::not_found("proxy_key"));
     };
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "proxy_key.deleted",
@@ -185,28 +182,11 @@ async fn delete_proxy_key(
             target_id: &api_key_id,
             details: json!({ "developer_label": label }),
         },
+        Proxies::Reload(ChangeKind::ApiKey),
     )
     .await?;
-    outbox::record(&mut tx, ChangeKind::ApiKey, &api_key_id, now).await?;
     tx.commit().await?;
     Ok(envelope::no_content())
-}
-
-/// 402 unless the tenant's plan includes the proxy (Starter or above), which enforces
-/// whatever needs it (`what`: "proxy keys", "budget limits", ...).
-pub async fn ensure_proxy_plan(tx: &mut WriteTx, tenant_id: &str, what: &str) -> ApiResult<()> {
-    let plan: String = sqlx::query_scalar("SELECT plan FROM tenants WHERE id = $1")
-        .bind(tenant_id)
-        .fetch_one(&mut **tx)
-        .await?;
-    if Plan::parse(&plan).is_none_or(|plan| plan == Plan::Free) {
-        return Err(ApiError::new(
-            StatusCode::PAYMENT_REQUIRED,
-            "plan_upgrade_required",
-            format!("{what} need the proxy, which needs the Starter plan or above"),
-        ));
-    }
-    Ok(())
 }
 
 /// The agent the key acts for and its team: the given agent (which must be live in the

@@ -6,8 +6,8 @@ use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use super::store;
 use super::{Team, TeamName};
 use crate::api::envelope::Page;
-use crate::audit::{self, AuditEvent};
 use crate::auth::Caller;
+use crate::changes::{self, AuditEvent, Proxies};
 use crate::db::{is_unique_violation, WriteTx};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -71,10 +71,9 @@ async fn insert_team(
     store::insert(&mut **tx, &caller.tenant_id, &id, name, now.as_millis())
         .await
         .map_err(name_conflict)?;
-    audit::record(
+    changes::record(
         tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "team.created",
@@ -82,6 +81,7 @@ async fn insert_team(
             target_id: &id,
             details: json!({ "name": name }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     Ok(id)
@@ -101,10 +101,9 @@ pub async fn rename_team(
     if !renamed {
         return Err(ApiError::not_found("team"));
     }
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         state.clock.now(),
         AuditEvent {
             event_type: "team.updated",
@@ -112,6 +111,7 @@ pub async fn rename_team(
             target_id: team_id,
             details: json!({ "name": { "from": existing.name, "to": name.as_str() } }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     let team = store::get(&mut *tx, &caller.tenant_id, team_id, month_start(state))
@@ -136,10 +136,9 @@ pub async fn delete_team(state: &AppState, caller: &Caller, team_id: &str) -> Ap
     if !store::soft_delete(&mut *tx, &caller.tenant_id, team_id, now.as_millis()).await? {
         return Err(ApiError::not_found("team"));
     }
-    audit::record(
+    changes::record(
         &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
+        caller.author(),
         now,
         AuditEvent {
             event_type: "team.deleted",
@@ -147,6 +146,7 @@ pub async fn delete_team(state: &AppState, caller: &Caller, team_id: &str) -> Ap
             target_id: team_id,
             details: json!({ "name": team.name }),
         },
+        Proxies::Unaffected,
     )
     .await?;
     tx.commit().await?;

@@ -12,7 +12,8 @@ use warden_shared::timestamp::Timestamp;
 
 use super::{ReportedResult, ResultList};
 use crate::api::validate::Text;
-use crate::audit::{self, AuditEvent};
+use crate::changes::{self, AuditEvent, Author, Proxies};
+use crate::db::bulk;
 use crate::db::WriteTx;
 
 /// Bound values per decision row and per result set member.
@@ -45,9 +46,9 @@ pub async fn record_evaluations(
         .iter()
         .filter_map(|row| Some((row, *sets.get(&(row.tenant_id, row.list.digest.as_str()))?)))
         .collect();
-    for chunk in rows.chunks(crate::ledger::rows_per_statement(tx, DECISION_COLUMNS)) {
-        let values = crate::ledger::placeholders(tx, chunk.len(), DECISION_COLUMNS, 1);
-        let sql = crate::ledger::for_backend(
+    for chunk in rows.chunks(bulk::rows_per_statement(tx, DECISION_COLUMNS)) {
+        let values = bulk::placeholders(tx, chunk.len(), DECISION_COLUMNS, 1);
+        let sql = bulk::for_backend(
             tx,
             format!(
                 "INSERT INTO policy_decisions (tenant_id, request_id, agent_id, provider, model, \
@@ -100,7 +101,7 @@ pub async fn draw_decision_ids(tx: &mut WriteTx, count: usize) -> Result<Vec<i64
         return Ok(Vec::new());
     }
     let wanted = i64::try_from(count).unwrap_or(i64::MAX);
-    if crate::ledger::is_postgres(tx) {
+    if bulk::is_postgres(tx) {
         return sqlx::query_scalar(
             "SELECT nextval(pg_get_serial_sequence('policy_decisions', 'id')) \
              FROM generate_series(1, $1)",
@@ -189,9 +190,9 @@ async fn set_ids(
     sql: fn(&str) -> String,
 ) -> Result<Vec<((String, String), i64)>, sqlx::Error> {
     let mut ids = Vec::new();
-    for chunk in keys.chunks(crate::ledger::rows_per_statement(tx, 2)) {
-        let values = crate::ledger::placeholders(tx, chunk.len(), 2, 1);
-        let sql = crate::ledger::for_backend(tx, sql(&values));
+    for chunk in keys.chunks(bulk::rows_per_statement(tx, 2)) {
+        let values = bulk::placeholders(tx, chunk.len(), 2, 1);
+        let sql = bulk::for_backend(tx, sql(&values));
         let mut query = sqlx::query(&sql);
         for (tenant_id, digest) in chunk {
             query = query.bind(*tenant_id).bind(*digest);
@@ -242,9 +243,9 @@ async fn create_sets(
             members.push((*set_id, tenant_id, position, result));
         }
     }
-    for chunk in members.chunks(crate::ledger::rows_per_statement(tx, MEMBER_COLUMNS)) {
-        let values = crate::ledger::placeholders(tx, chunk.len(), MEMBER_COLUMNS, 1);
-        let sql = crate::ledger::for_backend(
+    for chunk in members.chunks(bulk::rows_per_statement(tx, MEMBER_COLUMNS)) {
+        let values = bulk::placeholders(tx, chunk.len(), MEMBER_COLUMNS, 1);
+        let sql = bulk::for_backend(
             tx,
             format!(
                 "INSERT INTO policy_result_set_members (set_id, position, tenant_id, policy_id, \
@@ -274,10 +275,12 @@ async fn audit_violation(
     row: &DecisionRow<'_>,
     result: &ReportedResult,
 ) -> Result<(), sqlx::Error> {
-    audit::record(
+    changes::record(
         tx,
-        row.tenant_id,
-        "proxy",
+        Author {
+            tenant_id: row.tenant_id,
+            actor: "proxy",
+        },
         row.evaluated_at,
         AuditEvent {
             event_type: "policy.violated",
@@ -293,6 +296,8 @@ async fn audit_violation(
                 "request_id": row.request_id,
             }),
         },
+        Proxies::Unaffected,
     )
     .await
+    .map(|_| ())
 }

@@ -1,4 +1,4 @@
-//! Audit events, written in the same transaction as the change they describe.
+//! The audit trail's rows, appended through `changes::record` only.
 //!
 //! A change and its audit record commit or roll back together, so the trail never shows
 //! a change that did not happen nor misses one that did.
@@ -24,7 +24,7 @@ const INSERT_AUDIT_EVENT: &str = "INSERT INTO audit_events \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// Appends `event` to `tenant_id`'s trail inside `tx`.
-pub async fn record(
+pub(super) async fn record(
     tx: &mut WriteTx,
     tenant_id: &str,
     actor: &str,

@@ -4,6 +4,8 @@
 //! accept, and only the column types both share (TEXT, BIGINT, BOOLEAN, DOUBLE). Where
 //! the dialects differ the migrations are kept in one folder per backend.
 
+pub mod bulk;
+
 use std::str::FromStr;
 use std::time::Duration;
 

@@ -61,7 +61,7 @@ impl ChangeKind {
 }
 
 /// Records that `entity_id` of `kind` changed; returns the change's version.
-pub async fn record(
+pub(super) async fn record(
     tx: &mut WriteTx,
     kind: ChangeKind,
     entity_id: &str,

@@ -1,0 +1,50 @@
+//! Recording a write: its audit event and, when it changes what the proxies enforce, the
+//! outbox row that tells them, both inside the write's own transaction.
+//!
+//! This is the only way to write either. A service function names both decisions in one
+//! call (`Proxies::Unaffected` must be said out loud), so it cannot audit a change and
+//! forget the proxies, nor tell the proxies of a change nobody can read in the trail.
+
+mod audit;
+mod outbox;
+
+use warden_shared::timestamp::Timestamp;
+
+use crate::db::WriteTx;
+
+pub use audit::AuditEvent;
+pub use outbox::ChangeKind;
+
+/// What a change means to the proxies' enforcement state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proxies {
+    /// Nothing the proxies hold changed (names, descriptions, reads of the ledger).
+    Unaffected,
+    /// The proxies must re-read the entity the audit event targets, of this kind.
+    Reload(ChangeKind),
+}
+
+/// Who made a change: the tenant whose trail records it and the actor (a key id, a user,
+/// `proxy` or `system`).
+#[derive(Debug, Clone, Copy)]
+pub struct Author<'a> {
+    pub tenant_id: &'a str,
+    pub actor: &'a str,
+}
+
+/// Records `event` in the author's trail and, for `Proxies::Reload`, an outbox row for
+/// the event's target; returns the outbox version when one was written.
+pub async fn record(
+    tx: &mut WriteTx,
+    author: Author<'_>,
+    at: Timestamp,
+    event: AuditEvent<'_>,
+    proxies: Proxies,
+) -> Result<Option<i64>, sqlx::Error> {
+    let version = match proxies {
+        Proxies::Unaffected => None,
+        Proxies::Reload(kind) => Some(outbox::record(tx, kind, event.target_id, at).await?),
+    };
+    audit::record(tx, author.tenant_id, author.actor, at, event).await?;
+    Ok(version)
+}
