@@ -232,7 +232,7 @@ async fn forget_old_rate_windows(rates: Arc<RateWindows>) {
     let mut ticker = tokio::time::interval(Duration::from_secs(60));
     loop {
         ticker.tick().await;
-        let minute = crate::rate_limit::minute_of(crate::flush::now_ms());
+        let minute = crate::rate_limit::minute_of(crate::clock::now_ms());
         rates.forget_before(minute);
     }
 }

@@ -21,7 +21,8 @@ use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
 use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
-use crate::flush::{now_ms, post_until_answered, FlushTarget};
+use crate::clock::now_ms;
+use crate::flush::{post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// One request's decision, reported on its own: a request the policies refused or held
@@ -265,10 +266,25 @@ pub async fn flush_forever(
     }
 }
 
+/// Policy 7 of `policies` (`crate::test_fixtures::no_nvidia`) came out `result`: the
+/// results list the reporters' tests build.
+#[cfg(test)]
+pub fn results(policies: &Arc<Vec<Policy>>, result: Outcome) -> PolicyResults {
+    PolicyResults {
+        policies: policies.clone(),
+        results: vec![PolicyResult {
+            policy_id: 7,
+            policy_type: PolicyType::BlockProvider,
+            result,
+            reason: None,
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_fixtures::{no_nvidia, results};
+    use crate::test_fixtures::no_nvidia;
 
     fn report(request: &str, policies: &Arc<Vec<Policy>>, result: Outcome) -> DecisionReport {
         DecisionReport {

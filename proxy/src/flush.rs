@@ -72,9 +72,3 @@ pub async fn post_until_answered<A: DeserializeOwned + Default>(
         backoff = (backoff * 2).min(Duration::from_secs(15));
     }
 }
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0))
-}

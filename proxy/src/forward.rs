@@ -15,7 +15,8 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::admission;
 use crate::budget::{self, Admission, BudgetRule, BudgetWarning, RuleSource};
-use crate::flush::now_ms;
+use crate::clock::now_ms;
+use crate::endpoint::Endpoint;
 use crate::metrics::{model_label, status_class};
 use crate::policy_gate;
 use crate::refusal::{Refusal, Refused, RouteLabels};
@@ -26,28 +27,6 @@ use crate::state::KeyView;
 use crate::upstream_request::{credential, upstream_header, UpstreamBody};
 use crate::usage::extract::{estimate_tokens, Tokens};
 use crate::usage::UsageRecord;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    ChatCompletions,
-    Embeddings,
-}
-
-impl Endpoint {
-    pub fn path(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "/chat/completions",
-            Endpoint::Embeddings => "/embeddings",
-        }
-    }
-
-    fn request_type(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "chat.completions",
-            Endpoint::Embeddings => "embeddings",
-        }
-    }
-}
 
 pub async fn forward(
     service: &ProxyService,

@@ -18,7 +18,7 @@ use prometheus::IntCounterVec;
 use warden_shared::secret::Secret;
 
 use crate::config::SecretsManagerConfig;
-use crate::upstream_request::is_header_value;
+use crate::headers::is_header_value;
 
 /// Most references held at once; far above any real number of tenants × providers.
 const CACHE_CAPACITY: u64 = 100_000;

@@ -14,7 +14,7 @@ use warden_shared::registry::Provider;
 use crate::buffered_io::{BufferedIo, Cork};
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::refusal::Refusal;
-use crate::service::respond;
+use crate::respond::respond;
 use crate::upstream::{refusal_of, Exchange};
 use crate::usage::extract::{self, Tokens};
 use crate::usage::sse::SseRelay;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use pingora::http::ResponseHeader;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
@@ -15,10 +14,12 @@ use serde_json::json;
 use warden_shared::keys::hash_credential;
 
 use crate::admission;
-use crate::flush::now_ms;
-use crate::forward::{self, Endpoint};
+use crate::clock::now_ms;
+use crate::endpoint::Endpoint;
+use crate::forward;
 use crate::metrics::ProxyMetrics;
 use crate::refusal::{Refusal, Refused};
+use crate::respond::{respond, respond_refusal};
 use crate::state::{EnforcementState, KeyView};
 use crate::upstream::Upstreams;
 use crate::usage::sink::UsageSink;
@@ -57,7 +58,8 @@ impl ProxyHttp for ProxyService {
                     refusal.code(),
                 ])
                 .inc();
-            respond_refusal(session, &refusal).await;
+            let body = Bytes::from(refusal.body());
+            respond_refusal(session, refusal.status(), body, refusal.retry_after_secs()).await;
         }
         Ok(true)
     }
@@ -143,44 +145,5 @@ impl ProxyService {
         self.state
             .lookup(&hash_credential(token))
             .ok_or(Refusal::InvalidKey)
-    }
-}
-
-/// Writes a complete response with a length, keeping the connection reusable.
-/// Answers with `refusal`'s status and body (and `Retry-After` when it has one).
-pub async fn respond_refusal(session: &mut Session, refusal: &Refusal) {
-    let body = Bytes::from(refusal.body());
-    let Ok(mut header) = ResponseHeader::build_no_case(refusal.status(), Some(4)) else {
-        return;
-    };
-    let _ = header.insert_header(http::header::CONTENT_TYPE, "application/json");
-    let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
-    if let Some(seconds) = refusal.retry_after_secs() {
-        let _ = header.insert_header(http::header::RETRY_AFTER, seconds.to_string());
-    }
-    if session
-        .write_response_header(Box::new(header), false)
-        .await
-        .is_ok()
-    {
-        let _ = session.write_response_body(Some(body), true).await;
-    }
-}
-
-pub async fn respond(session: &mut Session, status: u16, content_type: &str, body: Bytes) {
-    let Ok(mut header) = ResponseHeader::build_no_case(status, Some(3)) else {
-        return;
-    };
-    let _ = header.insert_header(http::header::CONTENT_TYPE, content_type);
-    let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
-    if session
-        .write_response_header(Box::new(header), body.is_empty())
-        .await
-        .is_err()
-    {
-        return;
-    }
-    if !body.is_empty() {
-        let _ = session.write_response_body(Some(body), true).await;
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use warden_shared::snapshot::StreamMessage;
 
-use crate::flush::now_ms;
+use crate::clock::now_ms;
 use crate::metrics::ProxyMetrics;
 use crate::state::EnforcementState;
 

@@ -1,14 +1,13 @@
-//! What the unit tests of the reporters (usage records, decisions) build alike: a proxy
-//! key and a one-policy results list.
+//! What the unit tests of the reporters (usage records, decisions) and the rate windows
+//! build alike: a proxy key and a one-policy list. (The results list they share is
+//! `crate::decisions::results`, beside its type: this module stays below every other.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use warden_shared::policy::{Outcome, Policy, PolicyConfig, PolicyResult, PolicyType, Scope};
+use warden_shared::policy::{Policy, PolicyConfig, Scope};
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::ProxyKeyState;
-
-use crate::decisions::PolicyResults;
 
 /// Key `id` of agent `agent_id` in tenant `tenant_id`, with no limits of its own.
 pub fn key(id: &str, tenant_id: &str, agent_id: &str) -> Arc<ProxyKeyState> {
@@ -40,17 +39,4 @@ pub fn no_nvidia() -> Arc<Vec<Policy>> {
             providers: vec![Provider::Nvidia],
         },
     }])
-}
-
-/// Policy 7 of `policies` came out `result`.
-pub fn results(policies: &Arc<Vec<Policy>>, result: Outcome) -> PolicyResults {
-    PolicyResults {
-        policies: policies.clone(),
-        results: vec![PolicyResult {
-            policy_id: 7,
-            policy_type: PolicyType::BlockProvider,
-            result,
-            reason: None,
-        }],
-    }
 }

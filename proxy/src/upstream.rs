@@ -29,10 +29,10 @@ use tokio::io::AsyncWriteExt;
 use warden_shared::registry::Provider;
 
 use crate::config::{ProvidersConfig, ProxyConfig};
+use crate::headers::is_header_value;
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::pool_peer::PoolPeer;
 use crate::refusal::Refusal;
-use crate::upstream_request::is_header_value;
 
 /// How long a resolved address is reused.
 const DNS_TTL: Duration = Duration::from_secs(60);

@@ -9,7 +9,8 @@ use warden_shared::registry::Provider;
 use warden_shared::secret::Secret;
 
 use crate::admission::Admitted;
-use crate::forward::Endpoint;
+use crate::endpoint::Endpoint;
+use crate::headers::is_header_value;
 use crate::refusal::Refusal;
 use crate::service::ProxyService;
 use crate::state::KeyView;
@@ -103,14 +104,6 @@ fn request_head(
     }
     head.put_slice(b"\r\n");
     Some(head)
-}
-
-/// Whether `value` may stand in a header as it is: visible ASCII, spaces and tabs, and
-/// bytes above ASCII (what `http::HeaderValue` accepts); no line breaks.
-pub(crate) fn is_header_value(value: &[u8]) -> bool {
-    value
-        .iter()
-        .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 /// The provider credential: the tenant's managed key (from Secrets Manager, cached), or

@@ -19,8 +19,9 @@ use warden_shared::snapshot::ScopeSpend;
 use super::UsageRecord;
 use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
 use crate::budget::{Budgets, FigureSource};
+use crate::clock::now_ms;
 use crate::decisions::DecisionSink;
-use crate::flush::{now_ms, post_until_answered, FlushTarget};
+use crate::flush::{post_until_answered, FlushTarget};
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::metrics::ProxyMetrics;
 
@@ -168,8 +169,8 @@ mod tests {
     use warden_shared::timestamp::Timestamp;
 
     use super::*;
-    use crate::decisions;
-    use crate::test_fixtures::{key, no_nvidia, results};
+    use crate::decisions::{self, results};
+    use crate::test_fixtures::{key, no_nvidia};
     use crate::usage::RecordEvaluation;
 
     fn record(record_id: &str, key: &Arc<ProxyKeyState>) -> UsageRecord {

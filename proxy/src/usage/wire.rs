@@ -78,7 +78,8 @@ mod tests {
     use warden_shared::registry::Provider;
 
     use super::*;
-    use crate::test_fixtures::{key, no_nvidia, results};
+    use crate::decisions::results;
+    use crate::test_fixtures::{key, no_nvidia};
     use crate::usage::{batch_body, RecordEvaluation};
 
     fn record(record_id: &str, model_name: &str, decided: bool) -> UsageRecord {
