@@ -3,12 +3,11 @@
 //! A gate is checked inside the write it guards, before the input is looked at further,
 //! so a tenant without the feature gets 402 `plan_upgrade_required` whatever it sent.
 
-use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::db::WriteTx;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 
 /// A tenant's plan. `free` is where self-service signups start, below `starter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -98,8 +97,7 @@ pub async fn require(
     }
     let (needed, lowest_plan) = feature.describe();
     Err(ApiError::new(
-        StatusCode::PAYMENT_REQUIRED,
-        "plan_upgrade_required",
+        ErrorCode::PlanUpgradeRequired,
         format!("{what} need {needed}, which needs the {lowest_plan} plan or above"),
     ))
 }

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// A JSON request body deserialized into `T`.
 #[derive(Debug)]
@@ -94,8 +94,7 @@ fn is_json(req: &Request) -> bool {
 
 fn not_json() -> ApiError {
     ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
+        ErrorCode::UnsupportedMediaType,
         "expected a body with Content-Type: application/json",
     )
 }
@@ -103,8 +102,7 @@ fn not_json() -> ApiError {
 fn body_rejection(rejection: BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             "the request body is larger than this server accepts",
         )
     } else {
@@ -252,8 +250,7 @@ where
             .map(|axum::extract::Path(value)| ApiPath(value))
             .map_err(|rejection| {
                 ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "not_found",
+                    ErrorCode::NotFound,
                     format!("no such resource: {rejection}"),
                 )
             })

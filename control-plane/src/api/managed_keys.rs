@@ -23,7 +23,7 @@ use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::is_unique_violation;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plans::{self, Feature};
 use crate::state::AppState;
 
@@ -95,8 +95,8 @@ async fn create_managed_key(
     .await;
     match inserted {
         Err(error) if is_unique_violation(&error) => {
-            return Err(ApiError::conflict(
-                "managed_key_exists",
+            return Err(ApiError::new(
+                ErrorCode::ManagedKeyExists,
                 "the tenant already has a managed key for this provider; delete it first",
             ))
         }

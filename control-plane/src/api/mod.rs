@@ -25,14 +25,13 @@ mod proxy_stats;
 mod teams;
 pub mod telemetry;
 
-use axum::http::StatusCode;
 use axum::Router;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::OpenApi;
 use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
 /// The prefix of the versioned management API (spec 9).
@@ -104,13 +103,12 @@ impl Modify for SecurityAddon {
 }
 
 async fn route_not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "route_not_found", "no such route")
+    ApiError::new(ErrorCode::RouteNotFound, "no such route")
 }
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         "this route does not accept that method",
     )
 }

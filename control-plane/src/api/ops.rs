@@ -3,7 +3,6 @@
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
@@ -12,7 +11,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -56,8 +55,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
         Err(error) => {
             tracing::warn!(%error, "readiness check failed");
             Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not_ready",
+                ErrorCode::NotReady,
                 "the database does not answer",
             ))
         }

@@ -18,7 +18,7 @@ use warden_shared::keys::{self, CredentialKind};
 use warden_shared::scopes::{self, Scope};
 
 use crate::changes::Author;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
 /// An authenticated caller: a credential of one tenant with its scopes.
@@ -134,8 +134,8 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
     }
     let expires_at: Option<i64> = row.try_get("expires_at")?;
     if expires_at.is_some_and(|at| at <= state.clock.now().as_millis()) {
-        return Err(ApiError::unauthorized(
-            "expired_credentials",
+        return Err(ApiError::new(
+            ErrorCode::ExpiredCredentials,
             "the credential has expired",
         ));
     }
@@ -154,8 +154,8 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
 
 fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
     let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
-        ApiError::unauthorized(
-            "missing_credentials",
+        ApiError::new(
+            ErrorCode::MissingCredentials,
             "send `Authorization: Bearer <API key>`",
         )
     })?;
@@ -168,8 +168,8 @@ fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
 }
 
 fn invalid_credentials() -> ApiError {
-    ApiError::unauthorized(
-        "invalid_credentials",
+    ApiError::new(
+        ErrorCode::InvalidCredentials,
         "the credential is not valid for this service",
     )
 }

@@ -6,24 +6,27 @@
 //! people and may change. Server errors are logged with their cause and answered with a
 //! generic message, so a client never sees SQL or internal paths.
 
-use axum::http::{header, HeaderValue, StatusCode};
+mod codes;
+
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
+
+pub use codes::ErrorCode;
 
 /// An error answer of the management API.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub details: Value,
     retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An answer with `code` and its status.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
-            status,
             code,
             message: message.into(),
             details: json!({}),
@@ -38,30 +41,19 @@ impl ApiError {
 
     /// 400: the body is not well-formed JSON.
     pub fn malformed_json(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+        Self::new(ErrorCode::MalformedJson, message)
     }
 
     /// 422: a field (named in `details.field`) breaks a rule.
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
         let field = field.into();
-        Self::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-            message,
-        )
-        .with_details(json!({ "field": field }))
-    }
-
-    /// 401: no credential, or one that is unknown or expired.
-    pub fn unauthorized(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, code, message)
+        Self::new(ErrorCode::ValidationFailed, message).with_details(json!({ "field": field }))
     }
 
     /// 403: the credential lacks `scope`.
     pub fn missing_scope(scope: &str) -> Self {
         Self::new(
-            StatusCode::FORBIDDEN,
-            "insufficient_scope",
+            ErrorCode::InsufficientScope,
             format!("this route requires the `{scope}` scope"),
         )
         .with_details(json!({ "required_scope": scope }))
@@ -69,27 +61,14 @@ impl ApiError {
 
     /// 404: nothing of that kind with that id in the caller's tenant.
     pub fn not_found(resource: &'static str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("{resource} not found"),
-        )
-        .with_details(json!({ "resource": resource }))
-    }
-
-    /// 409: the change conflicts with the current state.
-    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, message)
+        Self::new(ErrorCode::NotFound, format!("{resource} not found"))
+            .with_details(json!({ "resource": resource }))
     }
 
     /// 429 with a `Retry-After` header.
     pub fn too_many_requests(retry_after_secs: u64) -> Self {
-        let mut error = Self::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            "too many attempts; retry later",
-        )
-        .with_details(json!({ "retry_after_secs": retry_after_secs }));
+        let mut error = Self::new(ErrorCode::RateLimited, "too many attempts; retry later")
+            .with_details(json!({ "retry_after_secs": retry_after_secs }));
         error.retry_after_secs = Some(retry_after_secs);
         error
     }
@@ -98,8 +77,7 @@ impl ApiError {
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");
         Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            ErrorCode::InternalError,
             "internal error; the request id in the response headers identifies it in the logs",
         )
     }
@@ -115,9 +93,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({
             "success": false,
-            "error": { "code": self.code, "message": self.message, "details": self.details },
+            "error": { "code": self.code.as_str(), "message": self.message, "details": self.details },
         });
-        let mut response = (self.status, axum::Json(body)).into_response();
+        let mut response = (self.code.status(), axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after_secs {
             response
                 .headers_mut()

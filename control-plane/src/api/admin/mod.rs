@@ -4,7 +4,6 @@
 //! platform-admin key) is not listed and cannot be deleted.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -22,7 +21,7 @@ use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::{Email, Text};
 use crate::auth::{require, Authorized};
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plans::Plan;
 use crate::state::AppState;
 use crate::tenancy::{self, NewTenant};
@@ -244,8 +243,7 @@ async fn delete_tenant(
         .ok_or_else(|| ApiError::not_found("tenant"))?;
     if row.try_get::<i64, _>("is_platform")? == 1 {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "platform_tenant_protected",
+            ErrorCode::PlatformTenantProtected,
             "the platform operators' tenant cannot be deleted",
         ));
     }

@@ -1,6 +1,5 @@
 //! The rules of the registry: plan agent limits, team resolution, soft delete, audit.
 
-use axum::http::StatusCode;
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use warden_shared::registry::{AgentStatus, Environment};
@@ -12,7 +11,7 @@ use crate::api::teams::find_or_create_team_id;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::WriteTx;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
 pub async fn list_agents(
@@ -69,8 +68,7 @@ pub async fn register_agent_in(
     let now = state.clock.now();
     if !store::reserve_agent_slot(&mut **tx, &caller.tenant_id).await? {
         return Err(ApiError::new(
-            StatusCode::PAYMENT_REQUIRED,
-            "agent_limit_reached",
+            ErrorCode::AgentLimitReached,
             "the plan's active agent limit is reached; delete an agent or upgrade the plan",
         ));
     }

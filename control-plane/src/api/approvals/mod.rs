@@ -28,7 +28,7 @@ use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
 /// A pending approval's lifetime (spec 8: 24 hours, no per-policy override).
@@ -204,8 +204,8 @@ async fn decide_approval(
         grant_until,
     };
     if !store::decide(&mut tx, &caller.tenant_id, id, &decision, now).await? {
-        return Err(ApiError::conflict(
-            "approval_not_pending",
+        return Err(ApiError::new(
+            ErrorCode::ApprovalNotPending,
             format!(
                 "approval {id} is {} and can no longer be decided",
                 approval.status

@@ -1,7 +1,6 @@
 //! `/auth/me` and API keys: create (raw key once), list (never the key), delete.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -17,7 +16,7 @@ use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::Text;
 use crate::auth::{parse_scopes, require, Authorized};
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 use crate::tenancy;
 
@@ -234,8 +233,7 @@ fn ensure_grantable(held: &[Scope], wanted: &[Scope]) -> ApiResult<()> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        "scope_not_grantable",
+        ErrorCode::ScopeNotGrantable,
         format!("the caller cannot grant: {}", refused.join(", ")),
     )
     .with_details(json!({ "scopes": refused })))

@@ -18,7 +18,7 @@ use crate::api::validate::{Email, Password, Text};
 use crate::auth::{format_scopes, parse_scopes, password};
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::is_unique_violation;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plans::Plan;
 use crate::state::AppState;
 use crate::tenancy::{self, NewTenant};
@@ -93,8 +93,8 @@ pub async fn signup(
     .await
     .map_err(|error| {
         if is_unique_violation(&error) {
-            ApiError::conflict(
-                "email_taken",
+            ApiError::new(
+                ErrorCode::EmailTaken,
                 "an account with this email exists; log in instead",
             )
         } else {
@@ -231,5 +231,5 @@ pub async fn login(
 }
 
 fn invalid_login() -> ApiError {
-    ApiError::unauthorized("invalid_login", "wrong email or password")
+    ApiError::new(ErrorCode::InvalidLogin, "wrong email or password")
 }

@@ -29,7 +29,7 @@ use crate::api::extract::{ApiJson, ApiPath};
 use crate::auth::{require, Authorized, Caller};
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::WriteTx;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::ledger::spend::track_scope;
 use crate::plans::{self, Feature};
 use crate::state::AppState;
@@ -180,8 +180,8 @@ async fn create_limit(
     };
     limit.set_amounts(amounts);
     if !store::insert(&mut tx, &limit).await? {
-        return Err(ApiError::conflict(
-            "budget_limit_exists",
+        return Err(ApiError::new(
+            ErrorCode::BudgetLimitExists,
             format!(
                 "scope `{}` already has a budget limit; update that one",
                 limit.scope

@@ -16,7 +16,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_shared::keys;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -42,8 +42,8 @@ impl FromRequestParts<AppState> for ServiceCaller {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim())
             .ok_or_else(|| {
-                ApiError::unauthorized(
-                    "missing_credentials",
+                ApiError::new(
+                    ErrorCode::MissingCredentials,
                     "send `Authorization: Bearer <service token>`",
                 )
             })?;
@@ -51,8 +51,8 @@ impl FromRequestParts<AppState> for ServiceCaller {
         if keys::verify_credential(token, &state.service_token_hash) {
             Ok(ServiceCaller)
         } else {
-            Err(ApiError::unauthorized(
-                "invalid_credentials",
+            Err(ApiError::new(
+                ErrorCode::InvalidCredentials,
                 "internal endpoints accept only the service token",
             ))
         }

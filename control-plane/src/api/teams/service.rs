@@ -9,7 +9,7 @@ use crate::api::envelope::Page;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Proxies};
 use crate::db::{is_unique_violation, WriteTx};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
 pub async fn list_teams(
@@ -127,8 +127,8 @@ pub async fn delete_team(state: &AppState, caller: &Caller, team_id: &str) -> Ap
     // Checked inside the write transaction so that an agent assigned concurrently cannot
     // slip in between the check and the delete.
     if store::live_agent_count(&mut *tx, &caller.tenant_id, team_id).await? > 0 {
-        return Err(ApiError::conflict(
-            "team_has_agents",
+        return Err(ApiError::new(
+            ErrorCode::TeamHasAgents,
             "the team still has agents; reassign or delete them first",
         ));
     }
@@ -159,7 +159,10 @@ fn month_start(state: &AppState) -> i64 {
 
 fn name_conflict(error: sqlx::Error) -> ApiError {
     if is_unique_violation(&error) {
-        ApiError::conflict("team_name_taken", "a team with that name already exists")
+        ApiError::new(
+            ErrorCode::TeamNameTaken,
+            "a team with that name already exists",
+        )
     } else {
         error.into()
     }

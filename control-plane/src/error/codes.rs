@@ -1,0 +1,95 @@
+//! Every error code the management API answers with: its HTTP status and what it means.
+//!
+//! This list is the source of truth. The OpenAPI document's introduction is generated
+//! from it, and a test compares it with the table in `control-plane/README.md`, so the
+//! documented codes cannot drift from the ones the code can produce.
+
+use axum::http::StatusCode;
+
+macro_rules! error_codes {
+    ($($variant:ident => $status:ident, $code:literal, $meaning:literal;)*) => {
+        /// A stable, snake_case error code that clients may match on.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorCode {
+            $($variant),*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order the documentation lists them.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code),*
+                }
+            }
+
+            /// The HTTP status every answer with this code has.
+            pub const fn status(self) -> StatusCode {
+                match self {
+                    $(ErrorCode::$variant => StatusCode::$status),*
+                }
+            }
+
+            /// One sentence for people: when the code is answered.
+            pub const fn meaning(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $meaning),*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    MalformedJson => BAD_REQUEST, "malformed_json",
+        "The body is not well-formed JSON.";
+    MissingCredentials => UNAUTHORIZED, "missing_credentials",
+        "No `Authorization: Bearer` credential was sent.";
+    InvalidCredentials => UNAUTHORIZED, "invalid_credentials",
+        "The credential is unknown, revoked, or not valid for this route.";
+    ExpiredCredentials => UNAUTHORIZED, "expired_credentials",
+        "The API key or session has expired.";
+    InvalidLogin => UNAUTHORIZED, "invalid_login",
+        "Wrong email or password.";
+    PlanUpgradeRequired => PAYMENT_REQUIRED, "plan_upgrade_required",
+        "The tenant's plan does not include the feature (proxy keys, managed keys and budget limits need Starter or above).";
+    AgentLimitReached => PAYMENT_REQUIRED, "agent_limit_reached",
+        "The plan's active agent limit is reached.";
+    InsufficientScope => FORBIDDEN, "insufficient_scope",
+        "The credential lacks the scope the route requires (`details.required_scope`).";
+    ScopeNotGrantable => FORBIDDEN, "scope_not_grantable",
+        "A key may only be given scopes its creator holds.";
+    PlatformTenantProtected => FORBIDDEN, "platform_tenant_protected",
+        "The platform operators' own tenant cannot be deleted.";
+    NotFound => NOT_FOUND, "not_found",
+        "No such resource in the caller's tenant (another tenant's ids are not found too).";
+    RouteNotFound => NOT_FOUND, "route_not_found",
+        "No such route.";
+    MethodNotAllowed => METHOD_NOT_ALLOWED, "method_not_allowed",
+        "The route does not accept that method.";
+    EmailTaken => CONFLICT, "email_taken",
+        "An account with this email exists.";
+    TeamNameTaken => CONFLICT, "team_name_taken",
+        "A team with that name exists.";
+    TeamHasAgents => CONFLICT, "team_has_agents",
+        "A team with agents cannot be deleted.";
+    ManagedKeyExists => CONFLICT, "managed_key_exists",
+        "The tenant already has a managed key for that provider.";
+    BudgetLimitExists => CONFLICT, "budget_limit_exists",
+        "The scope already has a budget limit.";
+    ApprovalNotPending => CONFLICT, "approval_not_pending",
+        "The approval was already decided or has expired.";
+    PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large",
+        "The body is larger than the server accepts.";
+    UnsupportedMediaType => UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type",
+        "A body was sent without `Content-Type: application/json`.";
+    ValidationFailed => UNPROCESSABLE_ENTITY, "validation_failed",
+        "A field breaks a rule; `details.field` names it.";
+    RateLimited => TOO_MANY_REQUESTS, "rate_limited",
+        "Too many signup or login attempts; `Retry-After` says when to retry.";
+    InternalError => INTERNAL_SERVER_ERROR, "internal_error",
+        "A server fault; the response's request id finds it in the logs.";
+    NotReady => SERVICE_UNAVAILABLE, "not_ready",
+        "The readiness probe: the database does not answer.";
+}
