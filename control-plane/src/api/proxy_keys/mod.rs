@@ -8,6 +8,7 @@
 //! Deleting the key here or through `/auth/api-keys` revokes it in the proxies.
 
 mod input;
+mod service;
 mod store;
 
 use std::collections::BTreeMap;
@@ -15,25 +16,16 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::response::Response;
 use serde::Serialize;
-use serde_json::json;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_shared::ids::{is_valid_id, IdKind};
-use warden_shared::pricing::usd_to_micros;
-use warden_shared::scopes::KeyType;
 use warden_shared::timestamp::Timestamp;
 
-use crate::api::agents::{register_agent_in, CreateAgentInput};
 use crate::api::envelope::{self, Envelope, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::auth::{require, Authorized, Caller};
-use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
-use crate::db::WriteTx;
-use crate::error::{ApiError, ApiResult};
-use crate::plans::{self, Feature};
+use crate::auth::{require, Authorized};
+use crate::error::ApiResult;
 use crate::state::AppState;
-use crate::tenancy;
 
 pub use input::{CreateProxyKeyInput, RateLimitOverride};
 
@@ -79,66 +71,7 @@ async fn create_proxy_key(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<CreateProxyKeyInput>,
 ) -> ApiResult<Response> {
-    let settings = input.validate()?;
-    let now = state.clock.now();
-    let mut tx = state.db.begin_write().await?;
-    plans::require(&mut tx, &caller.tenant_id, Feature::Proxy, "proxy keys").await?;
-    let (agent_id, team_id) = agent_behind_key(&state, &mut tx, &caller, &input).await?;
-    let expires_at = input
-        .expires_in_days
-        .map(|days| Timestamp::from_millis(now.as_millis() + days * 86_400_000));
-    let issued = tenancy::insert_api_key(
-        &mut tx,
-        &caller.tenant_id,
-        &caller.actor,
-        now,
-        &format!("proxy: {}", input.developer_label.as_str()),
-        KeyType::Proxy.scopes(),
-        expires_at,
-        None,
-    )
-    .await?;
-    let key = ProxyKey {
-        api_key_id: issued.id,
-        raw_key: Some(issued.raw_key),
-        key_prefix: issued.key_prefix,
-        developer_label: input.developer_label.into_inner(),
-        agent_id,
-        team_id,
-        allowed_providers: settings.allowed_providers,
-        allowed_models: settings.allowed_models,
-        model_overrides: settings.model_overrides,
-        rate_limit_override: input.rate_limit_override,
-        budget_limit_usd: input.budget_limit_usd,
-        use_managed_key: input.use_managed_key.unwrap_or(false),
-        expires_at,
-        created_at: now,
-    };
-    store::insert(
-        &mut tx,
-        &caller.tenant_id,
-        &key,
-        input.budget_limit_usd.map(usd_to_micros),
-    )
-    .await?;
-    changes::record(
-        &mut tx,
-        caller.author(),
-        now,
-        AuditEvent {
-            event_type: "proxy_key.created",
-            target_type: "api_key",
-            target_id: &key.api_key_id,
-            details: json!({
-                "developer_label": key.developer_label,
-                "agent_id": key.agent_id,
-                "key_prefix": key.key_prefix,
-            }),
-        },
-        Proxies::Reload(ChangeKind::ApiKey),
-    )
-    .await?;
-    tx.commit().await?;
+    let key = service::create_proxy_key(&state, &caller, input).await?;
     Ok(envelope::created(key))
 }
 
@@ -151,8 +84,7 @@ async fn list_proxy_keys(
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Response> {
     let page = query.try_into()?;
-    let keys = store::list(state.db.pool(), &caller.tenant_id, page).await?;
-    let total = store::count(state.db.pool(), &caller.tenant_id).await?;
+    let (keys, total) = service::list_proxy_keys(&state, &caller, page).await?;
     Ok(envelope::paged(keys, page, total))
 }
 
@@ -164,63 +96,6 @@ async fn delete_proxy_key(
     State(state): State<AppState>,
     ApiPath(api_key_id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    if !is_valid_id(IdKind::ApiKey, &api_key_id) {
-        return Err(ApiError::not_found("proxy_key"));
-    }
-    let now = state.clock.now();
-    let mut tx = state.db.begin_write().await?;
-    let Some(label) = store::delete(&mut tx, &caller.tenant_id, &api_key_id).await? else {
-        return Err(ApiError::not_found("proxy_key"));
-    };
-    changes::record(
-        &mut tx,
-        caller.author(),
-        now,
-        AuditEvent {
-            event_type: "proxy_key.deleted",
-            target_type: "api_key",
-            target_id: &api_key_id,
-            details: json!({ "developer_label": label }),
-        },
-        Proxies::Reload(ChangeKind::ApiKey),
-    )
-    .await?;
-    tx.commit().await?;
+    service::delete_proxy_key(&state, &caller, &api_key_id).await?;
     Ok(envelope::no_content())
-}
-
-/// The agent the key acts for and its team: the given agent (which must be live in the
-/// tenant), or a new agent registered in the same transaction.
-async fn agent_behind_key(
-    state: &AppState,
-    tx: &mut WriteTx,
-    caller: &Caller,
-    input: &CreateProxyKeyInput,
-) -> ApiResult<(String, Option<String>)> {
-    let team_name = match &input.team_id {
-        Some(team_id) => Some(
-            store::team_name(tx, &caller.tenant_id, team_id)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::validation("team_id", "team_id: no such team in this tenant")
-                })?,
-        ),
-        None => None,
-    };
-    if let Some(agent_id) = &input.agent_id {
-        let agent_team = store::live_agent_team(tx, &caller.tenant_id, agent_id)
-            .await?
-            .ok_or_else(|| {
-                ApiError::validation("agent_id", "agent_id: no such agent in this tenant")
-            })?;
-        return Ok((agent_id.clone(), input.team_id.clone().or(agent_team)));
-    }
-    let agent = register_agent_in(
-        state,
-        tx,
-        caller,
-        CreateAgentInput::named(input.developer_label.as_str(), team_name.as_deref())?,
-    )
-    .await?;
-    Ok((agent.id, agent.team_id))
 }
