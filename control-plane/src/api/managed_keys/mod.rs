@@ -10,7 +10,6 @@ mod store;
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
