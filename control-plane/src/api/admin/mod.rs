@@ -3,28 +3,24 @@
 //! Only `platform:admin` reaches these routes. The operators' own tenant (which holds the
 //! platform-admin key) is not listed and cannot be deleted.
 
+mod service;
+mod store;
+
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
-use sqlx::any::AnyRow;
-use sqlx::Row;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_shared::ids::{is_valid_id, IdKind};
-use warden_shared::scopes::Scope;
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::{Email, Text};
 use crate::auth::{require, Authorized};
-use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::ApiResult;
 use crate::plans::Plan;
 use crate::state::AppState;
-use crate::tenancy::{self, NewTenant};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -84,23 +80,6 @@ pub struct CreateTenantInput {
     pub agent_limit: Option<i64>,
 }
 
-/// `$month` names the parameter holding the start of the month for the tenant's spend.
-macro_rules! select_tenants {
-    ($month:literal, $clauses:expr) => {
-        concat!(
-            "SELECT t.id, t.company_name, t.plan, t.active_agents, t.agent_limit, t.owner_email, \
-             t.created_at, (SELECT MAX(e.occurred_at) FROM audit_events e \
-             WHERE e.tenant_id = t.id) AS last_activity, \
-             (SELECT CAST(COALESCE(SUM(u.cost_micros), 0) AS BIGINT) FROM usage_model_hourly u \
-              WHERE u.tenant_id = t.id AND u.hour >= ",
-            $month,
-            ") AS monthly_cost_micros \
-             FROM tenants t ",
-            $clauses
-        )
-    };
-}
-
 #[utoipa::path(get, path = "/admin/tenants", tag = "platform", params(TenantFilter),
     security(("bearer" = ["platform:admin"])),
     responses((status = 200, description = "One page of tenants, newest first", body = Paged<Tenant>)))]
@@ -114,28 +93,7 @@ async fn list_tenants(
         limit: filter.limit,
     }
     .try_into()?;
-    let plan = filter.plan.map(Plan::as_str);
-    let rows = sqlx::query(select_tenants!(
-        "$4",
-        "WHERE t.is_platform = 0 AND ($1 IS NULL OR t.plan = $1) \
-         ORDER BY t.created_at DESC, t.id DESC LIMIT $2 OFFSET $3"
-    ))
-    .bind(plan)
-    .bind(page.limit)
-    .bind(page.offset())
-    .bind(crate::api::cost::month_start(state.clock.now()))
-    .fetch_all(state.db.pool())
-    .await?;
-    let total: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM tenants WHERE is_platform = 0 AND ($1 IS NULL OR plan = $1)",
-    )
-    .bind(plan)
-    .fetch_one(state.db.pool())
-    .await?;
-    let tenants = rows
-        .iter()
-        .map(tenant_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
+    let (tenants, total) = service::list_tenants(&state, filter.plan, page).await?;
     Ok(envelope::paged(tenants, page, total))
 }
 
@@ -148,56 +106,8 @@ async fn create_tenant(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<CreateTenantInput>,
 ) -> ApiResult<Response> {
-    let agent_limit = input
-        .agent_limit
-        .unwrap_or(input.plan.default_agent_limit());
-    if !(1..=1_000_000).contains(&agent_limit) {
-        return Err(ApiError::validation(
-            "agent_limit",
-            "agent_limit: must be 1 to 1000000",
-        ));
-    }
-    let now = state.clock.now();
-    let mut tx = state.db.begin_write().await?;
-    let tenant_id = tenancy::insert_tenant(
-        &mut tx,
-        &caller.actor,
-        now,
-        &NewTenant {
-            company_name: input.company_name.as_str(),
-            owner_email: Some(input.owner_email.as_str()),
-            plan: input.plan,
-            agent_limit,
-            is_platform: false,
-        },
-    )
-    .await?;
-    let key = tenancy::insert_api_key(
-        &mut tx,
-        &tenant_id,
-        &caller.actor,
-        now,
-        "tenant admin key",
-        &[Scope::Admin],
-        None,
-        None,
-    )
-    .await?;
-    changes::record(&mut tx, caller.author(), now, AuditEvent {
-            event_type: "tenant.created",
-            target_type: "tenant",
-            target_id: &tenant_id,
-            details: json!({ "company_name": input.company_name.as_str(), "plan": input.plan.as_str() }),
-        }, Proxies::Unaffected)
-    .await?;
-    let tenant = fetch_tenant(&mut tx, &tenant_id, crate::api::cost::month_start(now))
-        .await?
-        .ok_or_else(|| ApiError::internal("tenant vanished inside its own transaction"))?;
-    tx.commit().await?;
-    Ok(envelope::created(CreatedTenant {
-        tenant,
-        api_key: key.raw_key,
-    }))
+    let created = service::create_tenant(&state, &caller, input).await?;
+    Ok(envelope::created(created))
 }
 
 #[utoipa::path(get, path = "/admin/tenants/{tenant_id}", tag = "platform",
@@ -208,17 +118,7 @@ async fn get_tenant(
     State(state): State<AppState>,
     ApiPath(tenant_id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    if !is_valid_id(IdKind::Tenant, &tenant_id) {
-        return Err(ApiError::not_found("tenant"));
-    }
-    let mut conn = state.db.pool().acquire().await?;
-    let tenant = fetch_tenant(
-        &mut conn,
-        &tenant_id,
-        crate::api::cost::month_start(state.clock.now()),
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("tenant"))?;
+    let tenant = service::get_tenant(&state, &tenant_id).await?;
     Ok(envelope::ok(tenant))
 }
 
@@ -232,75 +132,6 @@ async fn delete_tenant(
     State(state): State<AppState>,
     ApiPath(tenant_id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    if !is_valid_id(IdKind::Tenant, &tenant_id) {
-        return Err(ApiError::not_found("tenant"));
-    }
-    let mut tx = state.db.begin_write().await?;
-    let row = sqlx::query("SELECT company_name, is_platform FROM tenants WHERE id = $1")
-        .bind(&tenant_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| ApiError::not_found("tenant"))?;
-    if row.try_get::<i64, _>("is_platform")? == 1 {
-        return Err(ApiError::new(
-            ErrorCode::PlatformTenantProtected,
-            "the platform operators' tenant cannot be deleted",
-        ));
-    }
-    let company_name: String = row.try_get("company_name")?;
-    if !tenancy::delete_tenant_rows(&mut tx, &tenant_id).await? {
-        return Err(ApiError::not_found("tenant"));
-    }
-    // Proxies drop everything of the tenant (its keys above all) from their snapshots.
-    changes::record(
-        &mut tx,
-        caller.author(),
-        state.clock.now(),
-        AuditEvent {
-            event_type: "tenant.deleted",
-            target_type: "tenant",
-            target_id: &tenant_id,
-            details: json!({ "company_name": company_name }),
-        },
-        Proxies::Reload(ChangeKind::Tenant),
-    )
-    .await?;
-    tx.commit().await?;
+    service::delete_tenant(&state, &caller, &tenant_id).await?;
     Ok(envelope::no_content())
-}
-
-async fn fetch_tenant(
-    conn: &mut sqlx::AnyConnection,
-    tenant_id: &str,
-    month_start: i64,
-) -> Result<Option<Tenant>, sqlx::Error> {
-    sqlx::query(select_tenants!(
-        "$2",
-        "WHERE t.id = $1 AND t.is_platform = 0"
-    ))
-    .bind(tenant_id)
-    .bind(month_start)
-    .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(tenant_from_row)
-    .transpose()
-}
-
-fn tenant_from_row(row: &AnyRow) -> Result<Tenant, sqlx::Error> {
-    Ok(Tenant {
-        id: row.try_get("id")?,
-        company_name: row.try_get("company_name")?,
-        plan: row.try_get("plan")?,
-        active_agents: row.try_get("active_agents")?,
-        agent_limit: row.try_get("agent_limit")?,
-        owner_email: row.try_get("owner_email")?,
-        monthly_cost_usd: warden_shared::pricing::micros_to_usd(
-            row.try_get("monthly_cost_micros")?,
-        ),
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
-        last_activity: row
-            .try_get::<Option<i64>, _>("last_activity")?
-            .map(Timestamp::from_millis),
-    })
 }
