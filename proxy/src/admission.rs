@@ -1,6 +1,7 @@
 //! Whether a key may make a request, from memory only: the key, its agent and tenant,
-//! the route, and the key's model list.
+//! the route, and the key's model list (which `GET /v1/models` lists).
 
+use serde_json::{json, Value};
 use warden_shared::pricing::{self, ModelPrice};
 use warden_shared::registry::Provider;
 
@@ -69,8 +70,35 @@ pub fn admit(view: &KeyView, model: &str) -> Result<Admitted, Refusal> {
     })
 }
 
+/// `GET /v1/models`: the models this key may use, in OpenAI's list shape.
+pub fn model_list(view: &KeyView) -> String {
+    let providers = allowed_providers(view);
+    let models: Vec<(String, &str)> = if view.key.allowed_models.is_empty() {
+        pricing::PRICES
+            .iter()
+            .filter(|price| providers.contains(&price.provider))
+            .map(|price| (price.model.to_owned(), price.provider.as_str()))
+            .collect()
+    } else {
+        view.key
+            .allowed_models
+            .iter()
+            .map(|model| {
+                let owner = routing::route(model, &providers)
+                    .map_or("unknown", |route| route.provider.as_str());
+                (model.clone(), owner)
+            })
+            .collect()
+    };
+    let data: Vec<Value> = models
+        .into_iter()
+        .map(|(id, owner)| json!({ "id": id, "object": "model", "created": 0, "owned_by": owner }))
+        .collect();
+    json!({ "object": "list", "data": data }).to_string()
+}
+
 /// The providers a key may use, for `/v1/models`.
-pub fn allowed_providers(view: &KeyView) -> Vec<Provider> {
+fn allowed_providers(view: &KeyView) -> Vec<Provider> {
     if view.key.allowed_providers.is_empty() {
         Provider::ALL.to_vec()
     } else {

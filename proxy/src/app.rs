@@ -27,6 +27,7 @@ use crate::flush::FlushTarget;
 use crate::managed_keys::ManagedKeys;
 use crate::metrics::ProxyMetrics;
 use crate::rate_limit::RateWindows;
+use crate::resources::Resources;
 use crate::service::ProxyService;
 use crate::state::EnforcementState;
 use crate::sync::{self, StreamSource};
@@ -126,7 +127,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     // would send its readiness through another thread.
     let mut proxies = Vec::new();
     for _ in 0..config.event_loops.max(1) {
-        let service = ProxyService {
+        let service = ProxyService::new(Resources {
             state: state.clone(),
             upstreams: Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?,
             usage: usage_sink.clone(),
@@ -136,7 +137,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             providers: providers.clone(),
             managed_keys: managed_keys.clone(),
             max_body_bytes: config.max_body_bytes,
-        };
+        });
         proxies.push(Arc::new(pingora::proxy::http_proxy(&server_conf, service)));
     }
     drop((usage_sink, decision_sink));

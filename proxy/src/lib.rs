@@ -30,6 +30,7 @@ pub mod rate_limit;
 pub mod refusal;
 pub mod relay;
 pub mod request_body;
+pub mod resources;
 pub mod respond;
 pub mod routing;
 pub mod service;

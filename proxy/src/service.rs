@@ -3,8 +3,6 @@
 //! refusals, and forwarded requests through [`crate::forward`]. `upstream_peer` is never
 //! reached.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::proxy::{ProxyHttp, Session};
@@ -17,24 +15,15 @@ use crate::admission;
 use crate::clock::now_ms;
 use crate::endpoint::Endpoint;
 use crate::forward;
-use crate::metrics::ProxyMetrics;
+use crate::metrics::status_class;
 use crate::refusal::{Refusal, Refused};
+use crate::resources::Resources;
 use crate::respond::{respond, respond_refusal};
-use crate::state::{EnforcementState, KeyView};
-use crate::upstream::Upstreams;
-use crate::usage::sink::UsageSink;
+use crate::state::KeyView;
 
-/// What every request shares.
+/// The proxy as pingora drives it: what every request shares, answering each request.
 pub struct ProxyService {
-    pub state: Arc<EnforcementState>,
-    pub upstreams: Upstreams,
-    pub usage: UsageSink,
-    pub decisions: crate::decisions::DecisionSink,
-    pub rates: Arc<crate::rate_limit::RateWindows>,
-    pub metrics: ProxyMetrics,
-    pub providers: crate::config::ProvidersConfig,
-    pub managed_keys: crate::managed_keys::ManagedKeys,
-    pub max_body_bytes: usize,
+    resources: Resources,
 }
 
 #[async_trait]
@@ -49,12 +38,13 @@ impl ProxyHttp for ProxyService {
             let (provider, model) = labels.map_or(("none", "none"), |labels| {
                 (labels.provider.as_str(), labels.model)
             });
-            self.metrics
+            self.resources
+                .metrics
                 .requests
                 .with_label_values(&[
                     provider,
                     model,
-                    crate::metrics::status_class(refusal.status()),
+                    status_class(refusal.status()),
                     refusal.code(),
                 ])
                 .inc();
@@ -75,14 +65,19 @@ impl ProxyHttp for ProxyService {
 }
 
 impl ProxyService {
+    pub fn new(resources: Resources) -> ProxyService {
+        ProxyService { resources }
+    }
+
     async fn route(&self, session: &mut Session) -> Result<(), Refused> {
+        let shared = &self.resources;
         let method = session.req_header().method.as_str().to_owned();
         let path = session.req_header().uri.path().to_owned();
         match (method.as_str(), path.as_str()) {
             ("GET", "/healthz") => {
                 let body = json!({
-                    "status": if self.state.is_loaded() { "ok" } else { "starting" },
-                    "snapshot_version": self.state.version(),
+                    "status": if shared.state.is_loaded() { "ok" } else { "starting" },
+                    "snapshot_version": shared.state.version(),
                 });
                 respond(
                     session,
@@ -94,28 +89,29 @@ impl ProxyService {
                 Ok(())
             }
             ("GET", "/metrics") => {
-                let age = (now_ms() - self.state.synced_at_ms()).max(0) / 1000;
-                self.metrics
+                let age = (now_ms() - shared.state.synced_at_ms()).max(0) / 1000;
+                shared
+                    .metrics
                     .snapshot_age_seconds
-                    .set(if self.state.is_loaded() { age } else { -1 });
-                let text = self.metrics.render();
+                    .set(if shared.state.is_loaded() { age } else { -1 });
+                let text = shared.metrics.render();
                 respond(session, 200, "text/plain; version=0.0.4", Bytes::from(text)).await;
                 Ok(())
             }
             ("GET", "/v1/models") => {
                 let view = self.authenticate(session)?;
                 admission::check_key(&view, now_ms())?;
-                let body = forward::model_list(&view);
+                let body = admission::model_list(&view);
                 respond(session, 200, "application/json", Bytes::from(body)).await;
                 Ok(())
             }
             ("POST", "/v1/chat/completions") => {
                 let view = self.authenticate(session)?;
-                forward::forward(self, session, view, Endpoint::ChatCompletions).await
+                forward::forward(shared, session, view, Endpoint::ChatCompletions).await
             }
             ("POST", "/v1/embeddings") => {
                 let view = self.authenticate(session)?;
-                forward::forward(self, session, view, Endpoint::Embeddings).await
+                forward::forward(shared, session, view, Endpoint::Embeddings).await
             }
             (
                 _,
@@ -127,7 +123,8 @@ impl ProxyService {
 
     /// The key behind `Authorization: Bearer ...`, from memory.
     fn authenticate(&self, session: &Session) -> Result<KeyView, Refusal> {
-        if !self.state.is_loaded() {
+        let state = &self.resources.state;
+        if !state.is_loaded() {
             return Err(Refusal::NotReady);
         }
         let token = session
@@ -142,7 +139,7 @@ impl ProxyService {
             .ok_or(Refusal::MissingKey)?;
         // Looked up by its SHA-256, like the control plane stores it: the map holds no
         // secrets, and equality of hashes reveals nothing about a near miss.
-        self.state
+        state
             .lookup(&hash_credential(token))
             .ok_or(Refusal::InvalidKey)
     }

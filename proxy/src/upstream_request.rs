@@ -8,13 +8,13 @@ use http::HeaderValue;
 use warden_shared::registry::Provider;
 use warden_shared::secret::Secret;
 
-use crate::admission::Admitted;
+use crate::config::ProvidersConfig;
 use crate::endpoint::Endpoint;
 use crate::headers::is_header_value;
+use crate::managed_keys::ManagedKeys;
 use crate::refusal::Refusal;
-use crate::service::ProxyService;
-use crate::state::KeyView;
-use crate::upstream::{Target, INLINE_BODY};
+use crate::state::{EnforcementState, KeyView};
+use crate::upstream::{Target, Upstreams, INLINE_BODY};
 
 /// What the upstream header says of the body.
 pub struct UpstreamBody {
@@ -30,16 +30,14 @@ pub struct UpstreamBody {
 /// map, then its own rendering): the same bytes, a quarter of the instructions. Names
 /// are lowercase, as pingora wrote them for a map built without case.
 pub fn upstream_header(
-    service: &ProxyService,
+    upstreams: &Upstreams,
     user_agent: Option<&HeaderValue>,
-    admitted: &Admitted,
+    provider: Provider,
     endpoint: Endpoint,
     body: &UpstreamBody,
     credential: &str,
 ) -> Result<BytesMut, Refusal> {
-    let provider = admitted.route.provider;
-    let target = service
-        .upstreams
+    let target = upstreams
         .target(provider)
         .ok_or(Refusal::ProviderNotConfigured(provider))?;
     // Both sources of credentials refuse values a header cannot carry (the proxy's
@@ -106,27 +104,28 @@ fn request_head(
     Some(head)
 }
 
-/// The provider credential: the tenant's managed key (from Secrets Manager, cached), or
-/// the proxy's own from its configuration.
+/// The provider credential: the tenant's managed key (its reference in `state`, its
+/// value from Secrets Manager through `managed_keys`, cached), or the proxy's own from
+/// its configuration (`providers`).
 pub async fn credential<'s>(
-    service: &'s ProxyService,
+    state: &EnforcementState,
+    managed_keys: &ManagedKeys,
+    providers: &'s ProvidersConfig,
     view: &KeyView,
     provider: Provider,
 ) -> Result<Credential<'s>, Refusal> {
     if view.key.use_managed_key {
-        let managed = service
-            .state
+        let managed = state
             .managed_key(&view.key.tenant_id, provider)
             .ok_or(Refusal::ManagedKeyMissing(provider))?;
         // Boxed: the AWS SDK's request future is over ten kilobytes, and every forwarded
         // request's future would otherwise reserve (and move) room for it.
-        return Box::pin(service.managed_keys.resolve(&managed.secret_ref))
+        return Box::pin(managed_keys.resolve(&managed.secret_ref))
             .await
             .map(Credential::Managed)
             .map_err(|_| Refusal::ManagedKeyUnavailable(provider));
     }
-    service
-        .providers
+    providers
         .endpoint(provider)
         .api_key
         .as_ref()

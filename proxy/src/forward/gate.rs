@@ -1,0 +1,157 @@
+//! The gate step: what an admitted request must pass before it is sent, in order: the
+//! tenant's policies, its key's own rate limit (`rate_limit_override`) and every budget
+//! that covers it. The policies and the key's limit count the request in their rate
+//! windows as they let it through; a request refused further on gives those counts
+//! back ([`GiveBack`]) and is never held in its budgets (a reservation is made only
+//! when every budget has room).
+
+use warden_shared::budget::{key_scope, TENANT_SCOPE};
+use warden_shared::pricing::micros_to_decimal;
+use warden_shared::timestamp::Timestamp;
+
+use super::Ready;
+use crate::budget::{Admission, BudgetRule, BudgetWarning, RuleSource};
+use crate::clock::now_ms;
+use crate::policy_gate::{PolicyGate, PolicyPass};
+use crate::refusal::Refusal;
+use crate::resources::Resources;
+use crate::state::{EnforcementState, KeyView};
+
+/// A request through the gate.
+pub(super) struct Passed {
+    /// Its rate-window counts (its tokens go to them when it ends) and its decision.
+    pub(super) policies: PolicyPass,
+    /// Its estimated cost held in its budgets, and the budgets past their warn threshold.
+    pub(super) admission: Admission,
+    /// The value of `x-warden-budget-warning`, when a budget passed its warn threshold.
+    pub(super) budget_warning: Option<String>,
+}
+
+/// Checks `ready` against the policies, its key's rate limit and the budgets.
+pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Refusal> {
+    let Ready {
+        view,
+        endpoint,
+        admitted,
+        estimate_micros,
+        ..
+    } = ready;
+    let now = now_ms();
+    let policies = PolicyGate {
+        state: &shared.state,
+        rates: &shared.rates,
+        decisions: &shared.decisions,
+    };
+    let passed_policies = policies.check(
+        view,
+        admitted,
+        endpoint.request_type(),
+        *estimate_micros,
+        now,
+    )?;
+    let mut counted = GiveBack(passed_policies);
+    if let Some(key_count) = shared.rates.count_key_request(&view.key, now)? {
+        counted.0.counted_also(key_count);
+    }
+    let rules = std::mem::take(&mut counted.0.budget_rules);
+    let admission = reserve_budget(&shared.state, view, rules, *estimate_micros, now)?;
+    Ok(Passed {
+        policies: counted.keep(),
+        budget_warning: budget_warning_header(&admission.warnings),
+        admission,
+    })
+}
+
+/// What the policies let through, while the rest of the gate may still refuse it: when
+/// dropped, the rate windows that counted the request (the policies' and its key's own)
+/// give the count back, as for any refused request; [`GiveBack::keep`] takes it past
+/// the gate with its counts. Requests that fail after the gate (the provider
+/// unreachable, say) keep their counts: they were let through.
+struct GiveBack(PolicyPass);
+
+impl GiveBack {
+    fn keep(mut self) -> PolicyPass {
+        // What is left behind counts nothing, so the drop gives nothing back.
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        self.0.give_back();
+    }
+}
+
+/// Holds the request's estimated cost in every budget that covers it: the key's own,
+/// the tenant's budget limits on the tenant, the agent's team and the agent, and the
+/// `budget_limit` policies it passed (`rules`; see `crate::budget`).
+fn reserve_budget(
+    state: &EnforcementState,
+    view: &KeyView,
+    mut rules: Vec<BudgetRule>,
+    estimate_micros: i64,
+    now_ms: i64,
+) -> Result<Admission, Refusal> {
+    let key = &view.key;
+    if let Some(limit_micros) = key.budget_limit_micros {
+        rules.push(BudgetRule {
+            scope: key_scope(&key.id),
+            limit_micros,
+            // A key's own budget blocks at its limit; its warning comes at 80 %.
+            warn_pct: 80,
+            block_pct: 100,
+            source: RuleSource::Key,
+        });
+    }
+    if let Some(limits) = state.budget_limits(&key.tenant_id) {
+        let agent = view.agent.as_deref();
+        let covers = |scope: &str| {
+            scope == TENANT_SCOPE
+                || scope.strip_prefix("agent:") == Some(key.agent_id.as_str())
+                || scope
+                    .strip_prefix("team:")
+                    .is_some_and(|team| agent.and_then(|a| a.team_id.as_deref()) == Some(team))
+        };
+        rules.extend(
+            limits
+                .iter()
+                .filter(|l| covers(&l.scope))
+                .map(|limit| BudgetRule {
+                    scope: limit.scope.clone(),
+                    limit_micros: limit.monthly_limit_micros,
+                    warn_pct: limit.warn_threshold_pct,
+                    block_pct: limit.block_threshold_pct,
+                    source: RuleSource::Limit(limit.id.clone()),
+                }),
+        );
+    }
+    let month = Timestamp::from_millis(now_ms).month_start();
+    state
+        .budgets
+        .reserve(&key.tenant_id, &rules, estimate_micros, month)
+        .map_err(|over| match over.source {
+            RuleSource::Policy(policy_id) => Refusal::PolicyBudgetExceeded {
+                policy_id,
+                reason: format!(
+                    "spend this month has reached the budget's block threshold, or the \
+                     request's estimated cost does not fit below it (${} of ${})",
+                    micros_to_decimal(over.spent_micros),
+                    micros_to_decimal(over.block_micros)
+                ),
+            },
+            _ => Refusal::BudgetExceeded(over),
+        })
+}
+
+/// The value of `x-warden-budget-warning` for budgets past their warn threshold:
+/// `<scope>=<percent of the monthly limit>%`, comma-separated.
+fn budget_warning_header(warnings: &[BudgetWarning]) -> Option<String> {
+    if warnings.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = warnings
+        .iter()
+        .map(|w| format!("{}={:.2}%", w.scope, w.percentage))
+        .collect();
+    Some(parts.join(", "))
+}

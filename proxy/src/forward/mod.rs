@@ -1,0 +1,167 @@
+//! Forwarding one OpenAI-compatible request, in steps. Here: read and check the body
+//! and admit the request for its model ([`Ready`]). Then [`gate`]: the policies, the
+//! key's own rate limit and the budgets, a refusal giving back what they had counted;
+//! [`send`]: the provider's request written and sent while the client is watched, and
+//! the answer relayed; [`settle`]: the request's usage queued, the provider's connection
+//! returned to the pool, the metrics.
+
+mod gate;
+mod send;
+mod settle;
+
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use pingora::proxy::Session;
+
+use crate::admission::{self, Admitted};
+use crate::budget;
+use crate::clock::now_ms;
+use crate::endpoint::Endpoint;
+use crate::metrics::model_label;
+use crate::refusal::{Refusal, Refused, RouteLabels};
+use crate::request_body::Peek;
+use crate::resources::Resources;
+use crate::state::KeyView;
+
+/// Forwards the request of `view`'s key to the provider of its model and relays the
+/// answer. `Err` is the refusal to answer instead; once the request is admitted it
+/// carries the provider and model, for the metrics.
+pub async fn forward(
+    shared: &Resources,
+    session: &mut Session,
+    view: KeyView,
+    endpoint: Endpoint,
+) -> Result<(), Refused> {
+    let started = Instant::now();
+    admission::check_key(&view, now_ms())?;
+    ensure_json(session)?;
+    let body = read_body(session, shared.max_body_bytes).await?;
+    let work = Instant::now();
+    let ready = admit(view, endpoint, &body, started, work)?;
+    // From here on the provider and model are known: refusals are counted under them.
+    let labels = RouteLabels {
+        provider: ready.admitted.route.provider,
+        model: model_label(ready.admitted.price),
+    };
+    let refused = |refusal| Refused {
+        refusal,
+        labels: Some(labels),
+    };
+    let passed = gate::gate(shared, &ready).map_err(refused)?;
+    let answer = send::send(shared, session, &ready, &passed)
+        .await
+        .map_err(refused)?;
+    settle::settle(shared, ready, passed, answer).await;
+    Ok(())
+}
+
+/// An admitted request, its body read: what the steps work from.
+struct Ready<'a> {
+    view: KeyView,
+    endpoint: Endpoint,
+    body: &'a Bytes,
+    admitted: Admitted,
+    /// A chat completion the client asked to have streamed.
+    streaming: bool,
+    /// A stream whose client did not ask for usage: the provider is asked for it
+    /// (`stream_options.include_usage`) and the relay strips it from the answer.
+    inject_usage: bool,
+    /// What the request may cost, held in its budgets (`crate::budget::estimate_micros`).
+    estimate_micros: i64,
+    started: Instant,
+    /// When the proxy's own work on the request began (after reading the body).
+    work: Instant,
+}
+
+/// Reads the body's few fields ([`Peek`]) and admits the request for its model.
+fn admit(
+    view: KeyView,
+    endpoint: Endpoint,
+    body: &Bytes,
+    started: Instant,
+    work: Instant,
+) -> Result<Ready<'_>, Refusal> {
+    let peek: Peek = serde_json::from_slice(body)
+        .map_err(|_| Refusal::BadRequest("the body must be a JSON object with a `model`".into()))?;
+    let model = peek
+        .model
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?;
+    let admitted = admission::admit(&view, model)?;
+    let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
+    let client_wants_usage =
+        peek.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
+    let estimate_micros = budget::estimate_micros(
+        admitted.price,
+        body.len(),
+        peek.max_completion_tokens.or(peek.max_tokens),
+    );
+    Ok(Ready {
+        view,
+        endpoint,
+        body,
+        admitted,
+        streaming,
+        inject_usage: streaming && !client_wants_usage,
+        estimate_micros,
+        started,
+        work,
+    })
+}
+
+fn ensure_json(session: &Session) -> Result<(), Refusal> {
+    let is_json = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    if is_json {
+        Ok(())
+    } else {
+        Err(Refusal::UnsupportedMediaType)
+    }
+}
+
+/// Reads the whole body (answering `Expect: 100-continue` first), refusing more than `max`.
+async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Refusal> {
+    let headers = &session.req_header().headers;
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let expects_continue = headers
+        .get(http::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if declared.is_some_and(|length| length > max) {
+        // The body stays unread: the connection cannot be reused.
+        session.set_keepalive(None);
+        return Err(Refusal::BodyTooLarge(max));
+    }
+    if expects_continue && session.write_continue_response().await.is_err() {
+        return Err(Refusal::BadRequest(
+            "cannot answer Expect: 100-continue".into(),
+        ));
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(max));
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > max {
+                    session.set_keepalive(None);
+                    return Err(Refusal::BodyTooLarge(max));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Err(_) => return Err(Refusal::BadRequest("cannot read the request body".into())),
+        }
+    }
+}

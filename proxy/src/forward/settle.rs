@@ -1,0 +1,128 @@
+//! The settle step, once the answer is relayed or the client is gone: the request's
+//! tokens (as the provider reported them, else estimated, so a cancelled request is
+//! never free) go to the rate windows that counted it; its usage record, carrying its
+//! budgets' settled cost and its policy decision, is queued; the provider's connection
+//! goes back to the pool when the answer was read to its end; the metrics count it.
+
+use std::time::{Duration, Instant};
+
+use warden_shared::ids::{new_id, IdKind};
+use warden_shared::pricing::ModelPrice;
+use warden_shared::registry::Provider;
+use warden_shared::timestamp::Timestamp;
+
+use super::gate::Passed;
+use super::send::Answer;
+use super::Ready;
+use crate::clock::now_ms;
+use crate::metrics::{model_label, status_class, ProxyMetrics};
+use crate::relay::Relayed;
+use crate::resources::Resources;
+use crate::usage::extract::{estimate_tokens, Tokens};
+use crate::usage::UsageRecord;
+
+/// Records what the request came to and lets its provider connection go.
+pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed, answer: Answer) {
+    let work = Instant::now();
+    let Answer {
+        status,
+        relayed,
+        exchange,
+        overhead,
+    } = answer;
+    let Passed {
+        mut policies,
+        admission,
+        ..
+    } = passed;
+    let tokens = tokens_of(&ready, &relayed, exchange.is_none());
+    let admitted = ready.admitted;
+    let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
+    policies.add_tokens(tokens.input + tokens.output);
+    let (provider, price) = (admitted.route.provider, admitted.price);
+    // The record carries the policies' decision too: one row and one post fewer.
+    let recorded_at = now_ms();
+    shared.usage.record(UsageRecord {
+        record_id: new_id(IdKind::Usage, recorded_at),
+        key: ready.view.key.clone(),
+        model_provider: provider,
+        model_name: admitted.route.upstream_model,
+        request_type: ready.endpoint.request_type(),
+        input_tokens: tokens.input,
+        output_tokens: tokens.output,
+        recorded_at: Timestamp::from_millis(recorded_at),
+        budget: admission.reservation.settle(cost_micros),
+        evaluation: policies.decision_for_usage(),
+    });
+    if let Some(exchange) = exchange.filter(|_| relayed.complete) {
+        shared.upstreams.release(exchange).await;
+    }
+    let outcome = Outcome {
+        status,
+        tokens,
+        cost_micros,
+    };
+    let overhead = overhead + work.elapsed();
+    observe(
+        &shared.metrics,
+        provider,
+        price,
+        outcome,
+        ready.started.elapsed(),
+        overhead,
+    );
+}
+
+/// Usage the provider reported; otherwise, for a stream cut short, a request whose
+/// client hung up before the answer (`cancelled`) or a provider that never reports, an
+/// estimate from the request size and the text relayed. An error answer without usage
+/// counts as a request with no tokens.
+fn tokens_of(ready: &Ready<'_>, relayed: &Relayed, cancelled: bool) -> Tokens {
+    relayed.usage.unwrap_or(if ready.streaming || cancelled {
+        Tokens {
+            input: estimate_tokens(ready.body.len()),
+            output: estimate_tokens(relayed.generated_chars),
+        }
+    } else {
+        Tokens::default()
+    })
+}
+
+/// What a forwarded request came to, for the metrics.
+struct Outcome {
+    status: u16,
+    tokens: Tokens,
+    cost_micros: i64,
+}
+
+fn observe(
+    metrics: &ProxyMetrics,
+    provider: Provider,
+    price: Option<&'static ModelPrice>,
+    Outcome {
+        status,
+        tokens,
+        cost_micros,
+    }: Outcome,
+    total: Duration,
+    overhead: Duration,
+) {
+    metrics
+        .requests
+        .with_label_values(&[
+            provider.as_str(),
+            model_label(price),
+            status_class(status),
+            "forwarded",
+        ])
+        .inc();
+    let per_provider = metrics.provider(provider);
+    per_provider.duration.observe(total.as_secs_f64());
+    metrics.overhead.observe(overhead.as_secs_f64());
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    per_provider.input_tokens.inc_by(count(tokens.input));
+    per_provider.output_tokens.inc_by(count(tokens.output));
+    if price.is_some() {
+        per_provider.cost_micros.inc_by(count(cost_micros));
+    }
+}

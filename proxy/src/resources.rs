@@ -1,0 +1,28 @@
+//! What every request shares: the enforcement state and rate windows it is checked
+//! against, the provider connections and credentials it is sent with, the queues its
+//! usage and decisions go to, the metrics, and the body limit. `app` builds one per
+//! event loop; `service` answers with it and lends it to `forward`.
+
+use std::sync::Arc;
+
+use crate::config::ProvidersConfig;
+use crate::decisions::DecisionSink;
+use crate::managed_keys::ManagedKeys;
+use crate::metrics::ProxyMetrics;
+use crate::rate_limit::RateWindows;
+use crate::state::EnforcementState;
+use crate::upstream::Upstreams;
+use crate::usage::sink::UsageSink;
+
+pub struct Resources {
+    pub state: Arc<EnforcementState>,
+    /// This event loop's own provider connections (see `crate::app`).
+    pub upstreams: Upstreams,
+    pub usage: UsageSink,
+    pub decisions: DecisionSink,
+    pub rates: Arc<RateWindows>,
+    pub metrics: ProxyMetrics,
+    pub providers: ProvidersConfig,
+    pub managed_keys: ManagedKeys,
+    pub max_body_bytes: usize,
+}
