@@ -8,20 +8,18 @@
 use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::json;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_shared::ids::{is_valid_id, IdKind};
 
-use super::store::{self, EnforcementFlag};
+use super::service;
+use super::store::EnforcementFlag;
 use super::Agent;
 use crate::api::envelope::{self, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery, OptionalJson};
 use crate::api::validate::Text;
-use crate::auth::{require, Authorized, Caller};
-use crate::changes::{self, AuditEvent, Author, ChangeKind, Proxies};
-use crate::error::{ApiError, ApiResult};
+use crate::auth::{require, Authorized};
+use crate::error::ApiResult;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -61,7 +59,7 @@ async fn block_agent(
 ) -> ApiResult<Response> {
     let reason = input.and_then(|input| input.reason);
     let flag = EnforcementFlag::Blocked;
-    set_flag(&state, &caller, &agent_id, flag, true, reason.as_ref()).await?;
+    service::set_flag(&state, &caller, &agent_id, flag, true, reason.as_ref()).await?;
     Ok(envelope::no_content())
 }
 
@@ -73,7 +71,7 @@ async fn unblock_agent(
     State(state): State<AppState>,
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    set_flag(
+    service::set_flag(
         &state,
         &caller,
         &agent_id,
@@ -96,7 +94,7 @@ async fn quarantine_agent(
     ApiJson(input): ApiJson<QuarantineInput>,
 ) -> ApiResult<Response> {
     let flag = EnforcementFlag::Quarantined;
-    set_flag(&state, &caller, &agent_id, flag, true, Some(&input.reason)).await?;
+    service::set_flag(&state, &caller, &agent_id, flag, true, Some(&input.reason)).await?;
     Ok(envelope::no_content())
 }
 
@@ -109,7 +107,7 @@ async fn release_quarantine(
     ApiPath(agent_id): ApiPath<String>,
 ) -> ApiResult<Response> {
     let flag = EnforcementFlag::Quarantined;
-    set_flag(&state, &caller, &agent_id, flag, false, None).await?;
+    service::set_flag(&state, &caller, &agent_id, flag, false, None).await?;
     Ok(envelope::no_content())
 }
 
@@ -122,60 +120,6 @@ async fn list_quarantined_agents(
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Response> {
     let page = query.try_into()?;
-    let filter = store::Filter {
-        quarantined_only: true,
-        ..store::Filter::default()
-    };
-    let now = state.clock.now().as_millis();
-    let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page, now).await?;
-    let total = store::count(state.db.pool(), &caller.tenant_id, &filter, now).await?;
+    let (agents, total) = service::list_quarantined_agents(&state, &caller, page).await?;
     Ok(envelope::paged(agents, page, total))
-}
-
-fn event_type(flag: EnforcementFlag, on: bool) -> &'static str {
-    match (flag, on) {
-        (EnforcementFlag::Blocked, true) => "agent.blocked",
-        (EnforcementFlag::Blocked, false) => "agent.unblocked",
-        (EnforcementFlag::Quarantined, true) => "agent.quarantined",
-        (EnforcementFlag::Quarantined, false) => "agent.quarantine_released",
-    }
-}
-
-/// Sets `flag` on the agent, audits it and tells the proxies, in one transaction.
-async fn set_flag(
-    state: &AppState,
-    caller: &Caller,
-    agent_id: &str,
-    flag: EnforcementFlag,
-    on: bool,
-    reason: Option<&Reason>,
-) -> ApiResult<()> {
-    if !is_valid_id(IdKind::Agent, agent_id) {
-        return Err(ApiError::not_found("agent"));
-    }
-    let reason = reason.map(Reason::as_str);
-    let now = state.clock.now();
-    let mut tx = state.db.begin_write().await?;
-    let (tenant_id, at) = (caller.tenant_id.as_str(), now.as_millis());
-    if !store::set_flag(&mut tx, tenant_id, agent_id, flag, on, reason, at).await? {
-        return Err(ApiError::not_found("agent"));
-    }
-    changes::record(
-        &mut tx,
-        Author {
-            tenant_id: tenant_id,
-            actor: &caller.actor,
-        },
-        now,
-        AuditEvent {
-            event_type: event_type(flag, on),
-            target_type: "agent",
-            target_id: agent_id,
-            details: json!({ "reason": reason }),
-        },
-        Proxies::Reload(ChangeKind::Agent),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(())
 }

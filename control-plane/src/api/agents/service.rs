@@ -4,7 +4,8 @@ use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use warden_shared::registry::{AgentStatus, Environment};
 
-use super::store::{self, AgentRow};
+use super::kill_switch::Reason;
+use super::store::{self, AgentRow, EnforcementFlag};
 use super::{Agent, AgentFilter, CreateAgentInput, UpdateAgentInput};
 use crate::api::envelope::Page;
 use crate::api::teams::find_or_create_team_id;
@@ -231,4 +232,65 @@ fn pick<const MIN: usize, const MAX: usize>(
         None => current,
         Some(value) => value.map(|text| text.into_inner()),
     }
+}
+
+/// Quarantined agents, newest first.
+pub async fn list_quarantined_agents(
+    state: &AppState,
+    caller: &Caller,
+    page: Page,
+) -> ApiResult<(Vec<Agent>, i64)> {
+    let filter = store::Filter {
+        quarantined_only: true,
+        ..store::Filter::default()
+    };
+    let now = state.clock.now().as_millis();
+    let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page, now).await?;
+    let total = store::count(state.db.pool(), &caller.tenant_id, &filter, now).await?;
+    Ok((agents, total))
+}
+
+fn event_type(flag: EnforcementFlag, on: bool) -> &'static str {
+    match (flag, on) {
+        (EnforcementFlag::Blocked, true) => "agent.blocked",
+        (EnforcementFlag::Blocked, false) => "agent.unblocked",
+        (EnforcementFlag::Quarantined, true) => "agent.quarantined",
+        (EnforcementFlag::Quarantined, false) => "agent.quarantine_released",
+    }
+}
+
+/// Sets `flag` on the agent, audits it and tells the proxies, in one transaction.
+pub async fn set_flag(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    flag: EnforcementFlag,
+    on: bool,
+    reason: Option<&Reason>,
+) -> ApiResult<()> {
+    if !is_valid_id(IdKind::Agent, agent_id) {
+        return Err(ApiError::not_found("agent"));
+    }
+    let reason = reason.map(Reason::as_str);
+    let now = state.clock.now();
+    let mut tx = state.db.begin_write().await?;
+    let (tenant_id, at) = (caller.tenant_id.as_str(), now.as_millis());
+    if !store::set_flag(&mut tx, tenant_id, agent_id, flag, on, reason, at).await? {
+        return Err(ApiError::not_found("agent"));
+    }
+    changes::record(
+        &mut tx,
+        caller.author(),
+        now,
+        AuditEvent {
+            event_type: event_type(flag, on),
+            target_type: "agent",
+            target_id: agent_id,
+            details: json!({ "reason": reason }),
+        },
+        Proxies::Reload(ChangeKind::Agent),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
 }
