@@ -37,7 +37,7 @@ pub fn configure() {
 
 /// Returns every freed page to the system now: after a full snapshot, whose text and
 /// parsed form (tens of megabytes at 100,000 keys) have just been dropped.
-pub fn release_freed_pages() {
+pub(crate) fn release_freed_pages() {
     // jemalloc purges an arena's dirty pages when its decay time is set to zero; the
     // usual time is then restored. (`arena.<i>.purge` takes no value, which the safe
     // interface cannot send.)

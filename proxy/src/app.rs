@@ -67,8 +67,8 @@ pub enum ProxyStartupError {
 /// A bound proxy, ready to serve.
 pub struct ProxyApp {
     pub addr: SocketAddr,
-    pub state: Arc<EnforcementState>,
-    pub metrics: ProxyMetrics,
+    state: Arc<EnforcementState>,
+    metrics: ProxyMetrics,
     listener: TcpListener,
     /// One per event loop (one in all when connections share the runtime's workers).
     proxies: Vec<Arc<HttpProxy<ProxyService>>>,

@@ -5,41 +5,45 @@
 //! quarantine, allowed providers and models), forwarded to the provider chosen from the
 //! model, relayed back (streamed or whole), and its usage queued for the ledger. The
 //! request path reads only memory.
+//!
+//! Only `build`, its settings and app, `config` and `allocator` are public. The modules
+//! form layers, each using only those below it (`tests/module_layers.rs` fails on a
+//! cycle and prints the layers).
 
-pub mod admission;
+pub(crate) mod admission;
 pub mod allocator;
-pub mod app;
-pub mod batch_queue;
-pub mod budget;
-pub mod buffered_io;
-pub mod clock;
+pub(crate) mod app;
+pub(crate) mod batch_queue;
+pub(crate) mod budget;
+pub(crate) mod buffered_io;
+pub(crate) mod clock;
 pub mod config;
-pub mod decisions;
-pub mod endpoint;
-pub mod event_loops;
-pub mod flush;
-pub mod forward;
-pub mod headers;
-pub mod log_throttle;
-pub mod managed_keys;
-pub mod maps;
-pub mod metrics;
-pub mod policy_gate;
-pub mod pool_peer;
-pub mod rate_limit;
-pub mod refusal;
-pub mod relay;
-pub mod request_body;
-pub mod resources;
-pub mod respond;
-pub mod routing;
-pub mod service;
-pub mod state;
-pub mod sync;
+pub(crate) mod decisions;
+pub(crate) mod endpoint;
+pub(crate) mod event_loops;
+pub(crate) mod flush;
+pub(crate) mod forward;
+pub(crate) mod headers;
+pub(crate) mod log_throttle;
+pub(crate) mod managed_keys;
+pub(crate) mod maps;
+pub(crate) mod metrics;
+pub(crate) mod policy_gate;
+pub(crate) mod pool_peer;
+pub(crate) mod rate_limit;
+pub(crate) mod refusal;
+pub(crate) mod relay;
+pub(crate) mod request_body;
+pub(crate) mod resources;
+pub(crate) mod respond;
+pub(crate) mod routing;
+pub(crate) mod service;
+pub(crate) mod state;
+pub(crate) mod sync;
 #[cfg(test)]
 mod test_fixtures;
-pub mod upstream;
-pub mod upstream_request;
-pub mod usage;
+pub(crate) mod upstream;
+pub(crate) mod upstream_request;
+pub(crate) mod usage;
 
-pub use app::{build, ProxyApp, ProxySettings};
+pub use app::{build, ProxyApp, ProxySettings, ProxyStartupError};

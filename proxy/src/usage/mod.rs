@@ -17,8 +17,6 @@ use warden_shared::timestamp::Timestamp;
 use crate::budget::BudgetHold;
 use crate::decisions::{ApprovalAsk, DecisionReport, EvaluationReport, PolicyResults, ResultLists};
 
-pub use extract::Tokens;
-
 /// One request's usage, as the control plane's internal batch endpoint takes it. The
 /// key comes along as the shared state it was admitted with (a reference count, not
 /// copies of its ids); the wire form is written when the batch is serialized
