@@ -3,6 +3,8 @@
 
 mod keys;
 mod login;
+mod service;
+mod store;
 
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
