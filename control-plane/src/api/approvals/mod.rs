@@ -12,12 +12,13 @@
 //! cannot flood the reviewers. Requests held while a grant is in force (reported before
 //! it reached the proxy) queue nothing either.
 
+mod service;
 pub mod store;
 
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -27,8 +28,7 @@ use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
-use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
-use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::error::ApiResult;
 use crate::state::AppState;
 
 /// A pending approval's lifetime (spec 8: 24 hours, no per-policy override).
@@ -114,12 +114,7 @@ async fn list_approvals(
         limit: query.limit,
     }
     .try_into()?;
-    let now = state.clock.now();
-    let status = query.status.map(ApprovalStatus::as_str);
-    let agent_id = query.agent_id.as_ref().map(Text::as_str);
-    let pool = state.db.pool();
-    let approvals = store::list(pool, &caller.tenant_id, status, agent_id, page, now).await?;
-    let total = store::count(pool, &caller.tenant_id, status, agent_id, now).await?;
+    let (approvals, total) = service::list_approvals(&state, &caller, &query, page).await?;
     Ok(envelope::paged(approvals, page, total))
 }
 
@@ -135,14 +130,7 @@ async fn pending_count(
     caller: Authorized<require::GovernanceRead>,
     State(state): State<AppState>,
 ) -> ApiResult<Response> {
-    let count = store::count(
-        state.db.pool(),
-        &caller.tenant_id,
-        Some("pending"),
-        None,
-        state.clock.now(),
-    )
-    .await?;
+    let count = service::pending_count(&state, &caller).await?;
     Ok(envelope::ok(PendingCount { count }))
 }
 
@@ -154,10 +142,9 @@ async fn get_approval(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<Response> {
-    store::get(state.db.pool(), &caller.tenant_id, id, state.clock.now())
-        .await?
-        .map(envelope::ok)
-        .ok_or_else(|| ApiError::not_found("approval"))
+    Ok(envelope::ok(
+        service::get_approval(&state, &caller, id).await?,
+    ))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
@@ -188,55 +175,6 @@ async fn decide_approval(
     ApiPath(id): ApiPath<i64>,
     ApiJson(input): ApiJson<DecideInput>,
 ) -> ApiResult<Response> {
-    let now = state.clock.now();
-    let mut tx = state.db.begin_write().await?;
-    let Some(approval) = store::get(&mut *tx, &caller.tenant_id, id, now).await? else {
-        return Err(ApiError::not_found("approval"));
-    };
-    let (status, grant_until) = match input.decision {
-        Verdict::Approved => ("approved", Some(now.as_millis() + GRANT_TTL_MS)),
-        Verdict::Denied => ("denied", None),
-    };
-    let decision = store::Decision {
-        status,
-        reviewer_id: input.reviewer_id.as_str(),
-        reason: input.reason.as_ref().map(Text::as_str),
-        grant_until,
-    };
-    if !store::decide(&mut tx, &caller.tenant_id, id, &decision, now).await? {
-        return Err(ApiError::new(
-            ErrorCode::ApprovalNotPending,
-            format!(
-                "approval {id} is {} and can no longer be decided",
-                approval.status
-            ),
-        )
-        .with_details(json!({ "status": approval.status })));
-    }
-    let target_id = id.to_string();
-    changes::record(
-        &mut tx,
-        caller.author(),
-        now,
-        AuditEvent {
-            event_type: if grant_until.is_some() {
-                "approval.approved"
-            } else {
-                "approval.denied"
-            },
-            target_type: "approval",
-            target_id: &target_id,
-            details: json!({
-                "reviewer_id": decision.reviewer_id,
-                "reason": decision.reason,
-                "policy_id": approval.policy_id,
-                "agent_id": approval.agent_id,
-                "request_context": approval.request_context,
-            }),
-        },
-        Proxies::Reload(ChangeKind::Approval),
-    )
-    .await?;
-    tx.commit().await?;
+    service::decide_approval(&state, &caller, id, input).await?;
     Ok(envelope::no_content())
 }

@@ -1,0 +1,105 @@
+//! The rules of approvals: the queue as reviewers read it, and a decision that grants
+//! the agent for a while, audited and published to the proxies in its transaction.
+
+use serde_json::json;
+
+use super::{store, Approval, ApprovalQuery, ApprovalStatus, DecideInput, Verdict, GRANT_TTL_MS};
+use crate::api::envelope::Page;
+use crate::api::validate::Text;
+use crate::auth::Caller;
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
+use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::state::AppState;
+
+pub async fn list_approvals(
+    state: &AppState,
+    caller: &Caller,
+    query: &ApprovalQuery,
+    page: Page,
+) -> ApiResult<(Vec<Approval>, i64)> {
+    let now = state.clock.now();
+    let status = query.status.map(ApprovalStatus::as_str);
+    let agent_id = query.agent_id.as_ref().map(Text::as_str);
+    let pool = state.db.pool();
+    let approvals = store::list(pool, &caller.tenant_id, status, agent_id, page, now).await?;
+    let total = store::count(pool, &caller.tenant_id, status, agent_id, now).await?;
+    Ok((approvals, total))
+}
+
+/// Approvals waiting for a reviewer.
+pub async fn pending_count(state: &AppState, caller: &Caller) -> ApiResult<i64> {
+    let now = state.clock.now();
+    Ok(store::count(
+        state.db.pool(),
+        &caller.tenant_id,
+        Some("pending"),
+        None,
+        now,
+    )
+    .await?)
+}
+
+pub async fn get_approval(state: &AppState, caller: &Caller, id: i64) -> ApiResult<Approval> {
+    store::get(state.db.pool(), &caller.tenant_id, id, state.clock.now())
+        .await?
+        .ok_or_else(|| ApiError::not_found("approval"))
+}
+
+pub async fn decide_approval(
+    state: &AppState,
+    caller: &Caller,
+    id: i64,
+    input: DecideInput,
+) -> ApiResult<()> {
+    let now = state.clock.now();
+    let mut tx = state.db.begin_write().await?;
+    let Some(approval) = store::get(&mut *tx, &caller.tenant_id, id, now).await? else {
+        return Err(ApiError::not_found("approval"));
+    };
+    let (status, grant_until) = match input.decision {
+        Verdict::Approved => ("approved", Some(now.as_millis() + GRANT_TTL_MS)),
+        Verdict::Denied => ("denied", None),
+    };
+    let decision = store::Decision {
+        status,
+        reviewer_id: input.reviewer_id.as_str(),
+        reason: input.reason.as_ref().map(Text::as_str),
+        grant_until,
+    };
+    if !store::decide(&mut tx, &caller.tenant_id, id, &decision, now).await? {
+        return Err(ApiError::new(
+            ErrorCode::ApprovalNotPending,
+            format!(
+                "approval {id} is {} and can no longer be decided",
+                approval.status
+            ),
+        )
+        .with_details(json!({ "status": approval.status })));
+    }
+    let target_id = id.to_string();
+    changes::record(
+        &mut tx,
+        caller.author(),
+        now,
+        AuditEvent {
+            event_type: if grant_until.is_some() {
+                "approval.approved"
+            } else {
+                "approval.denied"
+            },
+            target_type: "approval",
+            target_id: &target_id,
+            details: json!({
+                "reviewer_id": decision.reviewer_id,
+                "reason": decision.reason,
+                "policy_id": approval.policy_id,
+                "agent_id": approval.agent_id,
+                "request_context": approval.request_context,
+            }),
+        },
+        Proxies::Reload(ChangeKind::Approval),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
