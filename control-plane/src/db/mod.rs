@@ -5,6 +5,8 @@
 //! the dialects differ the migrations are kept in one folder per backend.
 
 pub mod bulk;
+#[cfg(test)]
+mod migrations_in_step;
 
 use std::str::FromStr;
 use std::time::Duration;
