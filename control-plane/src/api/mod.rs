@@ -72,7 +72,11 @@ fn base_document() -> OpenApi {
     let mut doc = OpenApi::default();
     doc.info.title = "Warden management API".to_owned();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    doc.info.description = Some(include_str!("openapi_intro.md").to_owned());
+    doc.info.description = Some(format!(
+        "{}\n**Error codes.**\n\n{}",
+        include_str!("openapi_intro.md"),
+        ErrorCode::markdown_table()
+    ));
     doc
 }
 

@@ -93,3 +93,61 @@ error_codes! {
     NotReady => SERVICE_UNAVAILABLE, "not_ready",
         "The readiness probe: the database does not answer.";
 }
+
+impl ErrorCode {
+    /// Every code as a Markdown table (code, status, meaning), for the OpenAPI document.
+    pub fn markdown_table() -> String {
+        let mut table = String::from("| code | status | meaning |\n|---|---|---|\n");
+        for code in Self::ALL {
+            let row = format!(
+                "| `{}` | {} | {} |\n",
+                code.as_str(),
+                code.status().as_u16(),
+                code.meaning()
+            );
+            table.push_str(&row);
+        }
+        table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    /// `(code, status)` of each row of the `## Error codes` table in `readme`.
+    fn documented(readme: &str) -> Vec<(String, u16)> {
+        readme
+            .split("## Error codes")
+            .nth(1)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let code = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((code.to_owned(), cells.get(2)?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_lists_exactly_the_codes_the_api_answers_with() {
+        let readme = include_str!("../../README.md");
+        let in_code: Vec<(String, u16)> = ErrorCode::ALL
+            .iter()
+            .map(|code| (code.as_str().to_owned(), code.status().as_u16()))
+            .collect();
+        assert_eq!(documented(readme), in_code);
+    }
+
+    #[test]
+    fn codes_are_unique_snake_case() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            let text = code.as_str();
+            assert!(seen.insert(text), "{text} is listed twice");
+            assert!(text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+            assert!(code.status().is_client_error() || code.status().is_server_error());
+        }
+    }
+}
