@@ -13,7 +13,7 @@ use warden_shared::policy::{
     RatePer, RequestFacts, Scope,
 };
 use warden_shared::registry::Provider;
-use warden_shared::snapshot::ProxyKeyState;
+use warden_shared::snapshot::{AgentState, ProxyKeyState};
 use warden_shared::timestamp::Timestamp;
 
 use crate::admission::Admitted;
@@ -91,16 +91,7 @@ impl PolicyGate<'_> {
         let Some(agent) = &view.agent else {
             return Err(Refusal::AgentNotFound);
         };
-        let request = RequestFacts {
-            tenant_id: &key.tenant_id,
-            agent_id: &agent.id,
-            team_id: agent.team_id.as_deref(),
-            environment: &agent.environment,
-            api_key_id: Some(&key.id),
-            provider: admitted.route.provider,
-            model: &admitted.requested_model,
-            estimated_cost_micros,
-        };
+        let request = request_facts(key, agent, admitted, estimated_cost_micros);
         let counters = ProxyCounters {
             state: self.state,
             rates: self.rates,
@@ -140,6 +131,25 @@ impl PolicyGate<'_> {
         let approval = approval_ask(&refusal, &request, admitted, request_type);
         self.decisions.report(decision.into_report(approval));
         Err(refusal)
+    }
+}
+
+/// What the evaluator knows of the request.
+fn request_facts<'r>(
+    key: &'r ProxyKeyState,
+    agent: &'r AgentState,
+    admitted: &'r Admitted,
+    estimated_cost_micros: i64,
+) -> RequestFacts<'r> {
+    RequestFacts {
+        tenant_id: &key.tenant_id,
+        agent_id: &agent.id,
+        team_id: agent.team_id.as_deref(),
+        environment: &agent.environment,
+        api_key_id: Some(&key.id),
+        provider: admitted.route.provider,
+        model: &admitted.requested_model,
+        estimated_cost_micros,
     }
 }
 

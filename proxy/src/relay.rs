@@ -71,37 +71,9 @@ pub async fn relay_stream(
         return outcome(&relay, false);
     }
     let mut in_hand = BytesMut::new();
-    let complete = loop {
-        let mut read = pin!(exchange.read_body());
-        let next = match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
-            Poll::Ready(next) => next,
-            Poll::Pending => {
-                if !write_in_hand(session, &mut in_hand, &cork).await {
-                    return outcome(&relay, false);
-                }
-                read.await
-            }
-        };
-        match next {
-            Ok(Some(chunk)) => {
-                in_hand.extend_from_slice(&relay.push(&chunk));
-                // A provider that sends faster than the client reads still goes out as
-                // it comes, under the client's backpressure, not gathered whole.
-                if in_hand.len() >= MAX_BURST && !write_in_hand(session, &mut in_hand, &cork).await
-                {
-                    return outcome(&relay, false);
-                }
-            }
-            Ok(None) => break true,
-            Err(error) => {
-                // A provider in trouble breaks every stream at once: a line per 10 s.
-                static BROKEN: LogThrottle = LogThrottle::new(LOG_INTERVAL);
-                if let Some(times) = BROKEN.hit() {
-                    tracing::warn!(%error, times, "provider stream broke off");
-                }
-                break false;
-            }
-        }
+    let events = relay_events(session, exchange, &mut relay, &mut in_hand, &cork);
+    let Some(complete) = events.await else {
+        return outcome(&relay, false);
     };
     // The rest and the end, in one write: corked while the rest goes in.
     in_hand.extend_from_slice(&relay.finish());
@@ -115,6 +87,49 @@ pub async fn relay_stream(
         .await
         .is_ok();
     outcome(&relay, complete && rest && ended)
+}
+
+/// Relays the provider's events as they come: gathered in `in_hand` and written when the
+/// next read would wait (or past [`MAX_BURST`]). Returns at the stream's end whether it
+/// ended complete (false: the provider broke it off), or `None` when the client hung up.
+async fn relay_events(
+    session: &mut Session,
+    exchange: &mut Exchange,
+    relay: &mut SseRelay,
+    in_hand: &mut BytesMut,
+    cork: &Cork,
+) -> Option<bool> {
+    loop {
+        let mut read = pin!(exchange.read_body());
+        let next = match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
+                if !write_in_hand(session, in_hand, cork).await {
+                    return None;
+                }
+                read.await
+            }
+        };
+        match next {
+            Ok(Some(chunk)) => {
+                in_hand.extend_from_slice(&relay.push(&chunk));
+                // A provider that sends faster than the client reads still goes out as
+                // it comes, under the client's backpressure, not gathered whole.
+                if in_hand.len() >= MAX_BURST && !write_in_hand(session, in_hand, cork).await {
+                    return None;
+                }
+            }
+            Ok(None) => return Some(true),
+            Err(error) => {
+                // A provider in trouble breaks every stream at once: a line per 10 s.
+                static BROKEN: LogThrottle = LogThrottle::new(LOG_INTERVAL);
+                if let Some(times) = BROKEN.hit() {
+                    tracing::warn!(%error, times, "provider stream broke off");
+                }
+                return Some(false);
+            }
+        }
+    }
 }
 
 /// Writes the events gathered so far to the client, uncorked (so they leave now, with
@@ -140,39 +155,23 @@ pub async fn relay_whole(
     provider: Provider,
     budget_warning: Option<&str>,
 ) -> Relayed {
-    let mut body = BytesMut::new();
-    let mut failed = None;
-    loop {
-        match exchange.read_body().await {
-            Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RESPONSE_BYTES => {
-                body.extend_from_slice(&chunk);
-            }
-            Ok(Some(_)) => {
-                failed = Some(Refusal::UpstreamFailed(provider));
-                break;
-            }
-            // A body that went silent past the idle timeout is a 504, like a late header.
-            Err(error) => {
-                failed = Some(refusal_of(provider, &error));
-                break;
-            }
-            Ok(None) => break,
+    let body = match read_whole(exchange, provider).await {
+        Ok(body) => body,
+        Err(refusal) => {
+            respond(
+                session,
+                refusal.status(),
+                "application/json",
+                Bytes::from(refusal.body()),
+            )
+            .await;
+            return Relayed {
+                complete: false,
+                usage: None,
+                generated_chars: 0,
+            };
         }
-    }
-    if let Some(refusal) = failed {
-        respond(
-            session,
-            refusal.status(),
-            "application/json",
-            Bytes::from(refusal.body()),
-        )
-        .await;
-        return Relayed {
-            complete: false,
-            usage: None,
-            generated_chars: 0,
-        };
-    }
+    };
     let usage = if (200..300).contains(&status) {
         extract::from_json(&body)
     } else {
@@ -195,6 +194,23 @@ pub async fn relay_whole(
         complete: written,
         usage,
         generated_chars: 0,
+    }
+}
+
+/// The provider's whole answer, at most [`MAX_RESPONSE_BYTES`]; the refusal to answer
+/// instead when it is larger, breaks off or goes silent.
+async fn read_whole(exchange: &mut Exchange, provider: Provider) -> Result<BytesMut, Refusal> {
+    let mut body = BytesMut::new();
+    loop {
+        match exchange.read_body().await {
+            Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RESPONSE_BYTES => {
+                body.extend_from_slice(&chunk);
+            }
+            Ok(Some(_)) => return Err(Refusal::UpstreamFailed(provider)),
+            // A body that went silent past the idle timeout is a 504, like a late header.
+            Err(error) => return Err(refusal_of(provider, &error)),
+            Ok(None) => return Ok(body),
+        }
     }
 }
 

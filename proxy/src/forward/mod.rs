@@ -49,7 +49,8 @@ pub async fn forward(
         labels: Some(labels),
     };
     let passed = gate::gate(shared, &ready).map_err(refused)?;
-    let answer = send::send(shared, session, &ready, &passed)
+    let warning = passed.budget_warning.as_deref();
+    let answer = send::send(shared, session, &ready, warning)
         .await
         .map_err(refused)?;
     settle::settle(shared, ready, passed, answer).await;

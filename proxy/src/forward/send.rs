@@ -8,7 +8,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use pingora::proxy::Session;
 
-use super::gate::Passed;
 use super::Ready;
 use crate::refusal::Refusal;
 use crate::relay::{relay_stream, relay_whole, Relayed};
@@ -33,13 +32,32 @@ pub(super) struct Answer {
     pub(super) overhead: Duration,
 }
 
-/// Sends `ready` to its provider and relays the answer. `Err` is a refusal before any
-/// answer: no credential, no connection, no answer in time.
+impl Answer {
+    /// The client hung up before the provider answered.
+    fn client_closed(overhead: Duration) -> Answer {
+        let relayed = Relayed {
+            complete: false,
+            usage: None,
+            generated_chars: 0,
+        };
+        let (status, exchange) = (CLIENT_CLOSED, None);
+        Answer {
+            status,
+            relayed,
+            exchange,
+            overhead,
+        }
+    }
+}
+
+/// Sends `ready` to its provider and relays the answer (with `budget_warning`, the
+/// gate's `x-warden-budget-warning`). `Err` is a refusal before any answer: no
+/// credential, no connection, no answer in time.
 pub(super) async fn send(
     shared: &Resources,
     session: &mut Session,
     ready: &Ready<'_>,
-    passed: &Passed,
+    budget_warning: Option<&str>,
 ) -> Result<Answer, Refusal> {
     let provider = ready.admitted.route.provider;
     let body = upstream_body(ready)?;
@@ -61,13 +79,11 @@ pub(super) async fn send(
         streaming: ready.streaming,
     };
     let build_header = || {
-        let agent = user_agent.as_ref();
-        let endpoint = ready.endpoint;
         upstream_header(
             &shared.upstreams,
-            agent,
+            user_agent.as_ref(),
             provider,
-            endpoint,
+            ready.endpoint,
             &body_facts,
             credential.expose(),
         )
@@ -83,26 +99,13 @@ pub(super) async fn send(
     };
     let Some(mut exchange) = sent else {
         session.set_keepalive(None);
-        let relayed = Relayed {
-            complete: false,
-            usage: None,
-            generated_chars: 0,
-        };
-        let (status, exchange) = (CLIENT_CLOSED, None);
-        return Ok(Answer {
-            status,
-            relayed,
-            exchange,
-            overhead,
-        });
+        return Ok(Answer::client_closed(overhead));
     };
-    let warning = passed.budget_warning.as_deref();
-    let (status, relayed) = relay(session, &mut exchange, ready, warning).await;
-    let exchange = Some(exchange);
+    let (status, relayed) = relay(session, &mut exchange, ready, budget_warning).await;
     Ok(Answer {
         status,
         relayed,
-        exchange,
+        exchange: Some(exchange),
         overhead,
     })
 }
