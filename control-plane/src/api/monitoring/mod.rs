@@ -1,9 +1,11 @@
 //! Monitoring overview (spec 4.5): agent counts by derived status.
 
+mod service;
+mod store;
+
 use axum::extract::State;
 use axum::response::Response;
 use serde::Serialize;
-use sqlx::Row;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -34,26 +36,6 @@ async fn monitoring_overview(
     caller: Authorized<require::MonitoringRead>,
     State(state): State<AppState>,
 ) -> ApiResult<Response> {
-    let rows = sqlx::query(concat!(
-        "SELECT ",
-        crate::effective_status!("$2"),
-        " AS status, COUNT(*) AS agents FROM agents a \
-         WHERE a.tenant_id = $1 AND a.deleted_at IS NULL GROUP BY 1"
-    ))
-    .bind(&caller.tenant_id)
-    .bind(state.clock.now().as_millis())
-    .fetch_all(state.db.pool())
-    .await?;
-    let mut overview = Overview::default();
-    for row in rows {
-        let agents: i64 = row.try_get("agents")?;
-        overview.total_agents += agents;
-        match row.try_get::<String, _>("status")?.as_str() {
-            "healthy" => overview.healthy += agents,
-            "degraded" => overview.degraded += agents,
-            "down" => overview.down += agents,
-            _ => overview.unknown += agents,
-        }
-    }
+    let overview = service::monitoring_overview(&state, &caller).await?;
     Ok(envelope::ok(overview))
 }
