@@ -1,29 +1,45 @@
 //! Internal endpoints for Warden's own services, under `/internal/v1`, authenticated by
 //! the service token and never by tenant keys.
+//!
+//! Each operation's rules live in a file of its own: `usage_batches.rs` (the proxy's
+//! idempotent usage ingest), `policy_decisions.rs` (the proxies' other policy decisions)
+//! and `proxy_state.rs` (the state stream). `store.rs` holds the SQL of their own rows;
+//! usage goes through `crate::ledger`, and the stream reads `crate::proxy_state::load`.
 
+mod input;
 mod policy_decisions;
 mod proxy_state;
+mod store;
 mod usage_batches;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::request::Parts;
+use axum::response::Response;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_shared::keys;
+use warden_shared::snapshot::ScopeSpend;
+
+use self::input::{DecisionBatch, ParsedBatch, StreamQuery, UsageBatch};
+use crate::api::envelope::{self, Envelope};
+use crate::api::extract::{ApiJson, ApiQuery, JsonBytes};
+use crate::api::telemetry::ItemError;
+use crate::error::{ApiError, ApiResult, ErrorCode};
+use crate::state::AppState;
 
 pub use policy_decisions::{
     forget_batches_before, forget_old_batches_every, BATCH_ID_RETENTION_MS,
 };
 
-use axum::extract::FromRequestParts;
-use axum::http::header::AUTHORIZATION;
-use axum::http::request::Parts;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
-use warden_shared::keys;
-
-use crate::error::{ApiError, ErrorCode};
-use crate::state::AppState;
-
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(usage_batches::ingest_usage_batch))
-        .routes(routes!(policy_decisions::ingest_policy_decisions))
-        .routes(routes!(proxy_state::stream_proxy_state))
+        .routes(routes!(ingest_usage_batch))
+        .routes(routes!(ingest_policy_decisions))
+        .routes(routes!(stream_proxy_state))
 }
 
 /// Proof that the caller presented the service token.
@@ -57,4 +73,66 @@ impl FromRequestParts<AppState> for ServiceCaller {
             ))
         }
     }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchAck {
+    pub batch_id: String,
+    pub accepted: i64,
+    pub duplicates: i64,
+    pub rejected: i64,
+    pub errors: Vec<ItemError>,
+    /// Month-to-date spend of the budget scopes this batch added to, after it.
+    #[schema(value_type = Vec<Object>)]
+    pub spend: Vec<ScopeSpend>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DecisionAck {
+    pub batch_id: String,
+    pub evaluations_written: usize,
+    pub approvals_created: usize,
+    pub rejected: usize,
+    pub errors: Vec<ItemError>,
+}
+
+#[utoipa::path(post, path = "/internal/v1/usage-batches", tag = "internal", request_body = UsageBatch,
+    security(("service_token" = [])),
+    responses((status = 200, description = "What was new, what was seen before, what was refused", body = Envelope<BatchAck>)))]
+async fn ingest_usage_batch(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    JsonBytes(body): JsonBytes,
+) -> ApiResult<Response> {
+    let batch = ParsedBatch::parse(&body)?;
+    let ack = usage_batches::ingest_usage_batch(&state, batch).await?;
+    Ok(envelope::ok(ack))
+}
+
+#[utoipa::path(post, path = "/internal/v1/policy-decisions", tag = "internal", request_body = DecisionBatch,
+    security(("service_token" = [])),
+    responses((status = 200, description = "What was written and what was refused", body = Envelope<DecisionAck>)))]
+async fn ingest_policy_decisions(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiJson(batch): ApiJson<DecisionBatch>,
+) -> ApiResult<Response> {
+    let ack = policy_decisions::ingest_policy_decisions(&state, batch).await?;
+    Ok(envelope::ok(ack))
+}
+
+#[utoipa::path(get, path = "/internal/v1/proxy-state", tag = "internal", params(StreamQuery),
+    security(("service_token" = [])),
+    responses((status = 200, description = "Newline-delimited JSON: a snapshot or the missed deltas, then deltas and heartbeats", content_type = "application/x-ndjson")))]
+async fn stream_proxy_state(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<StreamQuery>,
+) -> ApiResult<Response> {
+    let stream = proxy_state::stream_proxy_state(&state, query.since).await?;
+    Response::builder()
+        .header(CONTENT_TYPE, "application/x-ndjson")
+        .header("cache-control", "no-store")
+        .body(Body::from_stream(stream))
+        .map_err(ApiError::internal)
 }

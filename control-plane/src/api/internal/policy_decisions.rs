@@ -10,93 +10,44 @@
 
 use std::collections::{HashMap, HashSet};
 
-use axum::extract::State;
-use axum::response::Response;
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::Value;
-use utoipa::ToSchema;
+use warden_shared::timestamp::Timestamp;
 
-use super::ServiceCaller;
+use super::input::{DecisionBatch, ProxyDecision};
+use super::{store, DecisionAck};
 use crate::api::approvals::{store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS};
-use crate::api::envelope::{self, Envelope};
-use crate::api::extract::{parse_raw, ApiJson};
-use crate::api::policies::{
-    record_evaluations, DecisionRow, EvaluationReport, ReportedResult, ResultLists,
-};
+use crate::api::extract::parse_raw;
+use crate::api::policies::{record_evaluations, DecisionRow, ResultLists};
 use crate::api::telemetry::ItemError;
-use crate::api::validate::Text;
 use crate::clock::Clock;
-use crate::db::Db;
+use crate::db::{Db, WriteTx};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// The most decisions one batch may carry.
 pub const MAX_DECISIONS: usize = 1000;
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DecisionBatch {
-    /// The idempotency key: a batch id seen before writes nothing.
-    pub batch_id: Text<1, 100>,
-    /// Results lists the decisions share: a decision's `evaluation.results` may be the
-    /// index of its list here instead of the list itself. A batch's decisions mostly
-    /// came out alike, so the proxy sends each distinct list once.
-    #[serde(default)]
-    #[schema(value_type = Vec<Vec<ReportedResult>>)]
-    pub result_lists: Vec<Box<RawValue>>,
-    #[schema(value_type = Vec<ProxyDecision>)]
-    pub decisions: Vec<Box<RawValue>>,
+/// How long a decision batch's id is remembered: far longer than a proxy retries a batch
+/// (every 15 s at most, until answered).
+pub const BATCH_ID_RETENTION_MS: i64 = 7 * 24 * 3_600_000;
+
+/// A decision whose agent exists, with its agent's team and the index of its results
+/// list in the batch's [`ResultLists`].
+struct Placed {
+    index: usize,
+    decision: ProxyDecision,
+    team_id: Option<String>,
+    list: usize,
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProxyDecision {
-    pub tenant_id: Text<1, 100>,
-    pub evaluation: EvaluationReport,
-    /// Set when a `require_approval` policy held the request.
-    #[serde(default)]
-    pub approval: Option<ApprovalAsk>,
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ApprovalAsk {
-    pub policy_id: i64,
-    /// Includes `provider` and `model`.
-    #[schema(value_type = Object)]
-    pub request_context: Value,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DecisionAck {
-    pub batch_id: String,
-    pub evaluations_written: usize,
-    pub approvals_created: usize,
-    pub rejected: usize,
-    pub errors: Vec<ItemError>,
-}
-
-#[utoipa::path(post, path = "/internal/v1/policy-decisions", tag = "internal", request_body = DecisionBatch,
-    security(("service_token" = [])),
-    responses((status = 200, description = "What was written and what was refused", body = Envelope<DecisionAck>)))]
+/// Writes a batch seen for the first time (its evaluation records and the approvals to
+/// queue) in one transaction; a batch seen before writes nothing. Either way the
+/// decisions that cannot be placed are reported by index.
 pub async fn ingest_policy_decisions(
-    _service: ServiceCaller,
-    State(state): State<AppState>,
-    ApiJson(batch): ApiJson<DecisionBatch>,
-) -> ApiResult<Response> {
-    if batch.decisions.len() > MAX_DECISIONS {
-        return Err(ApiError::validation(
-            "decisions",
-            format!("decisions: at most {MAX_DECISIONS} per batch"),
-        ));
-    }
-    if batch.result_lists.len() > MAX_DECISIONS {
-        return Err(ApiError::validation(
-            "result_lists",
-            format!("result_lists: at most {MAX_DECISIONS} per batch"),
-        ));
-    }
+    state: &AppState,
+    batch: DecisionBatch,
+) -> ApiResult<DecisionAck> {
+    check_size(&batch)?;
     let now = state.clock.now();
     let mut ack = DecisionAck {
         batch_id: batch.batch_id.as_str().to_owned(),
@@ -109,32 +60,60 @@ pub async fn ingest_policy_decisions(
     // The batch id is the idempotency key: the proxy resends the very same batch until
     // it is acknowledged, and a batch seen before writes nothing (its errors are still
     // reported). Under concurrent resends on PostgreSQL, the second waits on the key.
-    let first_time = sqlx::query(
-        "INSERT INTO policy_decision_batches (batch_id, received_at) VALUES ($1, $2) \
-         ON CONFLICT (batch_id) DO NOTHING",
-    )
-    .bind(batch.batch_id.as_str())
-    .bind(now.as_millis())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
+    let first_time = store::claim_decision_batch(&mut tx, batch.batch_id.as_str(), now).await?;
+    let mut lists = ResultLists::new(&batch.result_lists);
+    let placed = place_decisions(&mut tx, batch.decisions, &mut lists, &mut ack.errors).await?;
+    if first_time {
+        ack.evaluations_written =
+            record_evaluations(&mut tx, &evaluation_rows(&placed, &lists)).await?;
+    }
+    queue_approvals(&mut tx, &placed, first_time, now, &mut ack).await?;
+    ack.errors.sort_by_key(|error| error.index);
+    tx.commit().await?;
+    ack.rejected = ack.errors.len();
+    Ok(ack)
+}
+
+fn check_size(batch: &DecisionBatch) -> ApiResult<()> {
+    if batch.decisions.len() > MAX_DECISIONS {
+        return Err(ApiError::validation(
+            "decisions",
+            format!("decisions: at most {MAX_DECISIONS} per batch"),
+        ));
+    }
+    if batch.result_lists.len() > MAX_DECISIONS {
+        return Err(ApiError::validation(
+            "result_lists",
+            format!("result_lists: at most {MAX_DECISIONS} per batch"),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses each decision and finds its results list and its agent's team; a decision
+/// that does not parse, whose results are malformed or whose agent the tenant does not
+/// have goes to `errors` instead.
+async fn place_decisions(
+    tx: &mut WriteTx,
+    decisions: Vec<Box<RawValue>>,
+    lists: &mut ResultLists<'_>,
+    errors: &mut Vec<ItemError>,
+) -> ApiResult<Vec<Placed>> {
     // A batch is mostly a few agents' requests: each agent is looked up once.
     let mut teams: HashMap<(String, String), Option<Option<String>>> = HashMap::new();
-    let mut placed: Vec<(usize, ProxyDecision, Option<String>, usize)> = Vec::new();
-    let mut lists = ResultLists::new(&batch.result_lists);
-    for (index, raw) in batch.decisions.into_iter().enumerate() {
+    let mut placed = Vec::new();
+    for (index, raw) in decisions.into_iter().enumerate() {
         let decision = match parse_raw::<ProxyDecision>(&raw) {
             Ok(decision) => decision,
             Err(error) => {
-                ack.errors.push(ItemError::from_api_error(index, error));
+                errors.push(ItemError::from_api_error(index, error));
                 continue;
             }
         };
         let list = match lists.of(&decision.evaluation.results, "evaluation.results") {
             Ok(list) => list,
             Err(error) => {
-                ack.errors.push(ItemError { index, ..error });
+                errors.push(ItemError { index, ..error });
                 continue;
             }
         };
@@ -145,19 +124,13 @@ pub async fn ingest_policy_decisions(
         let team_id = match teams.get(&key) {
             Some(found) => found.clone(),
             None => {
-                let found: Option<Option<String>> = sqlx::query_scalar(
-                    "SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2",
-                )
-                .bind(&key.0)
-                .bind(&key.1)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let found = store::agent_team(tx, &key.0, &key.1).await?;
                 teams.insert(key, found.clone());
                 found
             }
         };
         let Some(team_id) = team_id else {
-            ack.errors.push(ItemError::from_api_error(
+            errors.push(ItemError::from_api_error(
                 index,
                 ApiError::validation(
                     "evaluation.agent_id",
@@ -166,49 +139,62 @@ pub async fn ingest_policy_decisions(
             ));
             continue;
         };
-        placed.push((index, decision, team_id, list));
+        placed.push(Placed {
+            index,
+            decision,
+            team_id,
+            list,
+        });
     }
-    if first_time {
-        // A request reported twice in one batch counts once.
-        let mut seen = HashSet::new();
-        let rows: Vec<DecisionRow<'_>> = placed
-            .iter()
-            .filter(|(_, decision, _, _)| {
-                seen.insert((
-                    decision.tenant_id.as_str(),
-                    decision.evaluation.request_id.as_str(),
-                ))
-            })
-            .map(|(_, decision, _, list)| {
-                let report = &decision.evaluation;
-                DecisionRow {
-                    tenant_id: decision.tenant_id.as_str(),
-                    request_id: report.request_id.as_str(),
-                    agent_id: report.agent_id.as_str(),
-                    provider: report.provider,
-                    model: report.model.as_str(),
-                    evaluated_at: report.evaluated_at,
-                    list: lists.get(*list),
-                }
-            })
-            .collect();
-        ack.evaluations_written = record_evaluations(&mut tx, &rows).await?;
-    }
-    for (index, decision, team_id, _) in &placed {
-        let Some(ask) = &decision.approval else {
+    Ok(placed)
+}
+
+/// The evaluation records of the placed decisions; a request reported twice in one
+/// batch counts once.
+fn evaluation_rows<'a>(placed: &'a [Placed], lists: &'a ResultLists<'_>) -> Vec<DecisionRow<'a>> {
+    let mut seen = HashSet::new();
+    placed
+        .iter()
+        .filter(|item| {
+            seen.insert((
+                item.decision.tenant_id.as_str(),
+                item.decision.evaluation.request_id.as_str(),
+            ))
+        })
+        .map(|item| {
+            let report = &item.decision.evaluation;
+            DecisionRow {
+                tenant_id: item.decision.tenant_id.as_str(),
+                request_id: report.request_id.as_str(),
+                agent_id: report.agent_id.as_str(),
+                provider: report.provider,
+                model: report.model.as_str(),
+                evaluated_at: report.evaluated_at,
+                list: lists.get(item.list),
+            }
+        })
+        .collect()
+}
+
+/// Queues the approvals the placed decisions ask for, when the batch is new; an ask
+/// naming a policy the tenant does not have, or without an object for its context, is
+/// reported either way.
+async fn queue_approvals(
+    tx: &mut WriteTx,
+    placed: &[Placed],
+    first_time: bool,
+    now: Timestamp,
+    ack: &mut DecisionAck,
+) -> Result<(), sqlx::Error> {
+    for item in placed {
+        let Some(ask) = &item.decision.approval else {
             continue;
         };
-        let tenant_id = decision.tenant_id.as_str();
-        let report = &decision.evaluation;
-        let policy_exists: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM policies WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant_id)
-                .bind(ask.policy_id)
-                .fetch_one(&mut *tx)
-                .await?;
-        if policy_exists == 0 || !ask.request_context.is_object() {
+        let tenant_id = item.decision.tenant_id.as_str();
+        let policy_exists = store::policy_exists(tx, tenant_id, ask.policy_id).await?;
+        if !policy_exists || !ask.request_context.is_object() {
             ack.errors.push(ItemError::from_api_error(
-                *index,
+                item.index,
                 ApiError::validation(
                     "approval",
                     "approval: no such policy in the tenant, or a request_context that is not an object",
@@ -219,40 +205,30 @@ pub async fn ingest_policy_decisions(
         if !first_time {
             continue;
         }
+        let report = &item.decision.evaluation;
         let request = approvals::Request {
             tenant_id,
             policy_id: ask.policy_id,
             agent_id: report.agent_id.as_str(),
-            team_id: team_id.as_deref(),
+            team_id: item.team_id.as_deref(),
             provider: report.provider.as_str(),
             model: report.model.as_str(),
             request_context: &ask.request_context,
         };
-        if approvals::request(&mut tx, &request, now, APPROVAL_TTL_MS, DENIAL_HOLD_MS)
+        if approvals::request(tx, &request, now, APPROVAL_TTL_MS, DENIAL_HOLD_MS)
             .await?
             .is_some()
         {
             ack.approvals_created += 1;
         }
     }
-    ack.errors.sort_by_key(|error| error.index);
-    tx.commit().await?;
-    ack.rejected = ack.errors.len();
-    Ok(envelope::ok(ack))
+    Ok(())
 }
-
-/// How long a decision batch's id is remembered: far longer than a proxy retries a batch
-/// (every 15 s at most, until answered).
-pub const BATCH_ID_RETENTION_MS: i64 = 7 * 24 * 3_600_000;
 
 /// Forgets the ids of decision batches received before `before_ms`; returns how many.
 pub async fn forget_batches_before(db: &Db, before_ms: i64) -> Result<u64, sqlx::Error> {
     let mut tx = db.begin_write().await?;
-    let forgotten = sqlx::query("DELETE FROM policy_decision_batches WHERE received_at < $1")
-        .bind(before_ms)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+    let forgotten = store::forget_decision_batches_before(&mut tx, before_ms).await?;
     tx.commit().await?;
     Ok(forgotten)
 }

@@ -12,40 +12,25 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::Response;
-use serde::Deserialize;
+use axum::body::Bytes;
+use futures_util::Stream;
 use tokio::sync::{broadcast, mpsc};
-use utoipa::IntoParams;
 use warden_shared::snapshot::{Delta, ScopeSpend, StreamMessage};
 
-use super::ServiceCaller;
-use crate::api::extract::ApiQuery;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::proxy_state::load;
 use crate::state::AppState;
 
 /// How often a quiet stream says it is alive; proxies reconnect after three missed.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct StreamQuery {
-    /// The version the proxy already holds; omitted: start with a full snapshot.
-    pub since: Option<i64>,
-}
-
-#[utoipa::path(get, path = "/internal/v1/proxy-state", tag = "internal", params(StreamQuery),
-    security(("service_token" = [])),
-    responses((status = 200, description = "Newline-delimited JSON: a snapshot or the missed deltas, then deltas and heartbeats", content_type = "application/x-ndjson")))]
+/// The lines of a proxy's stream from `since` on: what it needs first is read before
+/// this returns (so a database failure is an error answer, not a cut stream), the rest
+/// is written by a task that follows the publisher until the proxy hangs up.
 pub async fn stream_proxy_state(
-    _service: ServiceCaller,
-    State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<StreamQuery>,
-) -> ApiResult<Response> {
+    state: &AppState,
+    since: Option<i64>,
+) -> ApiResult<impl Stream<Item = Result<Bytes, Infallible>>> {
     // Subscribe before reading, so no delta published meanwhile is missed; those already
     // covered by what is read first are skipped by version.
     let deltas = state.publisher.subscribe();
@@ -53,7 +38,7 @@ pub async fn stream_proxy_state(
     let pool = state.db.pool().clone();
     let first = catch_up(
         &pool,
-        query.since,
+        since,
         state.publisher.current_month(),
         state.publisher.now_ms(),
     )
@@ -71,12 +56,7 @@ pub async fn stream_proxy_state(
         state.stopping.clone(),
     ));
     let mut body = body;
-    let stream = futures_util::stream::poll_fn(move |cx| body.poll_recv(cx));
-    Response::builder()
-        .header(CONTENT_TYPE, "application/x-ndjson")
-        .header("cache-control", "no-store")
-        .body(Body::from_stream(stream))
-        .map_err(ApiError::internal)
+    Ok(futures_util::stream::poll_fn(move |cx| body.poll_recv(cx)))
 }
 
 /// What a proxy at `since` needs first: the deltas after it and all of this month's

@@ -7,21 +7,12 @@
 //! whose id was ingested before is counted as a duplicate and changes nothing. The whole
 //! batch is one transaction: either every new record lands with its rollup or none does.
 
-use axum::extract::State;
-use axum::response::Response;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-use utoipa::ToSchema;
-use warden_shared::registry::Provider;
-use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
 
-use super::ServiceCaller;
-use crate::api::envelope::{self, Envelope};
-use crate::api::extract::{parse_json, parse_raw, JsonBytes};
+use super::input::{ParsedBatch, ProxyUsageRecord, RecordEvaluation};
+use super::BatchAck;
 use crate::api::policies::{
-    audit_violations, draw_decision_ids, result_set_ids, DecisionRow, ReportedResult, ResultList,
-    ResultLists,
+    audit_violations, draw_decision_ids, result_set_ids, DecisionRow, ResultList, ResultLists,
 };
 use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
 use crate::api::validate::Text;
@@ -35,120 +26,9 @@ pub const MAX_RECORDS: usize = 1000;
 /// How far in the future a record's time may be (clock skew between machines).
 const MAX_SKEW_MS: i64 = 300_000;
 
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UsageBatch {
-    pub batch_id: Text<1, 100>,
-    /// Results lists the records' decisions share: an `evaluation.results` is the index
-    /// of its list here (or the list itself). A batch's requests mostly came out alike.
-    #[serde(default)]
-    #[schema(value_type = Vec<Vec<ReportedResult>>)]
-    pub result_lists: Vec<Box<RawValue>>,
-    #[schema(value_type = Vec<ProxyUsageRecord>)]
-    pub records: Vec<Box<RawValue>>,
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProxyUsageRecord {
-    /// Unique within the tenant; the idempotency key.
-    pub record_id: Text<1, 100>,
-    pub tenant_id: String,
-    pub agent_id: String,
-    #[schema(value_type = String)]
-    pub model_provider: Provider,
-    pub model_name: Text<1, 200>,
-    #[serde(default)]
-    pub request_type: Option<Text<1, 64>>,
-    pub input_tokens: i64,
-    pub output_tokens: i64,
-    #[serde(default)]
-    pub cost_usd: Option<f64>,
-    #[schema(value_type = String, format = DateTime)]
-    pub recorded_at: Timestamp,
-    /// The proxy key the request came with; its budget counts the record.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub api_key_id: Option<Text<1, 100>>,
-    /// The policies' decision on the request, when its tenant has enabled policies: it
-    /// is written with the record, once, as the evaluation records of request
-    /// `record_id`.
-    #[serde(default)]
-    pub evaluation: Option<RecordEvaluation>,
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RecordEvaluation {
-    /// The model as the agent asked for it (`model_name` is the provider's).
-    pub model: Text<1, 200>,
-    #[schema(value_type = String, format = DateTime)]
-    pub evaluated_at: Timestamp,
-    /// The results in the policies' order, or the index of their list in the batch's
-    /// `result_lists`.
-    #[schema(value_type = Object)]
-    pub results: Box<RawValue>,
-}
-
-/// A [`UsageBatch`] whose records all parse, in one pass: the proxy's batches, nearly
-/// always. Scanning each record into a `RawValue` first, to parse it on its own, cost as
-/// much again; that path is taken only when this one fails, to report the bad records
-/// by index while the rest land.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TypedBatch {
-    batch_id: Text<1, 100>,
-    #[serde(default)]
-    result_lists: Vec<Box<RawValue>>,
-    records: Vec<ProxyUsageRecord>,
-}
-
-/// A batch with each record parsed, or the reason it does not parse.
-struct ParsedBatch {
-    batch_id: Text<1, 100>,
-    result_lists: Vec<Box<RawValue>>,
-    records: Vec<ApiResult<ProxyUsageRecord>>,
-}
-
-impl ParsedBatch {
-    fn parse(body: &[u8]) -> ApiResult<ParsedBatch> {
-        if let Ok(typed) = serde_json::from_slice::<TypedBatch>(body) {
-            return Ok(ParsedBatch {
-                batch_id: typed.batch_id,
-                result_lists: typed.result_lists,
-                records: typed.records.into_iter().map(Ok).collect(),
-            });
-        }
-        let batch: UsageBatch = parse_json(body)?;
-        Ok(ParsedBatch {
-            batch_id: batch.batch_id,
-            result_lists: batch.result_lists,
-            records: batch.records.iter().map(|raw| parse_raw(raw)).collect(),
-        })
-    }
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BatchAck {
-    pub batch_id: String,
-    pub accepted: i64,
-    pub duplicates: i64,
-    pub rejected: i64,
-    pub errors: Vec<ItemError>,
-    /// Month-to-date spend of the budget scopes this batch added to, after it.
-    #[schema(value_type = Vec<Object>)]
-    pub spend: Vec<ScopeSpend>,
-}
-
-#[utoipa::path(post, path = "/internal/v1/usage-batches", tag = "internal", request_body = UsageBatch,
-    security(("service_token" = [])),
-    responses((status = 200, description = "What was new, what was seen before, what was refused", body = Envelope<BatchAck>)))]
-pub async fn ingest_usage_batch(
-    _service: ServiceCaller,
-    State(state): State<AppState>,
-    JsonBytes(body): JsonBytes,
-) -> ApiResult<Response> {
-    let batch = ParsedBatch::parse(&body)?;
+/// Writes the batch's new records, with their decisions and rollups, in one transaction;
+/// a record seen before is a duplicate, a bad one is reported by index.
+pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResult<BatchAck> {
     if batch.records.len() > MAX_RECORDS {
         return Err(ApiError::validation(
             "records",
@@ -164,28 +44,8 @@ pub async fn ingest_usage_batch(
         errors: Vec::new(),
         spend: Vec::new(),
     };
-    let mut parsed = Vec::new();
     let mut lists = ResultLists::new(&batch.result_lists);
-    for (index, record) in batch.records.into_iter().enumerate() {
-        let record = match record.and_then(|r| check_time(r, now)) {
-            Ok(record) => record,
-            Err(error) => {
-                ack.errors.push(ItemError::from_api_error(index, error));
-                continue;
-            }
-        };
-        let list = match &record.evaluation {
-            Some(evaluation) => match lists.of(&evaluation.results, "evaluation.results") {
-                Ok(list) => Some(list),
-                Err(error) => {
-                    ack.errors.push(ItemError { index, ..error });
-                    continue;
-                }
-            },
-            None => None,
-        };
-        parsed.push((index, record.into_input(), list));
-    }
+    let parsed = check_records(batch.records, &mut lists, now, &mut ack.errors);
     let mut entries = Vec::with_capacity(parsed.len());
     let mut indexes = Vec::with_capacity(parsed.len());
     let mut decided = Vec::with_capacity(parsed.len());
@@ -211,12 +71,62 @@ pub async fn ingest_usage_batch(
     place_decisions(&mut tx, &mut entries, &decided).await?;
     let recorded = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
     ack.spend = recorded.spend;
-    // The failures among the decisions of the records new to the ledger: a resent
-    // record's were audited with it the first time.
-    let written: Vec<DecisionRow<'_>> = entries
+    let written = new_decisions(&entries, &decided, &recorded.outcomes);
+    audit_violations(&mut tx, &written).await?;
+    count_outcomes(&mut ack, indexes, recorded.outcomes);
+    ack.errors.sort_by_key(|error| error.index);
+    tx.commit().await?;
+    ack.rejected = i64::try_from(ack.errors.len()).unwrap_or(i64::MAX);
+    Ok(ack)
+}
+
+/// A record that passed the checks of its own: its index in the batch, its keys and
+/// usage, and the index of its decision's results list in the batch's [`ResultLists`].
+type CheckedRecord = (usize, (RecordKeys, UsageInput), Option<usize>);
+
+/// The records that parse, lie no further in the future than [`MAX_SKEW_MS`] and carry
+/// well-formed results; the others go to `errors`.
+fn check_records(
+    records: Vec<ApiResult<ProxyUsageRecord>>,
+    lists: &mut ResultLists<'_>,
+    now: Timestamp,
+    errors: &mut Vec<ItemError>,
+) -> Vec<CheckedRecord> {
+    let mut parsed = Vec::new();
+    for (index, record) in records.into_iter().enumerate() {
+        let record = match record.and_then(|r| check_time(r, now)) {
+            Ok(record) => record,
+            Err(error) => {
+                errors.push(ItemError::from_api_error(index, error));
+                continue;
+            }
+        };
+        let list = match &record.evaluation {
+            Some(evaluation) => match lists.of(&evaluation.results, "evaluation.results") {
+                Ok(list) => Some(list),
+                Err(error) => {
+                    errors.push(ItemError { index, ..error });
+                    continue;
+                }
+            },
+            None => None,
+        };
+        parsed.push((index, record.into_input(), list));
+    }
+    parsed
+}
+
+/// The decisions of the records new to the ledger, whose failures are to be audited: a
+/// resent record's were audited with it the first time.
+fn new_decisions<'a>(
+    entries: &[UsageEntry<'a>],
+    decided: &[Option<(&'a RecordEvaluation, &'a ResultList)>],
+    outcomes: &[Outcome],
+) -> Vec<DecisionRow<'a>> {
+    entries
         .iter()
-        .zip(&decided)
-        .zip(&recorded.outcomes)
+        .zip(decided)
+        .zip(outcomes)
         .filter(|(_, outcome)| matches!(outcome, Outcome::Recorded { .. }))
         .filter_map(|((entry, decision), _)| {
             let (evaluation, list) = (*decision)?;
@@ -230,9 +140,13 @@ pub async fn ingest_usage_batch(
                 list,
             })
         })
-        .collect();
-    audit_violations(&mut tx, &written).await?;
-    for (index, outcome) in indexes.into_iter().zip(recorded.outcomes) {
+        .collect()
+}
+
+/// Counts the ledger's outcomes into the acknowledgement; a record of an agent the
+/// tenant does not have is reported at its index.
+fn count_outcomes(ack: &mut BatchAck, indexes: Vec<usize>, outcomes: Vec<Outcome>) {
+    for (index, outcome) in indexes.into_iter().zip(outcomes) {
         match outcome {
             Outcome::Recorded { .. } => ack.accepted += 1,
             Outcome::Duplicate => ack.duplicates += 1,
@@ -243,10 +157,6 @@ pub async fn ingest_usage_batch(
             }),
         }
     }
-    ack.errors.sort_by_key(|error| error.index);
-    tx.commit().await?;
-    ack.rejected = i64::try_from(ack.errors.len()).unwrap_or(i64::MAX);
-    Ok(envelope::ok(ack))
 }
 
 /// Puts each decided entry's decision on it: the result set of its results (created the

@@ -1,0 +1,148 @@
+//! The bodies and query of the internal endpoints, as the proxies send them.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use warden_shared::registry::Provider;
+use warden_shared::timestamp::Timestamp;
+
+use crate::api::extract::{parse_json, parse_raw};
+use crate::api::policies::{EvaluationReport, ReportedResult};
+use crate::api::validate::Text;
+use crate::error::ApiResult;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageBatch {
+    pub batch_id: Text<1, 100>,
+    /// Results lists the records' decisions share: an `evaluation.results` is the index
+    /// of its list here (or the list itself). A batch's requests mostly came out alike.
+    #[serde(default)]
+    #[schema(value_type = Vec<Vec<ReportedResult>>)]
+    pub result_lists: Vec<Box<RawValue>>,
+    #[schema(value_type = Vec<ProxyUsageRecord>)]
+    pub records: Vec<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyUsageRecord {
+    /// Unique within the tenant; the idempotency key.
+    pub record_id: Text<1, 100>,
+    pub tenant_id: String,
+    pub agent_id: String,
+    #[schema(value_type = String)]
+    pub model_provider: Provider,
+    pub model_name: Text<1, 200>,
+    #[serde(default)]
+    pub request_type: Option<Text<1, 64>>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    #[schema(value_type = String, format = DateTime)]
+    pub recorded_at: Timestamp,
+    /// The proxy key the request came with; its budget counts the record.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub api_key_id: Option<Text<1, 100>>,
+    /// The policies' decision on the request, when its tenant has enabled policies: it
+    /// is written with the record, once, as the evaluation records of request
+    /// `record_id`.
+    #[serde(default)]
+    pub evaluation: Option<RecordEvaluation>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordEvaluation {
+    /// The model as the agent asked for it (`model_name` is the provider's).
+    pub model: Text<1, 200>,
+    #[schema(value_type = String, format = DateTime)]
+    pub evaluated_at: Timestamp,
+    /// The results in the policies' order, or the index of their list in the batch's
+    /// `result_lists`.
+    #[schema(value_type = Object)]
+    pub results: Box<RawValue>,
+}
+
+/// A [`UsageBatch`] whose records all parse, in one pass: the proxy's batches, nearly
+/// always. Scanning each record into a `RawValue` first, to parse it on its own, cost as
+/// much again; that path is taken only when this one fails, to report the bad records
+/// by index while the rest land.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TypedBatch {
+    batch_id: Text<1, 100>,
+    #[serde(default)]
+    result_lists: Vec<Box<RawValue>>,
+    records: Vec<ProxyUsageRecord>,
+}
+
+/// A batch with each record parsed, or the reason it does not parse.
+pub struct ParsedBatch {
+    pub batch_id: Text<1, 100>,
+    pub result_lists: Vec<Box<RawValue>>,
+    pub records: Vec<ApiResult<ProxyUsageRecord>>,
+}
+
+impl ParsedBatch {
+    pub fn parse(body: &[u8]) -> ApiResult<ParsedBatch> {
+        if let Ok(typed) = serde_json::from_slice::<TypedBatch>(body) {
+            return Ok(ParsedBatch {
+                batch_id: typed.batch_id,
+                result_lists: typed.result_lists,
+                records: typed.records.into_iter().map(Ok).collect(),
+            });
+        }
+        let batch: UsageBatch = parse_json(body)?;
+        Ok(ParsedBatch {
+            batch_id: batch.batch_id,
+            result_lists: batch.result_lists,
+            records: batch.records.iter().map(|raw| parse_raw(raw)).collect(),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBatch {
+    /// The idempotency key: a batch id seen before writes nothing.
+    pub batch_id: Text<1, 100>,
+    /// Results lists the decisions share: a decision's `evaluation.results` may be the
+    /// index of its list here instead of the list itself. A batch's decisions mostly
+    /// came out alike, so the proxy sends each distinct list once.
+    #[serde(default)]
+    #[schema(value_type = Vec<Vec<ReportedResult>>)]
+    pub result_lists: Vec<Box<RawValue>>,
+    #[schema(value_type = Vec<ProxyDecision>)]
+    pub decisions: Vec<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyDecision {
+    pub tenant_id: Text<1, 100>,
+    pub evaluation: EvaluationReport,
+    /// Set when a `require_approval` policy held the request.
+    #[serde(default)]
+    pub approval: Option<ApprovalAsk>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAsk {
+    pub policy_id: i64,
+    /// Includes `provider` and `model`.
+    #[schema(value_type = Object)]
+    pub request_context: Value,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct StreamQuery {
+    /// The version the proxy already holds; omitted: start with a full snapshot.
+    pub since: Option<i64>,
+}

@@ -1,0 +1,67 @@
+//! SQL of the internal endpoints' own rows: decision batch ids, and the agents and
+//! policies a proxy's decision names. Every statement on a tenant's rows filters by
+//! tenant; decision batch ids are the proxies', not a tenant's. Usage is written by
+//! `crate::ledger`, evaluation records by `api::policies`, approvals by `api::approvals`.
+
+use warden_shared::timestamp::Timestamp;
+
+use crate::db::WriteTx;
+
+/// Remembers a decision batch's id; false when it was seen before. A concurrent resend
+/// on PostgreSQL waits here on the first one's key.
+pub async fn claim_decision_batch(
+    tx: &mut WriteTx,
+    batch_id: &str,
+    received_at: Timestamp,
+) -> Result<bool, sqlx::Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO policy_decision_batches (batch_id, received_at) VALUES ($1, $2) \
+         ON CONFLICT (batch_id) DO NOTHING",
+    )
+    .bind(batch_id)
+    .bind(received_at.as_millis())
+    .execute(&mut **tx)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+/// Forgets the ids of decision batches received before `before_ms`; returns how many.
+pub async fn forget_decision_batches_before(
+    tx: &mut WriteTx,
+    before_ms: i64,
+) -> Result<u64, sqlx::Error> {
+    let deleted = sqlx::query("DELETE FROM policy_decision_batches WHERE received_at < $1")
+        .bind(before_ms)
+        .execute(&mut **tx)
+        .await?;
+    Ok(deleted.rows_affected())
+}
+
+/// `Some(team_id)` when the tenant has the agent, deleted or not (`Some(None)`: without
+/// a team).
+pub async fn agent_team(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    agent_id: &str,
+) -> Result<Option<Option<String>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT team_id FROM agents WHERE tenant_id = $1 AND id = $2")
+        .bind(tenant_id)
+        .bind(agent_id)
+        .fetch_optional(&mut **tx)
+        .await
+}
+
+/// Whether the tenant has the policy.
+pub async fn policy_exists(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    policy_id: i64,
+) -> Result<bool, sqlx::Error> {
+    let count: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM policies WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant_id)
+            .bind(policy_id)
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(count > 0)
+}
