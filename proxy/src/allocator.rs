@@ -11,7 +11,7 @@
 //! a snapshot of 100,000 keys left 165 MiB resident for a while before it settled at
 //! 97 MiB (glibc: 119 MiB). Freed pages now go back after one second, from jemalloc's
 //! own background thread (so an idle process shrinks too), and at once after a full
-//! snapshot has been applied ([`release_freed_pages`]).
+//! snapshot has been applied (`release_freed_pages`, called by `sync`).
 //!
 //! One setting can only be made when jemalloc is built: `.cargo/config.toml` sets
 //! `tcache_max` to 64 KiB (default 32 KiB), so that the two 64 KiB body buffers pingora
