@@ -66,7 +66,7 @@ impl PolicyPass {
 
 /// What the policies are checked with: the tenant's policies and approval grants, the
 /// rate windows their limits count in, and where the decision of a request they refuse
-/// goes. Borrowed from what every request shares, so each check costs no clone.
+/// goes: borrowed from what every request shares, so making one per request is free.
 pub struct PolicyGate<'a> {
     pub state: &'a EnforcementState,
     pub rates: &'a RateWindows,

@@ -17,12 +17,13 @@ use crate::refusal::Refusal;
 use crate::resources::Resources;
 use crate::state::{EnforcementState, KeyView};
 
-/// A request through the gate.
+/// A request through the gate. Dropped unsettled (sending failed), it releases its
+/// budget reservation and then reports its decision on its own: fields drop in order.
 pub(super) struct Passed {
-    /// Its rate-window counts (its tokens go to them when it ends) and its decision.
-    pub(super) policies: PolicyPass,
     /// Its estimated cost held in its budgets, and the budgets past their warn threshold.
     pub(super) admission: Admission,
+    /// Its rate-window counts (its tokens go to them when it ends) and its decision.
+    pub(super) policies: PolicyPass,
     /// The value of `x-warden-budget-warning`, when a budget passed its warn threshold.
     pub(super) budget_warning: Option<String>,
 }
@@ -56,9 +57,9 @@ pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Refu
     let rules = std::mem::take(&mut counted.0.budget_rules);
     let admission = reserve_budget(&shared.state, view, rules, *estimate_micros, now)?;
     Ok(Passed {
-        policies: counted.keep(),
         budget_warning: budget_warning_header(&admission.warnings),
         admission,
+        policies: counted.keep(),
     })
 }
 
