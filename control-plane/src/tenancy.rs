@@ -57,7 +57,7 @@ pub async fn insert_tenant(
         tx,
         Author {
             tenant_id: &id,
-            actor: actor,
+            actor,
         },
         now,
         AuditEvent {
@@ -112,10 +112,7 @@ pub async fn insert_api_key(
     let scope_names: Vec<&str> = scopes.iter().map(|scope| scope.as_str()).collect();
     changes::record(
         tx,
-        Author {
-            tenant_id: tenant_id,
-            actor: actor,
-        },
+        Author { tenant_id, actor },
         now,
         AuditEvent {
             event_type: "api_key.created",

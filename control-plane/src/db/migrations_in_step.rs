@@ -92,6 +92,9 @@ fn both_backends_have_the_same_migrations_differing_only_where_documented() {
         );
     }
     for (file, _) in BACKEND_SPECIFIC {
-        assert!(sqlite.contains_key(*file), "BACKEND_SPECIFIC names a missing {file}");
+        assert!(
+            sqlite.contains_key(*file),
+            "BACKEND_SPECIFIC names a missing {file}"
+        );
     }
 }
