@@ -37,6 +37,10 @@ pub struct Config {
     /// rollup and close finished days (see `ledger`); `0` turns them off on this replica
     /// (at least one replica must keep them).
     pub close_days_interval_secs: u64,
+    /// Longest a management call that changes what the proxies enforce waits for every
+    /// connected proxy to apply it before it answers (with `Warden-Enforcement: pending`
+    /// when one has not).
+    pub enforcement_wait_ms: u64,
     pub auth: AuthConfig,
     /// The proxy (`warden proxy`, and the proxy `warden dev` starts).
     pub proxy: ProxyConfig,
@@ -77,6 +81,7 @@ impl Default for Config {
             log_format: LogFormat::Json,
             max_body_bytes: 1024 * 1024,
             close_days_interval_secs: 60,
+            enforcement_wait_ms: 2_000,
             auth: AuthConfig::default(),
             proxy: ProxyConfig::default(),
             providers: ProvidersConfig::default(),

@@ -12,6 +12,7 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
+use crate::proxy_state::confirm::Confirmation;
 use crate::state::AppState;
 
 /// The control plane's own registry and the HTTP metrics in it.
@@ -19,6 +20,8 @@ pub struct HttpMetrics {
     registry: Registry,
     requests: IntCounterVec,
     latency: HistogramVec,
+    enforcement_writes: IntCounterVec,
+    enforcement_wait: HistogramVec,
 }
 
 impl HttpMetrics {
@@ -41,12 +44,35 @@ impl HttpMetrics {
             ]),
             &["method", "route", "status"],
         )?;
+        let enforcement_writes = IntCounterVec::new(
+            Opts::new(
+                "warden_enforcement_writes_total",
+                "Management writes that changed what the proxies enforce, by whether every \
+                 connected proxy confirmed them within enforcement_wait_ms (applied) or not \
+                 (pending).",
+            ),
+            &["outcome"],
+        )?;
+        let enforcement_wait = HistogramVec::new(
+            HistogramOpts::new(
+                "warden_enforcement_wait_seconds",
+                "How long enforcement writes waited for the connected proxies to apply them.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["outcome"],
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(enforcement_writes.clone()))?;
+        registry.register(Box::new(enforcement_wait.clone()))?;
         Ok(HttpMetrics {
             registry,
             requests,
             latency,
+            enforcement_writes,
+            enforcement_wait,
         })
     }
 
@@ -65,6 +91,20 @@ impl HttpMetrics {
             .inc();
         self.latency
             .with_label_values(&[method, route, status])
+            .observe(seconds);
+    }
+}
+
+impl HttpMetrics {
+    /// Counts and times one enforcement write's wait for the proxies.
+    pub fn observe_enforcement_wait(&self, confirmation: Confirmation, seconds: f64) {
+        let outcome = match confirmation {
+            Confirmation::Applied => "applied",
+            Confirmation::Pending { .. } => "pending",
+        };
+        self.enforcement_writes.with_label_values(&[outcome]).inc();
+        self.enforcement_wait
+            .with_label_values(&[outcome])
             .observe(seconds);
     }
 }

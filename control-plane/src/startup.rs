@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::metrics::{self, HttpMetrics};
+use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
 use crate::state::AppState;
 
@@ -103,8 +104,14 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         clock.clone(),
         stopping.clone(),
     ));
+    let confirmations = Confirmations::new(
+        db.pool().clone(),
+        std::time::Duration::from_millis(config.enforcement_wait_ms),
+    );
+    tokio::spawn(confirmations.clone().renew_leases(stopping.clone()));
     let state = AppState {
         publisher,
+        confirmations,
         stopping,
         service_token_hash: Arc::from(warden_shared::keys::hash_credential(&service_token)),
         db,
@@ -150,6 +157,10 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 fn app_router(state: AppState) -> Router {
     let (router, _openapi) = crate::api::router();
     router
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::api::read_your_writes::confirm_enforcement,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 use crate::metrics::HttpMetrics;
+use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
 
 /// Cheap to clone: everything inside is reference-counted or a pool handle.
@@ -23,6 +24,8 @@ pub struct AppState {
     pub service_token_hash: Arc<str>,
     /// Deltas of enforcement state for the proxies' streams.
     pub publisher: Publisher,
+    /// The connected proxies' acknowledgements, which enforcement writes wait for.
+    pub confirmations: Arc<Confirmations>,
     /// Turns true when the server starts shutting down, so long-lived responses (the
     /// proxies' state streams) end and graceful shutdown can complete.
     pub stopping: tokio::sync::watch::Receiver<bool>,

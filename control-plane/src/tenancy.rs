@@ -176,11 +176,13 @@ tenant_tables![
 /// (`proxy_changes` holds only entity ids and kinds, pruned by age, and must outlive a
 /// deleted tenant so proxies learn of the deletion), its version counter, and the ids of
 /// the decision batches the proxies sent (a batch holds many tenants' decisions; only
-/// its id and arrival time are kept).
+/// its id and arrival time are kept), and the proxies connected now with the state
+/// version each has applied.
 pub const PLATFORM_TABLES: &[&str] = &[
     "proxy_state_version",
     "proxy_changes",
     "policy_decision_batches",
+    "proxy_streams",
 ];
 
 /// Removes every row of `tenant_id`, the tenant row last. Returns false when there was

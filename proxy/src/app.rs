@@ -21,7 +21,7 @@ use warden_shared::secret::Secret;
 
 use crate::batch_queue::BatchReceiver;
 use crate::config::{ProvidersConfig, ProxyConfig};
-use crate::decisions::{self, DecisionReport};
+use crate::decisions::{self, ApprovalQueue, DecisionReport};
 use crate::event_loops::{proxy_handler, Servers, DRAIN};
 use crate::flush::FlushTarget;
 use crate::managed_keys::ManagedKeys;
@@ -34,6 +34,7 @@ use crate::sync::{self, StreamSource};
 use crate::upstream::Upstreams;
 use crate::usage::sink;
 use crate::usage::UsageRecord;
+use warden_shared::ids::{new_id, IdKind};
 
 /// More event loops than this is a typo, not a machine: each is a thread.
 pub const MAX_EVENT_LOOPS: usize = 256;
@@ -132,6 +133,15 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             upstreams: Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?,
             usage: usage_sink.clone(),
             decisions: decision_sink.clone(),
+            approvals: ApprovalQueue {
+                // Each event loop's own, like its provider connections.
+                client: reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(2))
+                    .build()?,
+                url: format!("{base}/internal/v1/policy-decisions"),
+                service_token: service_token.expose().to_owned(),
+                fallback: decision_sink.clone(),
+            },
             rates: rates.clone(),
             metrics: metrics.clone(),
             providers: providers.clone(),
@@ -163,6 +173,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         },
         stream: StreamSource {
             url: format!("{base}/internal/v1/proxy-state"),
+            acks_url: format!("{base}/internal/v1/proxy-acks"),
+            proxy_id: new_id(IdKind::Instance, crate::clock::now_ms()),
             service_token: service_token.expose().to_owned(),
         },
         client: reqwest::Client::builder()

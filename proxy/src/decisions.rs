@@ -224,6 +224,54 @@ impl DecisionSink {
     }
 }
 
+/// Where a held request's approval is asked for at once: the control plane queues it
+/// before the proxy answers the request's 403 `approval_required`, so a reviewer (or a
+/// script) listing pending approvals right after that answer finds it. The ask is a
+/// decision batch of one; when it cannot be delivered within [`ASK_TIMEOUT`], the
+/// decision goes to the queue like any other and arrives with the next batch.
+pub struct ApprovalQueue {
+    pub client: reqwest::Client,
+    pub url: String,
+    pub service_token: String,
+    pub fallback: DecisionSink,
+}
+
+/// How long a held request waits for its approval to be queued before it is answered
+/// anyway (the decision then goes with the batched reports).
+pub const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl ApprovalQueue {
+    /// Queues `report`'s approval with the control plane, or hands the report to the
+    /// batched queue when that fails.
+    pub async fn ask(&self, report: DecisionReport) {
+        let batch_id = new_id(IdKind::Usage, now_ms());
+        let Some(body) = batch_body(&batch_id, std::slice::from_ref(&report)) else {
+            self.fallback.report(report);
+            return;
+        };
+        let sent = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&self.service_token)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .timeout(ASK_TIMEOUT)
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => {}
+            answered => {
+                let why = match answered {
+                    Ok(response) => response.status().to_string(),
+                    Err(error) => error.to_string(),
+                };
+                tracing::warn!(%batch_id, %why, "cannot queue an approval at once; it goes with the next decision batch");
+                self.fallback.report(report);
+            }
+        }
+    }
+}
+
 /// A queue of `capacity` reports, sent in batches of at most `batch_size`.
 pub fn channel(
     capacity: usize,

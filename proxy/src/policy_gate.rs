@@ -83,13 +83,13 @@ impl PolicyGate<'_> {
         request_type: &'static str,
         estimated_cost_micros: i64,
         now_ms: i64,
-    ) -> Result<PolicyPass, Refusal> {
+    ) -> Result<PolicyPass, Stopped> {
         let key = &view.key;
         let Some(policies) = self.state.policies(&key.tenant_id) else {
             return Ok(PolicyPass::default());
         };
         let Some(agent) = &view.agent else {
-            return Err(Refusal::AgentNotFound);
+            return Err(Refusal::AgentNotFound.into());
         };
         let request = request_facts(key, agent, admitted, estimated_cost_micros);
         let counters = ProxyCounters {
@@ -128,9 +128,34 @@ impl PolicyGate<'_> {
         for counted in &counted {
             counted.give_back();
         }
-        let approval = approval_ask(&refusal, &request, admitted, request_type);
-        self.decisions.report(decision.into_report(approval));
-        Err(refusal)
+        let report = decision.into_report(approval_ask(&refusal, &request, admitted, request_type));
+        if report.approval.is_some() {
+            // Queued with the control plane before the refusal is answered.
+            return Err(Stopped {
+                refusal,
+                approval: Some(Box::new(report)),
+            });
+        }
+        self.decisions.report(report);
+        Err(refusal.into())
+    }
+}
+
+/// A request the gate stopped: the refusal to answer and, when a `require_approval`
+/// policy held it, the decision whose approval must be queued (through
+/// `crate::decisions::ApprovalQueue`) before the refusal is answered.
+pub struct Stopped {
+    pub refusal: Refusal,
+    /// Boxed: the rare case should not make every refusal large.
+    pub approval: Option<Box<DecisionReport>>,
+}
+
+impl From<Refusal> for Stopped {
+    fn from(refusal: Refusal) -> Self {
+        Stopped {
+            refusal,
+            approval: None,
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::config::ProvidersConfig;
-use crate::decisions::DecisionSink;
+use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::managed_keys::ManagedKeys;
 use crate::metrics::ProxyMetrics;
 use crate::rate_limit::RateWindows;
@@ -20,6 +20,8 @@ pub struct Resources {
     pub upstreams: Upstreams,
     pub usage: UsageSink,
     pub decisions: DecisionSink,
+    /// Where a held request's approval is queued before its 403 is answered.
+    pub approvals: ApprovalQueue,
     pub rates: Arc<RateWindows>,
     pub metrics: ProxyMetrics,
     pub providers: ProvidersConfig,

@@ -5,6 +5,11 @@
 //! only the deltas it missed. Whenever the stream breaks, goes silent for longer than
 //! three heartbeats, or cannot be opened, the proxy keeps serving from what it has and
 //! reconnects with exponential backoff (250 ms doubling to 10 s).
+//!
+//! The proxy follows under an instance id of its own and acknowledges each version it
+//! has applied (`POST /internal/v1/proxy-acks`), as soon as it has applied it: a
+//! management write that changes what proxies enforce answers once every connected proxy
+//! has acknowledged it (read-your-writes, see the control plane's `proxy_state::confirm`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +26,16 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 pub struct StreamSource {
     pub url: String,
+    /// Where applied versions are acknowledged.
+    pub acks_url: String,
+    /// This proxy's instance id, new at every start.
+    pub proxy_id: String,
     pub service_token: String,
 }
+
+/// How long an acknowledgement may take before the proxy gives up on it; a write waiting
+/// for it is bounded anyway, and the next version's acknowledgement covers this one.
+const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The follower's own thread (see [`spawn_follower`]); dropping this ends it. It holds
 /// no state of its own: the proxy keeps what it applied.
@@ -104,7 +117,10 @@ async fn follow_once(
     state: &EnforcementState,
     metrics: &ProxyMetrics,
 ) -> Result<bool, String> {
-    let mut request = client.get(&source.url).bearer_auth(&source.service_token);
+    let mut request = client
+        .get(&source.url)
+        .bearer_auth(&source.service_token)
+        .query(&[("proxy", source.proxy_id.as_str())]);
     if state.is_loaded() {
         request = request.query(&[("since", state.version())]);
     }
@@ -117,6 +133,12 @@ async fn follow_once(
     // of chunks, and rescanning it all for each would be quadratic.
     let mut scanned = 0;
     let mut applied = false;
+    // Acknowledged as held when connecting (`since`); a snapshot or delta moves it on.
+    let mut acked = if state.is_loaded() {
+        state.version()
+    } else {
+        -1
+    };
     loop {
         let chunk = tokio::time::timeout(SILENCE_LIMIT, response.chunk())
             .await
@@ -148,5 +170,27 @@ async fn follow_once(
         if snapshot_applied {
             crate::allocator::release_freed_pages();
         }
+        if applied && state.version() > acked {
+            acked = state.version();
+            acknowledge(source, client, acked).await;
+        }
+    }
+}
+
+/// Tells the control plane this proxy has applied every change up to `version`.
+async fn acknowledge(source: &StreamSource, client: &reqwest::Client, version: i64) {
+    let sent = client
+        .post(&source.acks_url)
+        .bearer_auth(&source.service_token)
+        .json(&serde_json::json!({ "proxy": source.proxy_id, "version": version }))
+        .timeout(ACK_TIMEOUT)
+        .send()
+        .await;
+    match sent {
+        Ok(response) if response.status().is_success() => {}
+        Ok(response) => {
+            tracing::warn!(version, status = %response.status(), "state acknowledgement refused")
+        }
+        Err(error) => tracing::warn!(version, %error, "cannot acknowledge the state version"),
     }
 }

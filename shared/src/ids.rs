@@ -22,6 +22,9 @@ pub enum IdKind {
     Usage,
     ManagedKey,
     BudgetLimit,
+    /// A running process of Warden's own: a control-plane replica, a proxy, or one
+    /// proxy's state stream.
+    Instance,
 }
 
 impl IdKind {
@@ -39,6 +42,7 @@ impl IdKind {
             IdKind::Usage => "use",
             IdKind::ManagedKey => "mk",
             IdKind::BudgetLimit => "bud",
+            IdKind::Instance => "ins",
         }
     }
 }

@@ -8,6 +8,9 @@
 mod audit;
 mod outbox;
 
+use std::cell::Cell;
+use std::future::Future;
+
 use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
@@ -46,5 +49,26 @@ pub async fn record(
         Proxies::Reload(kind) => Some(outbox::record(tx, kind, event.target_id, at).await?),
     };
     audit::record(tx, author.tenant_id, author.actor, at, event).await?;
+    if let Some(version) = version {
+        // Outside a tracked request (a background job) there is nobody to wait.
+        let _ = WRITTEN.try_with(|written| written.set(written.get().max(Some(version))));
+    }
     Ok(version)
+}
+
+tokio::task_local! {
+    /// The newest proxy change version the request being served has recorded.
+    static WRITTEN: Cell<Option<i64>>;
+}
+
+/// Runs `work` (the handling of one request) and returns its output with the newest
+/// version of the proxies' changes it recorded, if it recorded any: what the request
+/// must wait for the proxies to apply before it answers (`crate::api::read_your_writes`).
+pub async fn tracking<F: Future>(work: F) -> (F::Output, Option<i64>) {
+    WRITTEN
+        .scope(Cell::new(None), async move {
+            let output = work.await;
+            (output, WRITTEN.with(Cell::get))
+        })
+        .await
 }

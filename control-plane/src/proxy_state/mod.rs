@@ -7,22 +7,25 @@
 //! connected to every replica, with no extra messaging system; a poll is one indexed
 //! single-row read. Deltas go out through a broadcast channel; a stream that falls too
 //! far behind it (or a proxy reconnecting after the outbox was pruned) gets a full
-//! snapshot instead.
+//! snapshot instead. A write on this replica nudges the publisher so its delta goes out
+//! at once, without waiting for the next poll; `confirm` tracks which connected proxies
+//! have applied it.
 
+pub mod confirm;
 pub mod load;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::AnyPool;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 use warden_shared::snapshot::{Delta, ScopeSpend};
 
 use crate::clock::Clock;
 
-/// How often the publisher looks for new changes: the larger part of the time a block or
-/// a revocation takes to reach the proxies.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the publisher looks for new changes when not nudged: bounds how long a
+/// change made through another replica takes to reach this replica's proxies.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// Outbox rows older than this are pruned; proxies further behind get a full snapshot.
 const RETENTION_MS: i64 = 24 * 3_600_000;
 /// Deltas a slow stream may fall behind before it is sent a full snapshot instead.
@@ -42,6 +45,7 @@ pub struct Publisher {
     deltas: broadcast::Sender<Arc<Delta>>,
     spend: broadcast::Sender<Arc<Vec<ScopeSpend>>>,
     clock: Clock,
+    nudge: Arc<Notify>,
     _poller: Arc<AbortOnDrop>,
 }
 
@@ -59,12 +63,14 @@ impl Publisher {
         let (deltas, _) = broadcast::channel(CHANNEL_CAPACITY);
         let (spend, _) = broadcast::channel(CHANNEL_CAPACITY);
         let from = load::current_version(&pool).await?;
+        let nudge = Arc::new(Notify::new());
         let poller = tokio::spawn(poll(
             pool,
             clock.clone(),
             Channels {
                 deltas: deltas.clone(),
                 spend: spend.clone(),
+                nudge: nudge.clone(),
             },
             from,
         ));
@@ -72,8 +78,14 @@ impl Publisher {
             deltas,
             spend,
             clock,
+            nudge,
             _poller: Arc::new(AbortOnDrop(poller.abort_handle())),
         })
+    }
+
+    /// Looks for new changes now: a write committed one the proxies must learn of.
+    pub fn nudge(&self) {
+        self.nudge.notify_one();
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Delta>> {
@@ -98,6 +110,7 @@ impl Publisher {
 struct Channels {
     deltas: broadcast::Sender<Arc<Delta>>,
     spend: broadcast::Sender<Arc<Vec<ScopeSpend>>>,
+    nudge: Arc<Notify>,
 }
 
 async fn poll(pool: AnyPool, clock: Clock, channels: Channels, mut at: i64) {
@@ -107,7 +120,10 @@ async fn poll(pool: AnyPool, clock: Clock, channels: Channels, mut at: i64) {
     let mut last_spend = tokio::time::Instant::now();
     let mut spend_since = clock.now().as_millis();
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = channels.nudge.notified() => {}
+        }
         match publish_new(&pool, &channels.deltas, at, clock.now().as_millis()).await {
             Ok(version) => at = version,
             Err(error) => tracing::warn!(%error, "cannot read the proxy change outbox"),

@@ -12,7 +12,7 @@ use warden_shared::timestamp::Timestamp;
 use super::Ready;
 use crate::budget::{Admission, BudgetRule, BudgetWarning, RuleSource};
 use crate::clock::now_ms;
-use crate::policy_gate::{PolicyGate, PolicyPass};
+use crate::policy_gate::{PolicyGate, PolicyPass, Stopped};
 use crate::refusal::Refusal;
 use crate::resources::Resources;
 use crate::state::{EnforcementState, KeyView};
@@ -29,7 +29,7 @@ pub(super) struct Passed {
 }
 
 /// Checks `ready` against the policies, its key's rate limit and the budgets.
-pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Refusal> {
+pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Stopped> {
     let Ready {
         view,
         endpoint,

@@ -48,7 +48,15 @@ pub async fn forward(
         refusal,
         labels: Some(labels),
     };
-    let passed = gate::gate(shared, &ready).map_err(refused)?;
+    let passed = match gate::gate(shared, &ready) {
+        Ok(passed) => passed,
+        Err(stopped) => {
+            if let Some(report) = stopped.approval {
+                shared.approvals.ask(*report).await;
+            }
+            return Err(refused(stopped.refusal));
+        }
+    };
     let warning = passed.budget_warning.as_deref();
     let answer = send::send(shared, session, &ready, warning)
         .await

@@ -149,6 +149,7 @@ pub async fn update_agent(
         return Ok(current);
     }
     let now = state.clock.now();
+    let current_environment = current.environment.clone();
     let mut tx = state.db.begin_write().await?;
     let team_id = match &input.team {
         None => current.team_id.clone(),
@@ -176,6 +177,12 @@ pub async fn update_agent(
             Some(tags) => tags.unwrap_or_default().to_json(),
         },
     };
+    // The proxies scope policies and budgets by the agent's team and environment.
+    let proxies = if row.team_id != current.team_id || row.environment != current_environment {
+        Proxies::Reload(ChangeKind::Agent)
+    } else {
+        Proxies::Unaffected
+    };
     if !store::update(&mut *tx, &caller.tenant_id, agent_id, &row, now.as_millis()).await? {
         return Err(ApiError::not_found("agent"));
     }
@@ -189,7 +196,7 @@ pub async fn update_agent(
             target_id: agent_id,
             details: json!({ "changed": changed }),
         },
-        Proxies::Unaffected,
+        proxies,
     )
     .await?;
     let agent = store::get(&mut *tx, &caller.tenant_id, agent_id, now.as_millis())

@@ -145,4 +145,15 @@ pub struct ApprovalAsk {
 pub struct StreamQuery {
     /// The version the proxy already holds; omitted: start with a full snapshot.
     pub since: Option<i64>,
+    /// The proxy's instance id, under which it acknowledges the versions it applies
+    /// (`POST /internal/v1/proxy-acks`). Omitted: writes do not wait for this stream.
+    pub proxy: Option<String>,
+}
+
+/// `POST /internal/v1/proxy-acks`: a proxy has applied every change up to `version`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyAck {
+    pub proxy: String,
+    pub version: i64,
 }

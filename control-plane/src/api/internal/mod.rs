@@ -3,7 +3,8 @@
 //!
 //! Each operation's rules live in a file of its own: `usage_batches.rs` (the proxy's
 //! idempotent usage ingest), `policy_decisions.rs` (the proxies' other policy decisions)
-//! and `proxy_state.rs` (the state stream). `store.rs` holds the SQL of their own rows;
+//! and `proxy_state.rs` (the state stream and the proxies' acknowledgements of what
+//! they applied). `store.rs` holds the SQL of their own rows;
 //! usage goes through `crate::ledger`, and the stream reads `crate::proxy_state::load`.
 
 mod input;
@@ -24,7 +25,7 @@ use utoipa_axum::routes;
 use warden_shared::keys;
 use warden_shared::snapshot::ScopeSpend;
 
-use self::input::{DecisionBatch, ParsedBatch, StreamQuery, UsageBatch};
+use self::input::{DecisionBatch, ParsedBatch, ProxyAck, StreamQuery, UsageBatch};
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{ApiJson, ApiQuery, JsonBytes};
 use crate::api::telemetry::ItemError;
@@ -40,6 +41,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(ingest_usage_batch))
         .routes(routes!(ingest_policy_decisions))
         .routes(routes!(stream_proxy_state))
+        .routes(routes!(acknowledge_proxy_state))
 }
 
 /// Proof that the caller presented the service token.
@@ -129,10 +131,26 @@ async fn stream_proxy_state(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<StreamQuery>,
 ) -> ApiResult<Response> {
-    let stream = proxy_state::stream_proxy_state(&state, query.since).await?;
+    let stream =
+        proxy_state::stream_proxy_state(&state, query.since, query.proxy.as_deref()).await?;
     Response::builder()
         .header(CONTENT_TYPE, "application/x-ndjson")
         .header("cache-control", "no-store")
         .body(Body::from_stream(stream))
         .map_err(ApiError::internal)
+}
+
+#[utoipa::path(post, path = "/internal/v1/proxy-acks", tag = "internal", request_body = ProxyAck,
+    security(("service_token" = [])),
+    responses((status = 204, description = "Recorded; writes waiting for this version are released")))]
+async fn acknowledge_proxy_state(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiJson(ack): ApiJson<ProxyAck>,
+) -> ApiResult<Response> {
+    state
+        .confirmations
+        .acknowledge(&ack.proxy, ack.version)
+        .await?;
+    Ok(envelope::no_content())
 }

@@ -30,6 +30,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(10);
 pub async fn stream_proxy_state(
     state: &AppState,
     since: Option<i64>,
+    proxy: Option<&str>,
 ) -> ApiResult<impl Stream<Item = Result<Bytes, Infallible>>> {
     // Subscribe before reading, so no delta published meanwhile is missed; those already
     // covered by what is read first are skipped by version.
@@ -43,18 +44,32 @@ pub async fn stream_proxy_state(
         state.publisher.now_ms(),
     )
     .await?;
+    // Registered before the first line is sent: a write committed from now on waits
+    // for this proxy too.
+    let registered = match proxy {
+        Some(proxy) => Some(
+            state
+                .confirmations
+                .open_stream(proxy, since.unwrap_or(-1))
+                .await?,
+        ),
+        None => None,
+    };
     let (lines, body) = mpsc::channel::<Result<Bytes, Infallible>>(16);
-    tokio::spawn(follow(
-        Source {
-            pool,
-            deltas,
-            spend,
-            publisher: state.publisher.clone(),
-        },
-        first,
-        lines,
-        state.stopping.clone(),
-    ));
+    let confirmations = state.confirmations.clone();
+    let source = Source {
+        pool,
+        deltas,
+        spend,
+        publisher: state.publisher.clone(),
+    };
+    let stopping = state.stopping.clone();
+    tokio::spawn(async move {
+        follow(source, first, lines, stopping).await;
+        if let Some(stream_id) = registered {
+            confirmations.close_stream(&stream_id).await;
+        }
+    });
     let mut body = body;
     Ok(futures_util::stream::poll_fn(move |cx| body.poll_recv(cx)))
 }
@@ -153,6 +168,8 @@ async fn follow(
             _ = heartbeat.tick() => StreamMessage::Heartbeat { version },
             // The server is shutting down: end the stream; the proxy reconnects.
             _ = async { stopping.wait_for(|stop| *stop).await.map(|_| ()) } => return,
+            // The proxy hung up: it no longer counts as connected.
+            () = lines.closed() => return,
         };
         version = version_of(&message).unwrap_or(version);
         if !send(&lines, &message).await {

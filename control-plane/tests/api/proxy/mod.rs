@@ -14,6 +14,7 @@ mod moto;
 mod openai_client;
 mod outage;
 mod policies;
+mod read_your_writes;
 mod stats;
 mod tls;
 mod tls_upstream;
