@@ -94,7 +94,7 @@ echo "seeding $KEYS_COUNT proxy keys..."
 # PROXY_LOOPS sets the proxy's event loops (unset: its default, one per core);
 # PROXY_THREADS sizes its runtime (0: one thread per core).
 if [ -n "${PROXY_LOOPS:-}" ]; then export WARDEN_PROXY__EVENT_LOOPS=$PROXY_LOOPS; fi
-WARDEN_PROXY__WORKER_THREADS=${PROXY_THREADS:-0} \
+WARDEN_PROXY__WORKER_THREADS=${PROXY_THREADS:-0} WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool" \
 WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
   WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
   "$BIN/warden" proxy >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)

@@ -113,6 +113,10 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         .map_err(|e| e.to_string())?;
     proxy.listen = ([127, 0, 0, 1], proxy_port).into();
     proxy.control_plane_url = format!("http://{}", app.addr);
+    // Unless configured, the usage spool lives with the rest of the data.
+    if proxy.usage_spool_dir == warden_proxy::config::ProxyConfig::default().usage_spool_dir {
+        proxy.usage_spool_dir = data_dir.join("usage-spool");
+    }
     let proxy = warden_proxy::build(ProxySettings {
         proxy,
         providers,

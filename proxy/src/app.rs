@@ -33,6 +33,7 @@ use crate::state::EnforcementState;
 use crate::sync::{self, StreamSource};
 use crate::upstream::Upstreams;
 use crate::usage::sink;
+use crate::usage::spool::{OpenSpool, Spool};
 use crate::usage::UsageRecord;
 use warden_shared::ids::{new_id, IdKind};
 
@@ -61,6 +62,11 @@ pub enum ProxyStartupError {
     },
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("cannot open the usage spool {}: {source}", dir.display())]
+    Spool {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("HTTP client: {0}")]
     Client(#[from] reqwest::Error),
 }
@@ -76,6 +82,9 @@ pub struct ProxyApp {
     event_loops: usize,
     usage: BatchReceiver<UsageRecord>,
     flush: FlushTarget,
+    /// The usage spool and the batches an earlier run left in it (`None`: turned off).
+    spool: Option<OpenSpool>,
+    usage_capacity: usize,
     decisions: BatchReceiver<DecisionReport>,
     decisions_flush: FlushTarget,
     rates: Arc<RateWindows>,
@@ -106,6 +115,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         decision_sink.clone(),
     );
     let rates = Arc::new(RateWindows::default());
+    let spool = open_spool(&config)?;
     let listener =
         TcpListener::bind(config.listen)
             .await
@@ -159,6 +169,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         proxies,
         event_loops: config.event_loops,
         usage,
+        spool,
+        usage_capacity: config.usage_buffer_capacity,
         flush: FlushTarget {
             url: format!("{base}/internal/v1/usage-batches"),
             service_token: service_token.expose().to_owned(),
@@ -198,6 +210,8 @@ impl ProxyApp {
             event_loops,
             usage,
             flush,
+            spool,
+            usage_capacity,
             decisions,
             decisions_flush,
             rates,
@@ -215,7 +229,13 @@ impl ProxyApp {
         ));
         let forgetter = tokio::spawn(forget_old_rate_windows(rates));
         let accept_failures = metrics.accept_failures.clone();
-        let flusher = tokio::spawn(sink::flush_forever(usage, flush, client, metrics, budgets));
+        let spooled = spool.is_some();
+        let outlet = sink::Outlet {
+            target: flush,
+            client,
+            spool,
+        };
+        let mut flusher = sink::start(usage, outlet, metrics, budgets, usage_capacity);
         let (stop, stopping) = watch::channel(false);
         let handlers = proxies.into_iter().map(proxy_handler).collect();
         let mut servers = Servers::start(handlers, event_loops > 0, &stopping)?;
@@ -233,11 +253,42 @@ impl ProxyApp {
         drop(follower);
         forgetter.abort();
         // The last handle on the usage queue goes with the proxies; the flushers then
-        // send what is left and end.
-        let _ = tokio::time::timeout(DRAIN, flusher).await;
+        // spool and send what is left and end. What the ledger has not acknowledged by
+        // then is safe in the spool when there is one, and sent on the next start.
+        let _ = tokio::time::timeout(DRAIN, &mut flusher.taker).await;
+        let sending = if spooled { SPOOLED_DRAIN } else { DRAIN };
+        if tokio::time::timeout(sending, &mut flusher.sender)
+            .await
+            .is_err()
+        {
+            flusher.sender.abort();
+            if spooled {
+                tracing::warn!("the control plane did not acknowledge all usage before shutdown; the rest stays in the spool for the next start");
+            } else {
+                tracing::error!("the control plane did not acknowledge all usage before shutdown and there is no spool: the rest is lost");
+            }
+        }
         let _ = tokio::time::timeout(DRAIN, decision_flusher).await;
         Ok(())
     }
+}
+
+/// How long a stopping proxy with a spool waits for the ledger to acknowledge what is
+/// left: it is on disk either way.
+const SPOOLED_DRAIN: Duration = Duration::from_secs(2);
+
+/// Opens the usage spool `config` names, if any.
+fn open_spool(config: &ProxyConfig) -> Result<Option<OpenSpool>, ProxyStartupError> {
+    if config.usage_spool_dir.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let max_bytes = config.usage_spool_max_mb.saturating_mul(1 << 20);
+    Spool::open(&config.usage_spool_dir, max_bytes)
+        .map(Some)
+        .map_err(|source| ProxyStartupError::Spool {
+            dir: config.usage_spool_dir.clone(),
+            source,
+        })
 }
 
 /// Drops rate-limit windows of past minutes once a minute, so idle buckets do not pile up.

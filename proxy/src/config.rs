@@ -33,6 +33,14 @@ pub struct ProxyConfig {
     /// Records held while the control plane is unreachable; beyond, new ones are dropped
     /// and counted (`warden_proxy_usage_dropped_total`).
     pub usage_buffer_capacity: usize,
+    /// Folder of the usage spool: batches not yet acknowledged by the ledger, kept on
+    /// disk so they survive a restart of the proxy and are sent on its next start
+    /// (`usage::spool`). Relative to the working directory; empty turns the spool off
+    /// (usage then waits in memory only). One folder per proxy process.
+    pub usage_spool_dir: PathBuf,
+    /// Largest size of the spool folder, in MiB; batches beyond are held in memory only
+    /// and counted (`warden_proxy_usage_unspooled_total`).
+    pub usage_spool_max_mb: u64,
     /// A PEM file of extra CA certificates trusted for providers (private gateways, tests).
     pub ca_file: Option<PathBuf>,
     pub secrets_manager: SecretsManagerConfig,
@@ -99,6 +107,8 @@ impl Default for ProxyConfig {
             usage_flush_interval_ms: 1_000,
             usage_batch_size: 1_000,
             usage_buffer_capacity: 200_000,
+            usage_spool_dir: PathBuf::from("warden-usage-spool"),
+            usage_spool_max_mb: 1_024,
             ca_file: None,
             secrets_manager: SecretsManagerConfig::default(),
             worker_threads: 0,

@@ -28,6 +28,7 @@ pub struct ProxyMetrics {
     pub usage_in_flight: IntGauge,
     pub usage_flushed: IntCounter,
     pub usage_dropped: IntCounter,
+    pub usage_unspooled: IntCounter,
     pub usage_flush_failures: IntCounter,
     pub stream_reconnects: IntCounter,
     pub managed_key_reads: IntCounterVec,
@@ -116,6 +117,11 @@ impl ProxyMetrics {
                 "warden_proxy_usage_dropped_total",
                 "Usage records dropped (queue full or batch refused)",
             )?,
+            usage_unspooled: counter(
+                "warden_proxy_usage_unspooled_total",
+                "Usage records held in memory only because the spool was full or could not \
+                 be written (lost if the proxy stops before they are sent)",
+            )?,
             usage_flush_failures: counter(
                 "warden_proxy_usage_flush_failures_total",
                 "Failed attempts to send a usage batch",
@@ -185,6 +191,7 @@ impl ProxyMetrics {
         for counter in [
             &self.usage_flushed,
             &self.usage_dropped,
+            &self.usage_unspooled,
             &self.usage_flush_failures,
             &self.stream_reconnects,
             &self.decisions_dropped,

@@ -4,6 +4,7 @@
 
 pub mod extract;
 pub mod sink;
+pub mod spool;
 pub mod sse;
 mod wire;
 

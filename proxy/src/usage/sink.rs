@@ -1,21 +1,27 @@
-//! The bounded queue of usage records and the task that sends them to the ledger.
+//! The bounded queue of usage records and the tasks that send them to the ledger.
 //!
 //! The request path only `try_send`s into a bounded channel and never waits. The flusher
 //! takes up to `usage_batch_size` records at least every `usage_flush_interval_ms`, gives
-//! the batch an id and posts it to `/internal/v1/usage-batches` until the control plane
-//! acknowledges it, retrying the very same batch (same record ids) with backoff: the
-//! ledger counts a record id once, so a retry after a lost acknowledgement never counts
-//! twice, and an outage of the control plane loses nothing while the queue has room.
+//! the batch an id, writes it to the spool (`super::spool`, so it survives a restart) and
+//! posts it to `/internal/v1/usage-batches` until the control plane acknowledges it,
+//! retrying the very same batch (same record ids) with backoff: the ledger counts a
+//! record id once, so a retry after a lost acknowledgement never counts twice, and an
+//! outage of the control plane loses nothing while the queue and the spool have room.
+//! Taking and sending are separate tasks, so batches keep reaching the spool while the
+//! ledger is unreachable.
 //! When the queue is full, new records are dropped and counted, never blocking a request;
 //! a dropped record's policy decision is reported on its own (`crate::decisions`), so it
 //! is still recorded once.
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use bytes::Bytes;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::snapshot::ScopeSpend;
 
+use super::spool::{OpenSpool, Spool};
 use super::UsageRecord;
 use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
 use crate::budget::{Budgets, FigureSource};
@@ -91,27 +97,191 @@ pub fn channel(
     (sink, receiver)
 }
 
-/// Sends batches until every sender is gone and the queue is empty.
-pub async fn flush_forever(
-    mut receiver: BatchReceiver<UsageRecord>,
-    target: FlushTarget,
-    client: reqwest::Client,
+/// A batch taken from the queue, on its way to the ledger: its records keep their budget
+/// holds until it is acknowledged.
+struct Taken {
+    batch_id: String,
+    body: Bytes,
+    records: Vec<UsageRecord>,
+    /// Written to the spool, to be removed from it once acknowledged.
+    spooled: bool,
+    /// The room it takes among the batches waiting to be sent.
+    _room: OwnedSemaphorePermit,
+}
+
+/// The flusher's two tasks: [`take_batches`] takes batches from the queue and spools
+/// them, [`send_batches`] sends them to the ledger in order. Split so that a ledger that
+/// is unreachable never keeps batches from reaching the spool.
+pub struct Flusher {
+    pub taker: JoinHandle<()>,
+    pub sender: JoinHandle<()>,
+}
+
+/// Where the flusher's batches go: the ledger, and the spool before it when there is one
+/// (with the ids of the batches an earlier run left in it, sent first).
+pub struct Outlet {
+    pub target: FlushTarget,
+    pub client: reqwest::Client,
+    pub spool: Option<OpenSpool>,
+}
+
+/// Starts the flusher: both tasks end once every sender of the queue is gone and each
+/// batch is acknowledged (or, with a spool, left in it for the next start).
+pub fn start(
+    receiver: BatchReceiver<UsageRecord>,
+    outlet: Outlet,
     metrics: ProxyMetrics,
     budgets: Arc<Budgets>,
+    capacity: usize,
+) -> Flusher {
+    let (spool, left) = match outlet.spool {
+        Some(OpenSpool { spool, left }) => (Some(spool), left),
+        None => (None, Vec::new()),
+    };
+    let (batches, waiting) = mpsc::unbounded_channel();
+    // Batches waiting to be sent hold at most `capacity` records, as the queue does:
+    // with the ledger unreachable the proxy holds twice its queue at most.
+    let room = Arc::new(Semaphore::new(capacity.clamp(1, Semaphore::MAX_PERMITS)));
+    let interval = outlet.target.interval;
+    let taker = tokio::spawn(take_batches(
+        receiver,
+        interval,
+        spool.clone(),
+        room,
+        batches,
+        metrics.clone(),
+    ));
+    let sender = tokio::spawn(send_batches(
+        waiting,
+        Sending {
+            target: outlet.target,
+            client: outlet.client,
+            spool,
+            left,
+            metrics,
+            budgets,
+        },
+    ));
+    Flusher { taker, sender }
+}
+
+/// Takes each batch from the queue, writes it to the spool and hands it to the sender,
+/// until every sender of the queue is gone and the queue is empty.
+async fn take_batches(
+    mut receiver: BatchReceiver<UsageRecord>,
+    interval: std::time::Duration,
+    spool: Option<Arc<Spool>>,
+    room: Arc<Semaphore>,
+    batches: mpsc::UnboundedSender<Taken>,
+    metrics: ProxyMetrics,
 ) {
     let mut batch = Vec::with_capacity(receiver.batch_size());
-    while receiver.next_batch(&mut batch, target.interval).await {
+    while receiver.next_batch(&mut batch, interval).await {
         metrics.usage_queued.sub(batch.len() as i64);
         for hold in batch.iter_mut().filter_map(|record| record.budget.as_mut()) {
             hold.sending();
         }
-        if let Some(spend) = send_until_acknowledged(&client, &target, &batch, &metrics).await {
-            // The ledger's new totals include this batch: take them before the batch's
-            // costs leave `pending`, so they are never missing from a scope's spend.
-            budgets.apply_ledger(&spend, FigureSource::Acknowledgement);
+        let records = std::mem::replace(&mut batch, Vec::with_capacity(receiver.batch_size()));
+        let batch_id = new_id(IdKind::Usage, now_ms());
+        let Some(body) = super::batch_body(&batch_id, &records) else {
+            metrics.usage_dropped.inc_by(records.len() as u64);
+            records.iter().for_each(finished);
+            continue;
+        };
+        let spooled = match &spool {
+            Some(spool) => spool.write(&batch_id, &body).await,
+            None => false,
+        };
+        if spool.is_some() && !spooled {
+            metrics.usage_unspooled.inc_by(records.len() as u64);
         }
-        for record in &batch {
-            finished(record);
+        let wanted = u32::try_from(records.len().max(1)).unwrap_or(u32::MAX);
+        let Ok(room) = room.clone().acquire_many_owned(wanted).await else {
+            return;
+        };
+        let taken = Taken {
+            batch_id,
+            body,
+            records,
+            spooled,
+            _room: room,
+        };
+        if batches.send(taken).is_err() {
+            return;
+        }
+    }
+}
+
+/// What the sender needs besides its batches.
+struct Sending {
+    target: FlushTarget,
+    client: reqwest::Client,
+    spool: Option<Arc<Spool>>,
+    /// Batches an earlier run left in the spool, oldest first: sent before the others.
+    left: Vec<String>,
+    metrics: ProxyMetrics,
+    budgets: Arc<Budgets>,
+}
+
+/// Sends the batches an earlier run left, then each batch taken, in order, each until
+/// the ledger answers for it.
+async fn send_batches(mut waiting: mpsc::UnboundedReceiver<Taken>, sending: Sending) {
+    let Sending {
+        target,
+        client,
+        spool,
+        left,
+        metrics,
+        budgets,
+    } = sending;
+    if let Some(spool) = &spool {
+        if !left.is_empty() {
+            tracing::info!(
+                batches = left.len(),
+                "sending the usage batches a previous run left in the spool"
+            );
+        }
+        for batch_id in left {
+            match spool.read(&batch_id).await {
+                Ok(body) => {
+                    let ack =
+                        send_until_acknowledged(&client, &target, &batch_id, body, 0, &metrics)
+                            .await;
+                    if let Some(ack) = ack {
+                        metrics.usage_flushed.inc_by(ack.accepted + ack.duplicates);
+                        budgets.apply_ledger(&ack.spend, FigureSource::Acknowledgement);
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, %batch_id, "cannot read a spooled usage batch")
+                }
+            }
+            spool.remove(&batch_id).await;
+        }
+    }
+    while let Some(taken) = waiting.recv().await {
+        let Taken {
+            batch_id,
+            body,
+            records,
+            spooled,
+            _room,
+        } = taken;
+        let count = records.len();
+        let ack = send_until_acknowledged(&client, &target, &batch_id, body, count, &metrics).await;
+        match ack {
+            Some(ack) => {
+                metrics.usage_flushed.inc_by(count as u64);
+                // The ledger's new totals include this batch: take them before the
+                // batch's costs leave `pending`, so they are never missing from a
+                // scope's spend.
+                budgets.apply_ledger(&ack.spend, FigureSource::Acknowledgement);
+            }
+            None => metrics.usage_dropped.inc_by(count as u64),
+        }
+        records.iter().for_each(finished);
+        if let (Some(spool), true) = (&spool, spooled) {
+            spool.remove(&batch_id).await;
         }
     }
 }
@@ -120,6 +290,10 @@ pub async fn flush_forever(
 #[derive(Default, serde::Deserialize)]
 struct UsageAck {
     #[serde(default)]
+    accepted: u64,
+    #[serde(default)]
+    duplicates: u64,
+    #[serde(default)]
     rejected: i64,
     #[serde(default)]
     errors: serde_json::Value,
@@ -127,38 +301,34 @@ struct UsageAck {
     spend: Vec<ScopeSpend>,
 }
 
-/// Sends `batch` until the ledger answers for it; returns the budget scopes' new totals
-/// it acknowledged with (`None`: the batch was refused whole).
+/// Sends batch `batch_id` (`body`, of `count` records) until the ledger answers for it;
+/// `None` when the batch was refused whole.
 async fn send_until_acknowledged(
     client: &reqwest::Client,
     target: &FlushTarget,
-    batch: &[UsageRecord],
+    batch_id: &str,
+    body: Bytes,
+    count: usize,
     metrics: &ProxyMetrics,
-) -> Option<Vec<ScopeSpend>> {
-    let batch_id = new_id(IdKind::Usage, now_ms());
-    let body = super::batch_body(&batch_id, batch)?;
-    metrics.usage_in_flight.set(batch.len() as i64);
+) -> Option<UsageAck> {
+    metrics.usage_in_flight.set(count as i64);
     let ack: Option<UsageAck> = post_until_answered(
         client,
         target,
-        &batch_id,
+        batch_id,
         body,
         "usage",
         &metrics.usage_flush_failures,
     )
     .await;
     metrics.usage_in_flight.set(0);
-    let Some(ack) = ack else {
-        metrics.usage_dropped.inc_by(batch.len() as u64);
-        return None;
-    };
+    let ack = ack?;
     if ack.rejected > 0 {
         // Refused records (an agent deleted meanwhile, say) would be refused again: log
         // them instead of retrying forever.
         tracing::warn!(%batch_id, rejected = ack.rejected, errors = %ack.errors, "ledger refused usage records");
     }
-    metrics.usage_flushed.inc_by(batch.len() as u64);
-    Some(ack.spend)
+    Some(ack)
 }
 
 #[cfg(test)]

@@ -167,7 +167,7 @@ pub struct DecideInput {
 #[utoipa::path(post, path = "/approvals/{approval_id}/decide", tag = "governance",
     params(("approval_id" = i64, Path)), request_body = DecideInput,
     security(("bearer" = ["governance:write"])),
-    responses((status = 204, description = "Decided; an approval reaches the proxies within a second"),
+    responses((status = 204, description = "Decided; every connected proxy holds the decision when this answers (`Warden-Enforcement`)"),
         (status = 409, description = "The approval is no longer pending (`approval_not_pending`)")))]
 async fn decide_approval(
     caller: Authorized<require::GovernanceWrite>,

@@ -117,7 +117,7 @@ async fn list_limits(
 
 #[utoipa::path(post, path = "/budget/limits", tag = "budget", request_body = CreateBudgetLimitInput,
     security(("bearer" = ["admin"])),
-    responses((status = 201, description = "The limit; enabled ones reach every proxy within a second", body = Envelope<BudgetLimit>),
+    responses((status = 201, description = "The limit; enabled ones are in force in every connected proxy when this answers", body = Envelope<BudgetLimit>),
         (status = 402, description = "The plan has no enforcement (`plan_upgrade_required`)"),
         (status = 409, description = "The scope already has a limit (`budget_limit_exists`)")))]
 async fn create_limit(
@@ -146,7 +146,7 @@ async fn update_limit(
 
 #[utoipa::path(delete, path = "/budget/limits/{limit_id}", tag = "budget",
     params(("limit_id" = String, Path)), security(("bearer" = ["admin"])),
-    responses((status = 204, description = "Deleted; the proxies stop enforcing it within a second")))]
+    responses((status = 204, description = "Deleted; connected proxies have stopped enforcing it when this answers")))]
 async fn delete_limit(
     caller: Authorized<require::Admin>,
     State(state): State<AppState>,

@@ -78,7 +78,7 @@ async fn list_managed_keys(
 
 #[utoipa::path(delete, path = "/managed-keys/{managed_key_id}", tag = "proxy",
     params(("managed_key_id" = String, Path)), security(("bearer" = ["admin"])),
-    responses((status = 204, description = "Deleted; proxies stop using it within a second")))]
+    responses((status = 204, description = "Deleted; connected proxies have stopped using it when this answers")))]
 async fn delete_managed_key(
     caller: Authorized<require::Admin>,
     State(state): State<AppState>,

@@ -77,7 +77,7 @@ async fn list_policies(
 
 #[utoipa::path(post, path = "/policies", tag = "governance", request_body = CreatePolicyInput,
     security(("bearer" = ["governance:write"])),
-    responses((status = 201, description = "The policy; enabled ones reach every proxy within a second", body = Envelope<Policy>)))]
+    responses((status = 201, description = "The policy; enabled ones are in force in every connected proxy when this answers", body = Envelope<Policy>)))]
 async fn create_policy(
     caller: Authorized<require::GovernanceWrite>,
     State(state): State<AppState>,
@@ -116,7 +116,7 @@ async fn update_policy(
 
 #[utoipa::path(delete, path = "/policies/{policy_id}", tag = "governance",
     params(("policy_id" = i64, Path)), security(("bearer" = ["governance:write"])),
-    responses((status = 204, description = "Deleted; the proxies stop applying it within a second")))]
+    responses((status = 204, description = "Deleted; connected proxies have stopped applying it when this answers")))]
 async fn delete_policy(
     caller: Authorized<require::GovernanceWrite>,
     State(state): State<AppState>,

@@ -90,7 +90,7 @@ async fn list_proxy_keys(
 
 #[utoipa::path(delete, path = "/proxy-keys/{api_key_id}", tag = "proxy",
     params(("api_key_id" = String, Path)), security(("bearer" = ["admin"])),
-    responses((status = 204, description = "Revoked; connected proxies refuse it within a second")))]
+    responses((status = 204, description = "Revoked; connected proxies refuse it when this answers")))]
 async fn delete_proxy_key(
     caller: Authorized<require::Admin>,
     State(state): State<AppState>,

@@ -18,6 +18,7 @@ mod read_your_writes;
 mod stats;
 mod tls;
 mod tls_upstream;
+mod usage_spool;
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,10 @@ pub const UPSTREAM_KEY: &str = "sk-upstream-test-credential";
 pub struct TestProxy {
     pub base: String,
     pub client: reqwest::Client,
-    _shutdown: oneshot::Sender<()>,
+    shutdown: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The proxy's own usage spool, unless the test named one.
+    _spool: Option<tempfile::TempDir>,
 }
 
 impl TestProxy {
@@ -50,10 +54,12 @@ impl TestProxy {
         provider: &MockProvider,
         configure: impl FnOnce(&mut ProxyConfig),
     ) -> TestProxy {
+        let spool = tempfile::tempdir().expect("a spool folder");
         let mut proxy = ProxyConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             control_plane_url: app.base.clone(),
             usage_flush_interval_ms: 50,
+            usage_spool_dir: spool.path().to_owned(),
             ..ProxyConfig::default()
         };
         configure(&mut proxy);
@@ -77,13 +83,15 @@ impl TestProxy {
         .expect("the proxy starts");
         let base = format!("http://{}", built.addr);
         let (shutdown, signal) = oneshot::channel::<()>();
-        tokio::spawn(built.serve(async move {
+        let served = tokio::spawn(built.serve(async move {
             let _ = signal.await;
         }));
         let proxy = TestProxy {
             base,
             client: reqwest::Client::new(),
-            _shutdown: shutdown,
+            shutdown: Some(shutdown),
+            served: Some(served),
+            _spool: Some(spool),
         };
         proxy.wait_until_loaded().await;
         proxy
@@ -109,6 +117,17 @@ impl TestProxy {
                 "the proxy never loaded its state"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the proxy as SIGTERM does (open requests finish, usage is spooled and sent
+    /// for a short while) and waits until it is gone.
+    pub async fn stop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(served) = self.served.take() {
+            served.await.unwrap().unwrap();
         }
     }
 
