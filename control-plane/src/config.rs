@@ -41,6 +41,10 @@ pub struct Config {
     /// connected proxy to apply it before it answers (with `Warden-Enforcement: pending`
     /// when one has not).
     pub enforcement_wait_ms: u64,
+    /// Seconds between rounds that audit the repeats of each past minute's policy
+    /// violations as one `policy.violated` event; `0` turns them off on this replica
+    /// (at least one replica must keep them).
+    pub violation_summary_interval_secs: u64,
     pub auth: AuthConfig,
     /// The proxy (`warden proxy`, and the proxy `warden dev` starts).
     pub proxy: ProxyConfig,
@@ -82,6 +86,7 @@ impl Default for Config {
             max_body_bytes: 1024 * 1024,
             close_days_interval_secs: 60,
             enforcement_wait_ms: 2_000,
+            violation_summary_interval_secs: 15,
             auth: AuthConfig::default(),
             proxy: ProxyConfig::default(),
             providers: ProvidersConfig::default(),

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use warden_control_plane::bootstrap::BootstrapOutcome;
+use warden_control_plane::changes::chain;
 use warden_control_plane::clock::Clock;
 use warden_control_plane::config::{Config, LogFormat, Secret};
 use warden_control_plane::startup::{self, Application};
@@ -46,6 +47,25 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// The audit trail, read straight from the database `database_url` names.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Verifies each tenant's hash chain and reports the first broken link; exits with
+    /// failure when a chain is broken.
+    Verify {
+        /// Optional TOML file; WARDEN_ variables override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// One tenant's chain; every tenant's without it.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 /// jemalloc, for the reasons in [`warden_proxy::allocator`].
@@ -64,6 +84,9 @@ fn main() -> ExitCode {
         Command::ControlPlane { config } => {
             runtime(0).and_then(|rt| rt.block_on(run_control_plane(config)))
         }
+        Command::Audit {
+            command: AuditCommand::Verify { config, tenant },
+        } => runtime(1).and_then(|rt| rt.block_on(verify_audit(config, tenant))),
         // Its configuration first: it sizes the runtime.
         Command::Proxy { config } => Config::load(config.as_deref())
             .map_err(|e| e.to_string())
@@ -141,6 +164,47 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     println!("warden: stopped cleanly");
+    Ok(())
+}
+
+async fn verify_audit(config: Option<PathBuf>, tenant: Option<String>) -> Result<(), String> {
+    let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
+    let db = warden_control_plane::db::Db::connect(config.database_url.expose(), 2)
+        .await
+        .map_err(|e| e.to_string())?;
+    let tenants = match tenant {
+        Some(tenant) => vec![tenant],
+        None => sqlx::query_scalar("SELECT id FROM tenants ORDER BY id")
+            .fetch_all(db.pool())
+            .await
+            .map_err(|e| e.to_string())?,
+    };
+    let mut broken = 0;
+    for tenant in &tenants {
+        let found = chain::verify(db.pool(), tenant)
+            .await
+            .map_err(|e| e.to_string())?;
+        match (&found.broken, &found.head) {
+            (None, Some(head)) => println!(
+                "{tenant}: intact, {} events, head {} {}",
+                found.events_checked, head.seq, head.hash
+            ),
+            (None, None) => println!("{tenant}: no events"),
+            (Some(link), _) => {
+                broken += 1;
+                println!(
+                    "{tenant}: BROKEN at seq {} ({}): {} ({} events intact before it)",
+                    link.seq,
+                    link.event_id.as_deref().unwrap_or("no event"),
+                    link.reason,
+                    found.events_checked
+                );
+            }
+        }
+    }
+    if broken > 0 {
+        return Err(format!("{broken} of {} chains are broken", tenants.len()));
+    }
     Ok(())
 }
 

@@ -53,6 +53,8 @@ pub enum StartupError {
     Publisher(#[source] sqlx::Error),
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("cannot chain the audit trail's earlier events: {0}")]
+    AuditChain(#[source] sqlx::Error),
 }
 
 /// Connects the database, applies migrations, bootstraps the platform-admin key and binds
@@ -64,6 +66,16 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
     )
     .await?;
     db.migrate().await?;
+    // Events written before the audit trail was a hash chain join it, once.
+    let chained = crate::changes::chain::chain_unchained(&db)
+        .await
+        .map_err(StartupError::AuditChain)?;
+    if chained > 0 {
+        tracing::info!(
+            chained,
+            "audit events from before the hash chain were chained"
+        );
+    }
     let bootstrap =
         bootstrap::ensure_platform_admin(&db, &clock, config.bootstrap_platform_key.as_ref())
             .await
@@ -94,6 +106,14 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
     if config.close_days_interval_secs > 0 {
         tokio::spawn(crate::ledger::close_days_every(
             std::time::Duration::from_secs(config.close_days_interval_secs),
+            db.clone(),
+            clock.clone(),
+            stopping.clone(),
+        ));
+    }
+    if config.violation_summary_interval_secs > 0 {
+        tokio::spawn(crate::api::policies::summarize_violations_every(
+            std::time::Duration::from_secs(config.violation_summary_interval_secs),
             db.clone(),
             clock.clone(),
             stopping.clone(),

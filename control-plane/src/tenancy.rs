@@ -165,6 +165,8 @@ tenant_tables![
     "usage_records",
     "heartbeats",
     "audit_events",
+    "audit_heads",
+    "policy_violation_minutes",
     "agents",
     "teams",
     "sessions",

@@ -12,6 +12,7 @@ pub mod validate;
 mod admin;
 mod agents;
 pub mod approvals;
+mod audit_trail;
 mod auth;
 mod budget;
 pub mod cost;
@@ -55,6 +56,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(policies::router())
         .merge(approvals::router())
         .merge(budget::router())
+        .merge(audit_trail::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

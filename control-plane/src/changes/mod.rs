@@ -6,6 +6,7 @@
 //! forget the proxies, nor tell the proxies of a change nobody can read in the trail.
 
 mod audit;
+pub mod chain;
 mod outbox;
 
 use std::cell::Cell;

@@ -71,8 +71,9 @@ db_test!(approvals_queue_once_decide_once_and_expire, |app| {
     .await;
 
     // The proxy reports the held request, resends the batch (its acknowledgement lost),
-    // then reports a retry of it: one pending approval, and one evaluation record and
-    // violation event per request.
+    // then reports a retry of it: one pending approval, one evaluation record per
+    // request, and the violations audited as the first of the minute and, once the
+    // minute is over, the count of its repeats.
     let held = |request_id: &str| {
         json!({
             "evaluation": { "request_id": request_id, "agent_id": agent_id, "provider": "openai",
@@ -102,14 +103,23 @@ db_test!(approvals_queue_once_decide_once_and_expire, |app| {
     );
     report(&app, &tenant.id, held("req-2")).await;
     assert_eq!(app.count_rows("approvals", &tenant.id).await, 1);
-    let violations = app.audit_events(&tenant.id, &policy_id.to_string()).await;
-    assert_eq!(
-        violations
+    let violations = || async {
+        app.audit_events(&tenant.id, &policy_id.to_string())
+            .await
             .iter()
             .filter(|e| *e == "policy.violated")
-            .count(),
-        2
-    );
+            .count()
+    };
+    assert_eq!(violations().await, 1);
+    let later = warden_shared::timestamp::Timestamp::parse_rfc3339("2026-11-23T10:05:00Z").unwrap();
+    warden_control_plane::api::policies::summarize_violations(
+        &app.db,
+        later.as_millis(),
+        Some(&tenant.id),
+    )
+    .await
+    .unwrap();
+    assert_eq!(violations().await, 2);
     let evaluations = expect_status(
         app.get(
             &format!("/policy-evaluations?policy_id={policy_id}&result=fail"),

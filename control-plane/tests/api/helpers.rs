@@ -113,6 +113,8 @@ impl TestApp {
             // Tests close days by hand: a background close on the shared PostgreSQL
             // database would run on another test's clock.
             close_days_interval_secs: 0,
+            // Likewise the summaries of repeated policy violations (tests run them).
+            violation_summary_interval_secs: 0,
             ..Config::default()
         };
         configure(&mut config);
@@ -135,6 +137,11 @@ impl TestApp {
             config,
             _dir: dir,
         }
+    }
+
+    /// The database this control plane uses, as `database_url` names it.
+    pub fn database_url(&self) -> String {
+        self.config.database_url.expose().to_owned()
     }
 
     /// Stops the control plane (gracefully, as on SIGTERM) and waits until it is gone.

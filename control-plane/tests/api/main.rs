@@ -10,6 +10,7 @@ mod helpers;
 mod admin;
 mod agents;
 mod approvals;
+mod audit_trail;
 mod auth;
 mod bad_input;
 mod budgets;

@@ -75,17 +75,38 @@ db_test!(
         // Decisions that came out alike share their results: two sets for 995 decisions.
         let sets = result_sets(&app, &tenant.id).await;
         assert_eq!(sets, 2);
-        assert_eq!(
-            app.audit_events(&tenant.id, "1")
-                .await
+        // Ten refusals by policy 1 of one agent in one minute: audited once at once ...
+        let violations = || async {
+            let events = expect_status(
+                app.get("/audit-trail?event_type=policy.violated&target_id=1", key)
+                    .await,
+                200,
+            )
+            .await;
+            events["data"]
+                .as_array()
+                .unwrap()
                 .iter()
-                .filter(|e| *e == "policy.violated")
-                .count(),
-            10
-        );
+                .map(|e| e["details"]["count"].as_i64().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(violations().await, [1]);
+        // ... and the nine repeats together once the minute is over.
+        let later =
+            warden_shared::timestamp::Timestamp::parse_rfc3339("2026-11-23T10:02:00Z").unwrap();
+        let summarized = warden_control_plane::api::policies::summarize_violations(
+            &app.db,
+            later.as_millis(),
+            Some(&tenant.id),
+        )
+        .await
+        .unwrap();
+        assert!(summarized >= 1);
+        assert_eq!(violations().await, [9, 1]);
         // The same batch again (a retried flush) writes nothing and audits nothing.
         let again = send().await;
         assert_eq!(again["evaluations_written"], json!(0), "{again}");
+        assert_eq!(violations().await, [9, 1]);
         let all = expect_status(app.get("/policy-evaluations?limit=6", key).await, 200).await;
         assert_eq!(all["meta"]["total"], json!(3 * 995));
         // Each record is its own: ids unique, results in the policies' order.
@@ -98,7 +119,8 @@ db_test!(
             .map(|e| e["policy_id"].as_i64().unwrap())
             .collect();
         assert_eq!(policies, [1, 2, 3, 1, 2, 3]);
-        assert_eq!(app.audit_events(&tenant.id, "1").await.len(), 10);
+        // The ten refusals of one minute: the first and the summary of the nine others.
+        assert_eq!(app.audit_events(&tenant.id, "1").await.len(), 2);
     }
 );
 

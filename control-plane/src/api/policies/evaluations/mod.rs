@@ -6,10 +6,12 @@
 //! is a column group of its usage record when the request was forwarded (migration
 //! 0019), and a `policy_decisions` row otherwise (refused, held for approval, ended
 //! without usage). `record` writes both kinds; `list` reads them as one list. A `fail`
-//! also writes a `policy.violated` audit event, once: a decision is written once.
+//! is audited as `policy.violated`, at most twice a minute per agent and policy
+//! (`violations`).
 
 mod list;
 mod record;
+mod violations;
 
 use std::collections::HashMap;
 
@@ -26,9 +28,8 @@ use crate::api::validate::Text;
 use crate::error::ApiError;
 
 pub use list::{__path_list_evaluations, list_evaluations};
-pub use record::{
-    audit_violations, draw_decision_ids, record_evaluations, result_set_ids, DecisionRow,
-};
+pub use record::{draw_decision_ids, record_evaluations, result_set_ids, DecisionRow};
+pub use violations::{audit_violations, summarize_violations, summarize_violations_every};
 
 /// The API id of a decision's result: unique, and in the order results were recorded.
 const POSITIONS_PER_DECISION: i64 = 1 << 20;

@@ -4,15 +4,12 @@
 
 use std::collections::HashMap;
 
-use serde_json::json;
 use sqlx::Row;
-use warden_shared::policy::Outcome;
 use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
 use super::{ReportedResult, ResultList};
 use crate::api::validate::Text;
-use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::bulk;
 use crate::db::WriteTx;
 
@@ -70,28 +67,7 @@ pub async fn record_evaluations(
         query.execute(&mut **tx).await?;
     }
     let written: Vec<DecisionRow<'_>> = rows.into_iter().map(|(row, _)| *row).collect();
-    audit_violations(tx, &written).await
-}
-
-/// Writes a `policy.violated` audit event for each failure among the results of
-/// `decisions`, just written; returns how many results they hold.
-pub async fn audit_violations(
-    tx: &mut WriteTx,
-    decisions: &[DecisionRow<'_>],
-) -> Result<usize, sqlx::Error> {
-    let mut written = 0;
-    for row in decisions {
-        written += row.list.results.len();
-        for result in row
-            .list
-            .results
-            .iter()
-            .filter(|r| r.result == Outcome::Fail)
-        {
-            audit_violation(tx, row, result).await?;
-        }
-    }
-    Ok(written)
+    super::violations::audit_violations(tx, &written).await
 }
 
 /// `count` new decision ids, from `policy_decisions`' own sequence: the ids of decisions
@@ -268,36 +244,4 @@ async fn create_sets(
         query.execute(&mut **tx).await?;
     }
     Ok(created)
-}
-
-async fn audit_violation(
-    tx: &mut WriteTx,
-    row: &DecisionRow<'_>,
-    result: &ReportedResult,
-) -> Result<(), sqlx::Error> {
-    changes::record(
-        tx,
-        Author {
-            tenant_id: row.tenant_id,
-            actor: "proxy",
-        },
-        row.evaluated_at,
-        AuditEvent {
-            event_type: "policy.violated",
-            target_type: "policy",
-            target_id: &result.policy_id.to_string(),
-            details: json!({
-                "policy_name": result.policy_name,
-                "policy_type": result.policy_type.as_str(),
-                "reason": result.reason,
-                "agent_id": row.agent_id,
-                "provider": row.provider.as_str(),
-                "model": row.model,
-                "request_id": row.request_id,
-            }),
-        },
-        Proxies::Unaffected,
-    )
-    .await
-    .map(|_| ())
 }

@@ -1,0 +1,380 @@
+//! The audit trail's hash chain: each tenant's events, in the order they were appended,
+//! each carrying the SHA-256 of its own fields and of the event before it.
+//!
+//! **Encoding.** An event's hash is SHA-256 (lowercase hex) over the JSON array
+//! `[seq, id, tenant_id, event_type, actor, target_type, target_id, details,
+//! occurred_at, prev_hash]`, written by serde_json with no white space, where `details`
+//! is the stored details text (itself JSON with sorted keys) as a string and `prev_hash`
+//! is the previous event's hash, or 64 zeros for a tenant's first event. Every field is
+//! in it, so altering any field of any event, deleting, inserting or reordering events
+//! breaks the chain where it happened; [`verify`] walks a chain and reports the first
+//! broken link.
+//!
+//! **Appending.** The writer locks its tenant's `audit_heads` row (an `UPDATE` that
+//! raises its seq, inside the write's transaction), so appends of one tenant are
+//! serialized across connections and replicas and the chain has no gaps or forks; a
+//! rolled-back write rolls its link back with it.
+
+use futures_util::TryStreamExt;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::{AnyPool, Row};
+use utoipa::ToSchema;
+
+use crate::db::WriteTx;
+
+/// The `prev_hash` of a tenant's first event.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The fields an event's hash covers, as stored.
+#[derive(Debug, Clone)]
+pub struct Link<'a> {
+    pub seq: i64,
+    pub id: &'a str,
+    pub tenant_id: &'a str,
+    pub event_type: &'a str,
+    pub actor: &'a str,
+    pub target_type: &'a str,
+    pub target_id: &'a str,
+    pub details: &'a str,
+    pub occurred_at: i64,
+    pub prev_hash: &'a str,
+}
+
+impl Link<'_> {
+    /// The event's hash (see the module's documentation for the encoding).
+    pub fn hash(&self) -> String {
+        let encoded = serde_json::json!([
+            self.seq,
+            self.id,
+            self.tenant_id,
+            self.event_type,
+            self.actor,
+            self.target_type,
+            self.target_id,
+            self.details,
+            self.occurred_at,
+            self.prev_hash,
+        ])
+        .to_string();
+        hex(&Sha256::digest(encoded.as_bytes()))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+/// Takes the next link of `tenant_id`'s chain: its seq and the hash it follows. The
+/// head row stays locked until `tx` ends; [`set_head`] records the new link's hash.
+pub async fn next_link(tx: &mut WriteTx, tenant_id: &str) -> Result<(i64, String), sqlx::Error> {
+    for _ in 0..2 {
+        let raised = sqlx::query("UPDATE audit_heads SET seq = seq + 1 WHERE tenant_id = $1")
+            .bind(tenant_id)
+            .execute(&mut **tx)
+            .await?;
+        if raised.rows_affected() == 1 {
+            let row = sqlx::query("SELECT seq, hash FROM audit_heads WHERE tenant_id = $1")
+                .bind(tenant_id)
+                .fetch_one(&mut **tx)
+                .await?;
+            return Ok((row.try_get("seq")?, row.try_get("hash")?));
+        }
+        // The tenant's first event: start its chain (a concurrent first writer's row
+        // wins, and this one then appends after it).
+        sqlx::query(
+            "INSERT INTO audit_heads (tenant_id, seq, hash) VALUES ($1, 0, $2) \
+             ON CONFLICT (tenant_id) DO NOTHING",
+        )
+        .bind(tenant_id)
+        .bind(GENESIS)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Err(sqlx::Error::RowNotFound)
+}
+
+/// Records `hash` as the head of `tenant_id`'s chain (after [`next_link`]).
+pub async fn set_head(tx: &mut WriteTx, tenant_id: &str, hash: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE audit_heads SET hash = $2 WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .bind(hash)
+        .execute(&mut **tx)
+        .await
+        .map(|_| ())
+}
+
+/// The head of a tenant's chain: its last event's seq and hash.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq, Eq)]
+pub struct Head {
+    pub seq: i64,
+    pub hash: String,
+}
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Verification {
+    /// True when every event links to the one before it and the head is the last one.
+    pub valid: bool,
+    pub events_checked: i64,
+    /// The chain's head as recorded; null for a tenant without events.
+    pub head: Option<Head>,
+    /// The first broken link, when the chain is not valid.
+    pub broken: Option<BrokenLink>,
+}
+
+/// Where and how a chain breaks.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BrokenLink {
+    /// The position where the break shows (the seq expected there).
+    pub seq: i64,
+    /// The event found there, if any.
+    pub event_id: Option<String>,
+    /// `hash_mismatch` (the event's fields do not give its hash: altered),
+    /// `prev_hash_mismatch` (it does not follow the event before it: removed, inserted
+    /// or reordered events), `missing_event` (a gap in the sequence), `unchained_event`
+    /// (an event without a link), `head_mismatch` (the last event is not the recorded
+    /// head: events removed from the end).
+    pub reason: String,
+}
+
+/// Walks `tenant_id`'s chain from its first event, in constant memory, and reports the
+/// first broken link.
+pub async fn verify(pool: &AnyPool, tenant_id: &str) -> Result<Verification, sqlx::Error> {
+    let head = sqlx::query("SELECT seq, hash FROM audit_heads WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .fetch_optional(pool)
+        .await?
+        .map(|row| -> Result<Head, sqlx::Error> {
+            Ok(Head {
+                seq: row.try_get("seq")?,
+                hash: row.try_get("hash")?,
+            })
+        })
+        .transpose()?;
+    let mut events = sqlx::query(
+        "SELECT id, tenant_id, event_type, actor, target_type, target_id, details, \
+         occurred_at, seq, prev_hash, hash FROM audit_events WHERE tenant_id = $1 \
+         ORDER BY seq IS NULL, seq",
+    )
+    .bind(tenant_id)
+    .fetch(pool);
+    let mut checked = 0;
+    let mut previous = GENESIS.to_owned();
+    let mut expected_seq = 1;
+    let broken = |seq: i64, event_id: Option<String>, reason: &str| BrokenLink {
+        seq,
+        event_id,
+        reason: reason.to_owned(),
+    };
+    while let Some(row) = events.try_next().await? {
+        let id: String = row.try_get("id")?;
+        let (Some(seq), Some(prev_hash), Some(hash)) = (
+            row.try_get::<Option<i64>, _>("seq")?,
+            row.try_get::<Option<String>, _>("prev_hash")?,
+            row.try_get::<Option<String>, _>("hash")?,
+        ) else {
+            let found = broken(expected_seq, Some(id), "unchained_event");
+            return Ok(invalid(checked, head, found));
+        };
+        if seq != expected_seq {
+            let found = broken(expected_seq, Some(id), "missing_event");
+            return Ok(invalid(checked, head, found));
+        }
+        let link = Link {
+            seq,
+            id: &id,
+            tenant_id: &row.try_get::<String, _>("tenant_id")?,
+            event_type: &row.try_get::<String, _>("event_type")?,
+            actor: &row.try_get::<String, _>("actor")?,
+            target_type: &row.try_get::<String, _>("target_type")?,
+            target_id: &row.try_get::<String, _>("target_id")?,
+            details: &row.try_get::<String, _>("details")?,
+            occurred_at: row.try_get("occurred_at")?,
+            prev_hash: &prev_hash,
+        };
+        if link.hash() != hash {
+            return Ok(invalid(
+                checked,
+                head,
+                broken(seq, Some(id), "hash_mismatch"),
+            ));
+        }
+        if prev_hash != previous {
+            let found = broken(seq, Some(id), "prev_hash_mismatch");
+            return Ok(invalid(checked, head, found));
+        }
+        checked += 1;
+        expected_seq += 1;
+        previous = hash;
+    }
+    let ends_at_head = match &head {
+        None => checked == 0,
+        Some(head) => head.seq == checked && head.hash == previous,
+    };
+    if !ends_at_head {
+        return Ok(invalid(
+            checked,
+            head,
+            broken(checked + 1, None, "head_mismatch"),
+        ));
+    }
+    Ok(Verification {
+        valid: true,
+        events_checked: checked,
+        head,
+        broken: None,
+    })
+}
+
+fn invalid(checked: i64, head: Option<Head>, broken: BrokenLink) -> Verification {
+    Verification {
+        valid: false,
+        events_checked: checked,
+        head,
+        broken: Some(broken),
+    }
+}
+
+/// Chains the events written before the chain existed (no `seq`), tenant by tenant in
+/// the order they occurred; run at start, it finds nothing once done.
+pub async fn chain_unchained(db: &crate::db::Db) -> Result<u64, sqlx::Error> {
+    let tenants: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT tenant_id FROM audit_events WHERE seq IS NULL ORDER BY tenant_id",
+    )
+    .fetch_all(db.pool())
+    .await?;
+    let mut chained = 0;
+    for tenant_id in tenants {
+        let mut tx = db.begin_write().await?;
+        let rows = sqlx::query(
+            "SELECT id, event_type, actor, target_type, target_id, details, occurred_at \
+             FROM audit_events WHERE tenant_id = $1 AND seq IS NULL ORDER BY occurred_at, id",
+        )
+        .bind(&tenant_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            let id: String = row.try_get("id")?;
+            let (seq, prev_hash) = next_link(&mut tx, &tenant_id).await?;
+            let link = Link {
+                seq,
+                id: &id,
+                tenant_id: &tenant_id,
+                event_type: &row.try_get::<String, _>("event_type")?,
+                actor: &row.try_get::<String, _>("actor")?,
+                target_type: &row.try_get::<String, _>("target_type")?,
+                target_id: &row.try_get::<String, _>("target_id")?,
+                details: &row.try_get::<String, _>("details")?,
+                occurred_at: row.try_get("occurred_at")?,
+                prev_hash: &prev_hash,
+            };
+            let hash = link.hash();
+            sqlx::query(
+                "UPDATE audit_events SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1",
+            )
+            .bind(&id)
+            .bind(seq)
+            .bind(&prev_hash)
+            .bind(&hash)
+            .execute(&mut *tx)
+            .await?;
+            set_head(&mut tx, &tenant_id, &hash).await?;
+            chained += 1;
+        }
+        tx.commit().await?;
+    }
+    Ok(chained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(seq: i64, prev_hash: &str) -> Link<'_> {
+        Link {
+            seq,
+            id: "evt_1",
+            tenant_id: "ten_1",
+            event_type: "agent.registered",
+            actor: "api_key:key_1",
+            target_type: "agent",
+            target_id: "agt_1",
+            details: r#"{"name":"a"}"#,
+            occurred_at: 1_700_000_000_000,
+            prev_hash,
+        }
+    }
+
+    #[test]
+    fn every_field_is_in_the_hash() {
+        let base = link(1, GENESIS);
+        let hash = base.hash();
+        assert_eq!(hash.len(), 64);
+        assert_eq!(hash, link(1, GENESIS).hash(), "deterministic");
+        let variants = [
+            Link {
+                seq: 2,
+                ..base.clone()
+            },
+            Link {
+                id: "evt_2",
+                ..base.clone()
+            },
+            Link {
+                tenant_id: "ten_2",
+                ..base.clone()
+            },
+            Link {
+                event_type: "agent.deleted",
+                ..base.clone()
+            },
+            Link {
+                actor: "system",
+                ..base.clone()
+            },
+            Link {
+                target_type: "team",
+                ..base.clone()
+            },
+            Link {
+                target_id: "agt_2",
+                ..base.clone()
+            },
+            Link {
+                details: r#"{"name":"b"}"#,
+                ..base.clone()
+            },
+            Link {
+                occurred_at: 1,
+                ..base.clone()
+            },
+            Link {
+                prev_hash: "1",
+                ..base.clone()
+            },
+        ];
+        for variant in variants {
+            assert_ne!(variant.hash(), hash, "{variant:?}");
+        }
+    }
+
+    #[test]
+    fn fields_cannot_be_shifted_between_each_other() {
+        let a = Link {
+            actor: "ab",
+            target_type: "c",
+            ..link(1, GENESIS)
+        };
+        let b = Link {
+            actor: "a",
+            target_type: "bc",
+            ..link(1, GENESIS)
+        };
+        assert_ne!(a.hash(), b.hash());
+    }
+}
