@@ -61,6 +61,8 @@ impl Plan {
 pub enum Feature {
     /// The proxy and what it enforces: proxy keys, managed keys, budget limits.
     Proxy,
+    /// Classifying agents' risk under the EU AI Act (2.20's `risk_classification`).
+    RiskClassification,
 }
 
 impl Feature {
@@ -68,6 +70,7 @@ impl Feature {
     const fn describe(self) -> (&'static str, &'static str) {
         match self {
             Feature::Proxy => ("the proxy", "Starter"),
+            Feature::RiskClassification => ("risk classification", "Starter"),
         }
     }
 }
@@ -75,7 +78,7 @@ impl Feature {
 impl Plan {
     pub const fn includes(self, feature: Feature) -> bool {
         match feature {
-            Feature::Proxy => !matches!(self, Plan::Free),
+            Feature::Proxy | Feature::RiskClassification => !matches!(self, Plan::Free),
         }
     }
 }

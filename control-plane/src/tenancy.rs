@@ -164,6 +164,7 @@ tenant_tables![
     "usage_spend_monthly",
     "usage_records",
     "heartbeats",
+    "risk_classifications",
     "audit_events",
     "audit_heads",
     "policy_violation_minutes",

@@ -22,6 +22,7 @@ pub enum IdKind {
     Usage,
     ManagedKey,
     BudgetLimit,
+    RiskClassification,
     /// A running process of Warden's own: a control-plane replica, a proxy, or one
     /// proxy's state stream.
     Instance,
@@ -42,6 +43,7 @@ impl IdKind {
             IdKind::Usage => "use",
             IdKind::ManagedKey => "mk",
             IdKind::BudgetLimit => "bud",
+            IdKind::RiskClassification => "rsk",
             IdKind::Instance => "ins",
         }
     }

@@ -24,6 +24,7 @@ mod ops;
 pub mod policies;
 mod proxy_keys;
 mod proxy_stats;
+mod risk;
 mod teams;
 pub mod telemetry;
 
@@ -57,6 +58,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(approvals::router())
         .merge(budget::router())
         .merge(audit_trail::router())
+        .merge(risk::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

@@ -249,6 +249,16 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         expect_status(reported, 200).await["data"]["approvals_created"],
         json!(1)
     );
+    expect_status(
+        app.post(
+            &format!("/agents/{agent_id}/risk-classification"),
+            &key,
+            json!({ "risk_level": "limited", "justification": "seed" }),
+        )
+        .await,
+        201,
+    )
+    .await;
     let secret_ref = format!("warden/managed/{tenant_id}/openai");
     expect_status(
         app.post(

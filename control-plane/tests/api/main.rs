@@ -26,6 +26,7 @@ mod policy_decisions;
 mod proxy;
 mod proxy_keys;
 mod proxy_state;
+mod risk;
 mod scopes;
 mod teams;
 mod telemetry;

@@ -1,0 +1,227 @@
+//! Risk classification (spec 2.10, 4.8): each agent's EU AI Act risk level, set by a
+//! person one agent at a time or in bulk, with its history, and a suggestion from
+//! explained rules (`suggestion.rs`).
+//!
+//! Levels are the EU AI Act's tiers (Regulation (EU) 2024/1689): `prohibited` (Article 5
+//! practices), `high` (Annex III areas and Article 6), `limited` (Article 50
+//! transparency duties) and `minimal` (everything else). An agent never classified has
+//! no level (`risk_level: null` on the agent). Every classification is kept; the newest
+//! is the agent's level. Writes need the Starter plan or above (402).
+
+mod service;
+mod store;
+mod suggestion;
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_shared::timestamp::Timestamp;
+
+use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::api::telemetry::ItemError;
+use crate::api::validate::Text;
+use crate::auth::{require, Authorized};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+use suggestion::{RuleResult, SuggestionInputs};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_classification, classify_agent))
+        .routes(routes!(get_suggestion))
+        .routes(routes!(list_classifications))
+        .routes(routes!(classify_in_bulk))
+}
+
+/// An EU AI Act risk tier, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RiskLevel {
+    Minimal,
+    Limited,
+    High,
+    Prohibited,
+}
+
+impl RiskLevel {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RiskLevel::Minimal => "minimal",
+            RiskLevel::Limited => "limited",
+            RiskLevel::High => "high",
+            RiskLevel::Prohibited => "prohibited",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RiskLevel> {
+        [
+            RiskLevel::Minimal,
+            RiskLevel::Limited,
+            RiskLevel::High,
+            RiskLevel::Prohibited,
+        ]
+        .into_iter()
+        .find(|level| level.as_str() == text)
+    }
+}
+
+/// One classification of an agent.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RiskClassification {
+    pub id: String,
+    pub agent_id: String,
+    pub agent_name: String,
+    pub risk_level: RiskLevel,
+    /// The agent's level before this classification (null: it had none).
+    pub previous_risk_level: Option<RiskLevel>,
+    pub justification: String,
+    /// Who classified: the caller (`api_key:<id>`, `user:<id>`), or the `assessed_by`
+    /// a bulk item named.
+    pub assessed_by: String,
+    #[schema(value_type = String, format = DateTime)]
+    pub assessed_at: Timestamp,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyInput {
+    pub risk_level: RiskLevel,
+    /// 1 to 5,000 characters.
+    #[schema(value_type = String, min_length = 1, max_length = 5000)]
+    pub justification: Text<1, 5000>,
+}
+
+/// One item of a bulk classification.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkItem {
+    #[schema(value_type = String)]
+    pub agent_id: Text<1, 100>,
+    pub risk_level: RiskLevel,
+    #[schema(value_type = String, min_length = 1, max_length = 5000)]
+    pub justification: Text<1, 5000>,
+    /// Who assessed it (1 to 200 characters); the caller when omitted.
+    #[schema(value_type = Option<String>)]
+    pub assessed_by: Option<Text<1, 200>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkInput {
+    /// 1 to 100 items.
+    #[schema(value_type = Vec<BulkItem>)]
+    pub classifications: Vec<Box<RawValue>>,
+}
+
+/// What a bulk call did: `created` (agents classified for the first time), `updated`
+/// (agents that had a level), `failed`, and why each failed item failed.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub struct BulkOutcome {
+    pub created: usize,
+    pub updated: usize,
+    pub failed: usize,
+    pub errors: Vec<ItemError>,
+}
+
+/// The rules' suggestion for an agent (advice; it changes nothing).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Suggestion {
+    pub agent_id: String,
+    pub suggested_risk_level: RiskLevel,
+    pub current_risk_level: Option<RiskLevel>,
+    pub differs_from_current: bool,
+    /// Every rule, matched or not, with its evidence.
+    pub rules: Vec<RuleResult>,
+    /// What the rules read, so the result can be reproduced.
+    pub inputs: SuggestionInputs,
+    #[schema(value_type = String, format = DateTime)]
+    pub generated_at: Timestamp,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    #[param(value_type = Option<String>)]
+    pub risk_level: Option<RiskLevel>,
+    #[param(minimum = 1, default = 1)]
+    pub page: Option<i64>,
+    #[param(minimum = 1, maximum = 100, default = 20)]
+    pub limit: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/agents/{agent_id}/risk-classification", tag = "governance",
+    params(("agent_id" = String, Path)), security(("bearer" = ["governance:read"])),
+    responses((status = 200, description = "The agent's current classification", body = Envelope<RiskClassification>),
+        (status = 404, description = "No such agent, or it was never classified (`not_found`)")))]
+async fn get_classification(
+    caller: Authorized<require::GovernanceRead>,
+    State(state): State<AppState>,
+    ApiPath(agent_id): ApiPath<String>,
+) -> ApiResult<Response> {
+    let record = service::current(&state, &caller, &agent_id).await?;
+    Ok(envelope::ok(record))
+}
+
+#[utoipa::path(post, path = "/agents/{agent_id}/risk-classification", tag = "governance",
+    params(("agent_id" = String, Path)), request_body = ClassifyInput,
+    security(("bearer" = ["governance:write"])),
+    responses((status = 201, description = "The new classification; the agent's `risk_level` follows it", body = Envelope<RiskClassification>),
+        (status = 402, description = "The plan has no risk classification (`plan_upgrade_required`)")))]
+async fn classify_agent(
+    caller: Authorized<require::GovernanceWrite>,
+    State(state): State<AppState>,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(input): ApiJson<ClassifyInput>,
+) -> ApiResult<Response> {
+    let record = service::classify(&state, &caller, &agent_id, input).await?;
+    Ok(envelope::created(record))
+}
+
+#[utoipa::path(get, path = "/agents/{agent_id}/risk-suggestion", tag = "governance",
+    params(("agent_id" = String, Path)), security(("bearer" = ["governance:read"])),
+    responses((status = 200, description = "The rules' suggested level with each rule's evidence", body = Envelope<Suggestion>)))]
+async fn get_suggestion(
+    caller: Authorized<require::GovernanceRead>,
+    State(state): State<AppState>,
+    ApiPath(agent_id): ApiPath<String>,
+) -> ApiResult<Response> {
+    let suggestion = service::suggest(&state, &caller, &agent_id).await?;
+    Ok(envelope::ok(suggestion))
+}
+
+#[utoipa::path(get, path = "/risk-classifications", tag = "governance", params(ListQuery),
+    security(("bearer" = ["governance:read"])),
+    responses((status = 200, description = "The agents' current classifications, newest first", body = Paged<RiskClassification>)))]
+async fn list_classifications(
+    caller: Authorized<require::GovernanceRead>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult<Response> {
+    let page: Page = PageQuery {
+        page: query.page,
+        limit: query.limit,
+    }
+    .try_into()?;
+    let (items, total) = service::list(&state, &caller, query.risk_level, page).await?;
+    Ok(envelope::paged(items, page, total))
+}
+
+#[utoipa::path(post, path = "/risk-classifications/bulk", tag = "governance", request_body = BulkInput,
+    security(("bearer" = ["governance:write"])),
+    responses((status = 200, description = "How many were created, updated and failed, and why each failure failed", body = Envelope<BulkOutcome>),
+        (status = 402, description = "The plan has no risk classification (`plan_upgrade_required`)")))]
+async fn classify_in_bulk(
+    caller: Authorized<require::GovernanceWrite>,
+    State(state): State<AppState>,
+    ApiJson(input): ApiJson<BulkInput>,
+) -> ApiResult<Response> {
+    let outcome = service::classify_bulk(&state, &caller, input.classifications).await?;
+    Ok(envelope::ok(outcome))
+}
