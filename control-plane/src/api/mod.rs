@@ -21,6 +21,7 @@ pub mod internal;
 mod managed_keys;
 mod monitoring;
 mod ops;
+mod oversight;
 pub mod policies;
 mod proxy_keys;
 mod proxy_stats;
@@ -59,6 +60,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(budget::router())
         .merge(audit_trail::router())
         .merge(risk::router())
+        .merge(oversight::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

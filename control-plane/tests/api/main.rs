@@ -21,6 +21,7 @@ mod internal;
 mod isolation;
 mod kill_switch;
 mod ops;
+mod oversight;
 mod policies;
 mod policy_decisions;
 mod proxy;
