@@ -165,6 +165,7 @@ tenant_tables![
     "usage_records",
     "heartbeats",
     "risk_classifications",
+    "agent_owners",
     "audit_events",
     "audit_heads",
     "policy_violation_minutes",

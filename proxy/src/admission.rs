@@ -49,6 +49,9 @@ pub fn check_key(view: &KeyView, now_ms: i64) -> Result<(), Refusal> {
     if agent.blocked {
         return Err(Refusal::AgentBlocked);
     }
+    if agent.expires_at.is_some_and(|at| at <= now_ms) {
+        return Err(Refusal::AgentExpired);
+    }
     Ok(())
 }
 
@@ -138,6 +141,7 @@ mod tests {
                 environment: "production".into(),
                 blocked,
                 quarantined,
+                expires_at: Some(500),
             })),
             tenant: Some(Arc::new(TenantState {
                 id: "t".into(),
@@ -164,6 +168,11 @@ mod tests {
             admit(&view(false, false), "claude-sonnet-4-5").err(),
             Some(Refusal::ModelNotAllowed("claude-sonnet-4-5".into()))
         );
+        assert_eq!(
+            check_key(&view(false, false), 500).err(),
+            Some(Refusal::AgentExpired)
+        );
+        assert_eq!(check_key(&view(false, false), 499).err(), None);
         let mut no_agent = view(false, false);
         no_agent.agent = None;
         assert_eq!(check_key(&no_agent, 0).err(), Some(Refusal::AgentNotFound));

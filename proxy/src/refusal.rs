@@ -17,6 +17,8 @@ pub enum Refusal {
     PlanWithoutProxy,
     AgentNotFound,
     AgentBlocked,
+    /// The agent's lifecycle `expires_at` has passed.
+    AgentExpired,
     AgentQuarantined,
     ProviderNotAllowed(Provider),
     ModelNotAllowed(String),
@@ -69,6 +71,7 @@ impl Refusal {
             Refusal::AgentNotFound
             | Refusal::AgentBlocked
             | Refusal::AgentQuarantined
+            | Refusal::AgentExpired
             | Refusal::ProviderNotAllowed(_)
             | Refusal::ModelNotAllowed(_)
             | Refusal::ManagedKeyMissing(_)
@@ -96,6 +99,7 @@ impl Refusal {
             Refusal::AgentNotFound => "agent_not_found",
             Refusal::AgentBlocked => "agent_blocked",
             Refusal::AgentQuarantined => "agent_quarantined",
+            Refusal::AgentExpired => "agent_expired",
             Refusal::ProviderNotAllowed(_) => "provider_not_allowed",
             Refusal::ModelNotAllowed(_) => "model_not_allowed",
             Refusal::ManagedKeyMissing(_) => "managed_key_missing",
@@ -144,6 +148,10 @@ impl Refusal {
             Refusal::PlanWithoutProxy => "the tenant's plan does not include the proxy".into(),
             Refusal::AgentNotFound => "the agent behind this key no longer exists".into(),
             Refusal::AgentBlocked => "the agent is blocked by its operators (kill switch)".into(),
+            Refusal::AgentExpired => {
+                "the agent's lifecycle has expired (expires_at passed); its operators can extend it"
+                    .into()
+            }
             Refusal::AgentQuarantined => "the agent is quarantined by its operators".into(),
             Refusal::ProviderNotAllowed(p) => {
                 format!("this key may not use the provider `{}`", p.as_str())

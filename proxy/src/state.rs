@@ -389,6 +389,7 @@ mod tests {
             environment: "production".into(),
             blocked,
             quarantined: false,
+            expires_at: None,
         }
     }
 

@@ -115,6 +115,9 @@ pub struct AgentState {
     pub environment: String,
     pub blocked: bool,
     pub quarantined: bool,
+    /// Lifecycle expiry (Unix ms): from then on the proxy refuses the agent.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
 }
 
 /// A proxy key: looked up by the SHA-256 of the presented credential.

@@ -22,9 +22,12 @@ mod managed_keys;
 mod monitoring;
 mod ops;
 mod oversight;
+mod owners;
 pub mod policies;
+mod posture;
 mod proxy_keys;
 mod proxy_stats;
+mod relationships;
 mod risk;
 mod teams;
 pub mod telemetry;
@@ -61,6 +64,9 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(audit_trail::router())
         .merge(risk::router())
         .merge(oversight::router())
+        .merge(owners::router())
+        .merge(posture::router())
+        .merge(relationships::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

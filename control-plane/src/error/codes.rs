@@ -78,6 +78,8 @@ error_codes! {
         "The tenant already has a managed key for that provider.";
     BudgetLimitExists => CONFLICT, "budget_limit_exists",
         "The scope already has a budget limit.";
+    OwnerExists => CONFLICT, "owner_exists",
+        "That owner already owns the agent.";
     ApprovalNotPending => CONFLICT, "approval_not_pending",
         "The approval was already decided or has expired.";
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large",

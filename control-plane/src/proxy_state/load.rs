@@ -20,7 +20,7 @@ pub const MAX_CHANGES_PER_DELTA: i64 = 1000;
 
 macro_rules! select_agents {
     () => {
-        "SELECT a.id, a.tenant_id, a.team_id, a.environment, a.blocked, a.quarantined FROM agents a"
+        "SELECT a.id, a.tenant_id, a.team_id, a.environment, a.blocked, a.quarantined, a.expires_at FROM agents a"
     };
 }
 
@@ -394,6 +394,7 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentState, sqlx::Error> {
         environment: row.try_get("environment")?,
         blocked: row.try_get::<i64, _>("blocked")? == 1,
         quarantined: row.try_get::<i64, _>("quarantined")? == 1,
+        expires_at: row.try_get("expires_at")?,
     })
 }
 

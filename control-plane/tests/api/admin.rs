@@ -259,6 +259,16 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         201,
     )
     .await;
+    expect_status(
+        app.post(
+            &format!("/agents/{agent_id}/owners"),
+            &key,
+            json!({ "owner_type": "user", "owner_id": "seed", "owner_name": "Seed" }),
+        )
+        .await,
+        201,
+    )
+    .await;
     let secret_ref = format!("warden/managed/{tenant_id}/openai");
     expect_status(
         app.post(

@@ -29,5 +29,6 @@ mod proxy_keys;
 mod proxy_state;
 mod risk;
 mod scopes;
+mod security_controls;
 mod teams;
 mod telemetry;

@@ -284,7 +284,15 @@ db_test!(
         "tags": { "domain": "recruiting" } }),
         )
         .await;
+        let usage = json!({ "agent_id": hiring, "model_provider": "openai", "model_name": "gpt-4o",
+        "input_tokens": 10, "output_tokens": 5 });
+        expect_status(app.post("/telemetry/usage", key, usage).await, 201).await;
         let hiring_says = suggestion(hiring.clone()).await;
+        assert_eq!(
+            hiring_says["inputs"]["models_used"],
+            json!(["openai/gpt-4o"])
+        );
+        assert_eq!(hiring_says["inputs"]["requests_30d"], 1);
         assert_eq!(hiring_says["suggested_risk_level"], "high");
         let annex = rule(&hiring_says, "annex_iii_area");
         assert_eq!(annex["matched"], true);

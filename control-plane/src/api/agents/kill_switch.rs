@@ -120,6 +120,8 @@ async fn list_quarantined_agents(
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Response> {
     let page = query.try_into()?;
-    let (agents, total) = service::list_quarantined_agents(&state, &caller, page).await?;
+    let (agents, total) =
+        service::list_security_subset(&state, &caller, super::store::Only::Quarantined, page)
+            .await?;
     Ok(envelope::paged(agents, page, total))
 }

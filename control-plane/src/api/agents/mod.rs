@@ -7,6 +7,7 @@
 
 mod input;
 mod kill_switch;
+mod lifecycle;
 mod service;
 mod store;
 
@@ -32,6 +33,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_agents, register_agent))
         .routes(routes!(get_agent, update_agent, delete_agent))
         .merge(kill_switch::router())
+        .merge(lifecycle::router())
 }
 
 /// An agent as the API shows it.

@@ -3,6 +3,7 @@
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use warden_shared::registry::{AgentStatus, Environment};
+use warden_shared::timestamp::Timestamp;
 
 use super::kill_switch::Reason;
 use super::store::{self, AgentRow, EnforcementFlag};
@@ -26,7 +27,7 @@ pub async fn list_agents(
         framework: filter.framework.as_deref(),
         team: filter.team.as_deref(),
         environment: filter.environment.map(Environment::as_str),
-        quarantined_only: false,
+        only: store::Only::All,
     };
     let now = state.clock.now().as_millis();
     let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page, now).await?;
@@ -241,14 +242,15 @@ fn pick<const MIN: usize, const MAX: usize>(
     }
 }
 
-/// Quarantined agents, newest first.
-pub async fn list_quarantined_agents(
+/// The agents of a security list (quarantined, expired, due for review), newest first.
+pub async fn list_security_subset(
     state: &AppState,
     caller: &Caller,
+    only: store::Only,
     page: Page,
 ) -> ApiResult<(Vec<Agent>, i64)> {
     let filter = store::Filter {
-        quarantined_only: true,
+        only,
         ..store::Filter::default()
     };
     let now = state.clock.now().as_millis();
@@ -296,6 +298,92 @@ pub async fn set_flag(
             details: json!({ "reason": reason }),
         },
         Proxies::Reload(ChangeKind::Agent),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Sets what `input` names of the agent's lifecycle, audited; a changed expiry reaches
+/// the proxies.
+pub async fn update_lifecycle(
+    state: &AppState,
+    caller: &Caller,
+    agent_id: &str,
+    input: super::lifecycle::LifecycleInput,
+) -> ApiResult<()> {
+    let current = get_agent(state, caller, agent_id).await?;
+    let now = state.clock.now();
+    let expires_at = match &input.expires_at {
+        None => current.expires_at.map(Timestamp::as_millis),
+        Some(None) => None,
+        Some(Some(text)) => {
+            let at = Timestamp::parse_rfc3339(text).ok_or_else(|| {
+                ApiError::validation("expires_at", "expires_at: expected an RFC 3339 date-time")
+            })?;
+            if at <= now {
+                return Err(ApiError::validation(
+                    "expires_at",
+                    "expires_at: must be in the future (block the agent to stop it now)",
+                ));
+            }
+            Some(at.as_millis())
+        }
+    };
+    let (review_frequency, review_date) = match input.review_frequency {
+        None => (
+            current.review_frequency.clone(),
+            current.review_date.map(Timestamp::as_millis),
+        ),
+        Some(None) => (None, None),
+        Some(Some(frequency)) => (
+            Some(frequency.as_str().to_owned()),
+            Some(now.as_millis() + frequency.period_ms()),
+        ),
+    };
+    let sponsor_id = match &input.sponsor_id {
+        None => current.sponsor_id.clone(),
+        Some(sponsor) => sponsor.as_ref().map(|s| s.as_str().to_owned()),
+    };
+    let lifecycle = store::Lifecycle {
+        expires_at,
+        review_frequency: review_frequency.as_deref(),
+        review_date,
+        sponsor_id: sponsor_id.as_deref(),
+    };
+    let expiry_changed = expires_at != current.expires_at.map(Timestamp::as_millis);
+    let mut tx = state.db.begin_write().await?;
+    if !store::set_lifecycle(
+        &mut tx,
+        &caller.tenant_id,
+        agent_id,
+        &lifecycle,
+        now.as_millis(),
+    )
+    .await?
+    {
+        return Err(ApiError::not_found("agent"));
+    }
+    changes::record(
+        &mut tx,
+        caller.author(),
+        now,
+        AuditEvent {
+            event_type: "agent.lifecycle_updated",
+            target_type: "agent",
+            target_id: agent_id,
+            details: json!({
+                "expires_at": expires_at.map(Timestamp::from_millis),
+                "review_frequency": lifecycle.review_frequency,
+                "review_date": review_date.map(Timestamp::from_millis),
+                "sponsor_id": lifecycle.sponsor_id,
+            }),
+        },
+        if expiry_changed {
+            Proxies::Reload(ChangeKind::Agent)
+        } else {
+            Proxies::Unaffected
+        },
     )
     .await?;
     tx.commit().await?;

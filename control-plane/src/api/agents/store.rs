@@ -27,8 +27,21 @@ pub struct Filter<'a> {
     pub framework: Option<&'a str>,
     pub team: Option<&'a str>,
     pub environment: Option<&'a str>,
-    /// Only quarantined agents (`/agents/quarantined`).
-    pub quarantined_only: bool,
+    /// A security list's subset of agents.
+    pub only: Only,
+}
+
+/// The agents a security list keeps (bound as `$7`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Only {
+    #[default]
+    All = 0,
+    /// `/agents/quarantined`.
+    Quarantined = 1,
+    /// `/agents/expired`: `expires_at` has passed.
+    Expired = 2,
+    /// `/agents/due-review`: `review_date` has passed.
+    DueReview = 3,
 }
 
 /// An agent's status as of `$now` (spec 3.1), derived from the reported status and the
@@ -58,7 +71,7 @@ macro_rules! select_agents {
         concat!(
             "SELECT a.id, a.name, a.description, a.framework, a.model_provider, a.model_name, \
              a.environment, ", effective_status!($now), " AS status, a.team_id, tm.name AS team_name, a.tags, a.risk_level, \
-             a.last_heartbeat, a.created_at, a.updated_at, a.expires_at, a.review_frequency, \
+             a.last_heartbeat, a.created_at, a.updated_at, a.expires_at, a.review_frequency, a.review_date, \
              a.sponsor_id, a.blocked, a.block_reason, a.quarantined, a.quarantine_reason \
              FROM agents a LEFT JOIN teams tm ON tm.id = a.team_id AND tm.tenant_id = a.tenant_id ",
             $clauses
@@ -67,7 +80,7 @@ macro_rules! select_agents {
 }
 
 /// The filter clause shared by the list and its count, with parameters $1 to $7 ($6 is
-/// the current time, $7 is 1 for quarantined agents only).
+/// the current time, $7 the [`Only`] subset).
 macro_rules! filtered {
     ($rest:expr) => {
         concat!(
@@ -77,7 +90,8 @@ macro_rules! filtered {
             " = $2) \
              AND ($3 IS NULL OR a.framework = $3) \
              AND ($4 IS NULL OR tm.name = $4) AND ($5 IS NULL OR a.environment = $5) \
-             AND ($7 = 0 OR a.quarantined = 1) ",
+             AND ($7 = 0 OR ($7 = 1 AND a.quarantined = 1) \
+             OR ($7 = 2 AND a.expires_at <= $6) OR ($7 = 3 AND a.review_date <= $6)) ",
             $rest
         )
     };
@@ -100,7 +114,7 @@ pub async fn list<'e>(
     .bind(filter.team)
     .bind(filter.environment)
     .bind(now_ms)
-    .bind(i64::from(filter.quarantined_only))
+    .bind(filter.only as i64)
     .bind(page.limit)
     .bind(page.offset())
     .fetch_all(db)
@@ -127,7 +141,7 @@ pub async fn count<'e>(
     .bind(filter.team)
     .bind(filter.environment)
     .bind(now_ms)
-    .bind(i64::from(filter.quarantined_only))
+    .bind(filter.only as i64)
     .fetch_one(db)
     .await
 }
@@ -276,8 +290,9 @@ fn agent_from_row(row: &AnyRow) -> Result<Agent, sqlx::Error> {
             .try_get::<Option<i64>, _>("expires_at")?
             .map(Timestamp::from_millis),
         review_frequency: row.try_get("review_frequency")?,
-        // Review dates are computed once lifecycle management (review frequency) lands.
-        review_date: None,
+        review_date: row
+            .try_get::<Option<i64>, _>("review_date")?
+            .map(Timestamp::from_millis),
         sponsor_id: row.try_get("sponsor_id")?,
         blocked: row.try_get::<i64, _>("blocked")? == 1,
         block_reason: row.try_get("block_reason")?,
@@ -325,4 +340,38 @@ pub async fn set_flag(
         .execute(tx)
         .await?;
     Ok(result.rows_affected() == 1)
+}
+
+/// An agent's lifecycle columns.
+#[derive(Debug)]
+pub struct Lifecycle<'a> {
+    pub expires_at: Option<i64>,
+    pub review_frequency: Option<&'a str>,
+    pub review_date: Option<i64>,
+    pub sponsor_id: Option<&'a str>,
+}
+
+/// False when the tenant has no such live agent.
+pub async fn set_lifecycle(
+    tx: &mut crate::db::WriteTx,
+    tenant_id: &str,
+    agent_id: &str,
+    lifecycle: &Lifecycle<'_>,
+    now_ms: i64,
+) -> Result<bool, sqlx::Error> {
+    let updated = sqlx::query(
+        "UPDATE agents SET expires_at = $3, review_frequency = $4, review_date = $5, \
+         sponsor_id = $6, updated_at = $7 \
+         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(agent_id)
+    .bind(lifecycle.expires_at)
+    .bind(lifecycle.review_frequency)
+    .bind(lifecycle.review_date)
+    .bind(lifecycle.sponsor_id)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await?;
+    Ok(updated.rows_affected() == 1)
 }

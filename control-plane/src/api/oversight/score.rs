@@ -11,8 +11,8 @@
 //! - *responsiveness*, 15: by the median time from request to decision: at most 1 hour
 //!   15, at most 8 hours 10, at most 24 hours 5, longer 0; 15 when none was requested, 0
 //!   when requests were made and none decided.
-//! - *review*, 15: the agent has a review schedule (`review_frequency`) and its review
-//!   is not overdue; 0 otherwise.
+//! - *review*, 15: the agent has a review schedule (`review_frequency`, set through
+//!   `PATCH /agents/{id}/lifecycle`) and its `review_date` has not passed; 0 otherwise.
 
 use std::collections::BTreeMap;
 
@@ -162,17 +162,9 @@ pub fn covers(scope: &str, agent: &AgentFacts) -> bool {
             && scope.strip_prefix("team:") == agent.team_id.as_deref())
 }
 
-/// The first review falls one period after registration; with no later review record
-/// yet, it is overdue from then. `None` without a schedule.
+/// Whether the agent's scheduled review date has passed; `None` without a schedule.
 fn review_overdue(agent: &AgentFacts, now: i64) -> Option<bool> {
-    let period = match agent.review_frequency.as_deref()? {
-        "weekly" => 7 * DAY_MS,
-        "monthly" => 30 * DAY_MS,
-        "quarterly" => 91 * DAY_MS,
-        "annually" => 365 * DAY_MS,
-        _ => return None,
-    };
-    Some(agent.created_at + period < now)
+    agent.review_date.map(|due| due <= now)
 }
 
 fn median(sorted: &[i64]) -> Option<i64> {
@@ -207,8 +199,7 @@ mod tests {
             team_id: Some("team_1".into()),
             environment: "production".into(),
             risk_level: Some("high".into()),
-            review_frequency: None,
-            created_at: 0,
+            review_date: None,
         }
     }
 
@@ -244,7 +235,7 @@ mod tests {
             quarantines: 0,
         };
         let mut scheduled = agent();
-        scheduled.review_frequency = Some("monthly".into());
+        scheduled.review_date = Some(30 * DAY_MS);
         let card = scorecard(&scheduled, &approvals, &counts, 2, 29 * DAY_MS);
         assert_eq!(card.approvals.requested, 4);
         assert_eq!(card.approvals.expired, 1);

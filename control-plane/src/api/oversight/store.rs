@@ -23,8 +23,8 @@ pub struct AgentFacts {
     pub team_id: Option<String>,
     pub environment: String,
     pub risk_level: Option<String>,
-    pub review_frequency: Option<String>,
-    pub created_at: i64,
+    /// When its next review is due (set with its review schedule).
+    pub review_date: Option<i64>,
 }
 
 /// One approval raised in the window.
@@ -48,7 +48,7 @@ pub struct Counts {
 
 pub async fn agents(pool: &AnyPool, scope: Scope<'_>) -> Result<Vec<AgentFacts>, sqlx::Error> {
     let rows = sqlx::query(
-        "SELECT id, name, team_id, environment, risk_level, review_frequency, created_at \
+        "SELECT id, name, team_id, environment, risk_level, review_date \
          FROM agents WHERE tenant_id = $1 AND deleted_at IS NULL AND ($2 IS NULL OR id = $2) \
          ORDER BY id",
     )
@@ -64,8 +64,7 @@ pub async fn agents(pool: &AnyPool, scope: Scope<'_>) -> Result<Vec<AgentFacts>,
                 team_id: row.try_get("team_id")?,
                 environment: row.try_get("environment")?,
                 risk_level: row.try_get("risk_level")?,
-                review_frequency: row.try_get("review_frequency")?,
-                created_at: row.try_get("created_at")?,
+                review_date: row.try_get("review_date")?,
             })
         })
         .collect()
@@ -123,8 +122,8 @@ pub async fn counts(
     let refused_reviewed = REVIEWED.replace("{set}", "d.result_set_id");
     let decided = sqlx::query(&format!(
         "SELECT d.agent_id, COUNT(*) AS evaluated, \
-         SUM(CASE WHEN {refused_failed} THEN 1 ELSE 0 END) AS failed, \
-         SUM(CASE WHEN {refused_reviewed} THEN 1 ELSE 0 END) AS reviewed \
+         CAST(SUM(CASE WHEN {refused_failed} THEN 1 ELSE 0 END) AS BIGINT) AS failed, \
+         CAST(SUM(CASE WHEN {refused_reviewed} THEN 1 ELSE 0 END) AS BIGINT) AS reviewed \
          FROM policy_decisions d WHERE d.tenant_id = $1 AND ($2 IS NULL OR d.agent_id = $2) \
          AND d.evaluated_at >= $3 AND d.evaluated_at < $4 GROUP BY d.agent_id"
     ))
@@ -137,7 +136,7 @@ pub async fn counts(
     let forwarded_reviewed = REVIEWED.replace("{set}", "u.decision_set_id");
     let forwarded = sqlx::query(&format!(
         "SELECT u.agent_id, COUNT(*) AS evaluated, 0 AS failed, \
-         SUM(CASE WHEN {forwarded_reviewed} THEN 1 ELSE 0 END) AS reviewed \
+         CAST(SUM(CASE WHEN {forwarded_reviewed} THEN 1 ELSE 0 END) AS BIGINT) AS reviewed \
          FROM usage_records u WHERE u.tenant_id = $1 AND ($2 IS NULL OR u.agent_id = $2) \
          AND u.recorded_at >= $3 AND u.recorded_at < $4 AND u.decision_set_id IS NOT NULL \
          GROUP BY u.agent_id"

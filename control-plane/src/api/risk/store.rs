@@ -155,7 +155,7 @@ pub async fn activity(
     since: i64,
 ) -> Result<Activity, sqlx::Error> {
     let models = sqlx::query(
-        "SELECT model_provider, model_name, SUM(requests) AS requests FROM usage_hourly \
+        "SELECT model_provider, model_name, CAST(SUM(requests) AS BIGINT) AS requests FROM usage_hourly \
          WHERE tenant_id = $1 AND agent_id = $2 AND hour >= $3 \
          GROUP BY model_provider, model_name ORDER BY SUM(requests) DESC, model_provider, model_name",
     )

@@ -1,0 +1,123 @@
+//! Agent lifecycle (spec 4.3): an expiry the proxies enforce (403 `agent_expired` from
+//! `expires_at` on), a review schedule, a sponsor; and the agents past their expiry or
+//! due for review.
+//!
+//! `review_frequency` (`weekly` 7 days, `monthly` 30, `quarterly` 91, `annually` 365)
+//! sets `review_date` one period from the call: sending it again, even unchanged,
+//! records a review and moves the date on; `null` removes the schedule. `expires_at`
+//! must lie in the future (`null` removes it); to stop an agent now, block it.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::service;
+use super::store::Only;
+use super::Agent;
+use crate::api::envelope::{self, PageQuery, Paged};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::api::validate::{present, Text};
+use crate::auth::{require, Authorized};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(update_lifecycle))
+        .routes(routes!(list_expired_agents))
+        .routes(routes!(list_agents_due_review))
+}
+
+/// How often an agent is to be reviewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewFrequency {
+    Weekly,
+    Monthly,
+    Quarterly,
+    Annually,
+}
+
+impl ReviewFrequency {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReviewFrequency::Weekly => "weekly",
+            ReviewFrequency::Monthly => "monthly",
+            ReviewFrequency::Quarterly => "quarterly",
+            ReviewFrequency::Annually => "annually",
+        }
+    }
+
+    /// The period in milliseconds.
+    pub const fn period_ms(self) -> i64 {
+        const DAY_MS: i64 = 86_400_000;
+        match self {
+            ReviewFrequency::Weekly => 7 * DAY_MS,
+            ReviewFrequency::Monthly => 30 * DAY_MS,
+            ReviewFrequency::Quarterly => 91 * DAY_MS,
+            ReviewFrequency::Annually => 365 * DAY_MS,
+        }
+    }
+}
+
+/// Every field optional: absent leaves it, `null` clears it.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleInput {
+    /// An RFC 3339 date-time in the future.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<ReviewFrequency>)]
+    pub review_frequency: Option<Option<ReviewFrequency>>,
+    /// Who answers for the agent (1 to 200 characters).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub sponsor_id: Option<Option<Text<1, 200>>>,
+}
+
+#[utoipa::path(patch, path = "/agents/{agent_id}/lifecycle", tag = "security",
+    params(("agent_id" = String, Path)), request_body = LifecycleInput,
+    security(("bearer" = ["admin"])),
+    responses((status = 204, description = "Updated; a new expiry is in force in every connected proxy when this answers")))]
+async fn update_lifecycle(
+    caller: Authorized<require::Admin>,
+    State(state): State<AppState>,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(input): ApiJson<LifecycleInput>,
+) -> ApiResult<Response> {
+    service::update_lifecycle(&state, &caller, &agent_id, input).await?;
+    Ok(envelope::no_content())
+}
+
+#[utoipa::path(get, path = "/agents/expired", tag = "security", params(PageQuery),
+    security(("bearer" = ["admin"])),
+    responses((status = 200, description = "Agents whose `expires_at` has passed, newest first", body = Paged<Agent>)))]
+async fn list_expired_agents(
+    caller: Authorized<require::Admin>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Response> {
+    let page = query.try_into()?;
+    let (agents, total) =
+        service::list_security_subset(&state, &caller, Only::Expired, page).await?;
+    Ok(envelope::paged(agents, page, total))
+}
+
+#[utoipa::path(get, path = "/agents/due-review", tag = "security", params(PageQuery),
+    security(("bearer" = ["admin"])),
+    responses((status = 200, description = "Agents whose `review_date` has passed, newest first", body = Paged<Agent>)))]
+async fn list_agents_due_review(
+    caller: Authorized<require::Admin>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Response> {
+    let page = query.try_into()?;
+    let (agents, total) =
+        service::list_security_subset(&state, &caller, Only::DueReview, page).await?;
+    Ok(envelope::paged(agents, page, total))
+}
