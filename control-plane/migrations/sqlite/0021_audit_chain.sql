@@ -8,8 +8,11 @@ ALTER TABLE audit_events ADD COLUMN seq BIGINT;
 ALTER TABLE audit_events ADD COLUMN prev_hash TEXT;
 ALTER TABLE audit_events ADD COLUMN hash TEXT;
 CREATE UNIQUE INDEX audit_events_chain ON audit_events (tenant_id, seq);
-CREATE INDEX audit_events_type ON audit_events (tenant_id, event_type, seq);
-CREATE INDEX audit_events_target ON audit_events (tenant_id, target_id, seq);
+-- Newest first is by time, then seq: each list's filter has an index in that order.
+DROP INDEX audit_events_tenant_time;
+CREATE INDEX audit_events_time ON audit_events (tenant_id, occurred_at, seq);
+CREATE INDEX audit_events_type ON audit_events (tenant_id, event_type, occurred_at, seq);
+CREATE INDEX audit_events_target ON audit_events (tenant_id, target_id, occurred_at, seq);
 
 CREATE TABLE audit_heads (
     tenant_id TEXT PRIMARY KEY REFERENCES tenants (id),

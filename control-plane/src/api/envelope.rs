@@ -27,6 +27,10 @@ pub struct PageMeta {
     pub total: i64,
     pub page: i64,
     pub limit: i64,
+    /// Present and true when `total` is a floor: a list whose exact count would cost
+    /// too much counts no further than that (the audit trail's filtered pages).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub total_is_lower_bound: bool,
 }
 
 /// 200 with `data`.
@@ -55,10 +59,21 @@ pub fn created<T: Serialize>(data: T) -> Response {
 
 /// 200 with one page of a list and its `meta`.
 pub fn paged<T: Serialize>(data: Vec<T>, page: Page, total: i64) -> Response {
+    paged_counted(data, page, total, false)
+}
+
+/// As [`paged`], saying whether `total` is only a floor of the count.
+pub fn paged_counted<T: Serialize>(
+    data: Vec<T>,
+    page: Page,
+    total: i64,
+    total_is_lower_bound: bool,
+) -> Response {
     let meta = PageMeta {
         total,
         page: page.page,
         limit: page.limit,
+        total_is_lower_bound,
     };
     (
         StatusCode::OK,

@@ -21,11 +21,6 @@ pub struct AuditEvent<'a> {
     pub details: Value,
 }
 
-const INSERT_AUDIT_EVENT: &str = "INSERT INTO audit_events \
-     (id, tenant_id, event_type, actor, target_id, target_type, details, occurred_at, \
-      seq, prev_hash, hash) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
-
 /// Appends `event` to `tenant_id`'s trail inside `tx`, as the next link of its chain;
 /// returns the event's id.
 pub(super) async fn record(
@@ -38,9 +33,7 @@ pub(super) async fn record(
     let id = new_id(IdKind::AuditEvent, at.as_millis());
     // serde_json's maps keep their keys sorted: this text is the details' one encoding.
     let details = event.details.to_string();
-    let (seq, prev_hash) = chain::next_link(tx, tenant_id).await?;
-    let hash = chain::Link {
-        seq,
+    let new = chain::NewEvent {
         id: &id,
         tenant_id,
         event_type: event.event_type,
@@ -49,23 +42,7 @@ pub(super) async fn record(
         target_id: event.target_id,
         details: &details,
         occurred_at: at.as_millis(),
-        prev_hash: &prev_hash,
-    }
-    .hash();
-    sqlx::query(INSERT_AUDIT_EVENT)
-        .bind(&id)
-        .bind(tenant_id)
-        .bind(event.event_type)
-        .bind(actor)
-        .bind(event.target_id)
-        .bind(event.target_type)
-        .bind(&details)
-        .bind(at.as_millis())
-        .bind(seq)
-        .bind(&prev_hash)
-        .bind(&hash)
-        .execute(&mut **tx)
-        .await?;
-    chain::set_head(tx, tenant_id, &hash).await?;
+    };
+    chain::append(tx, &new).await?;
     Ok(id)
 }

@@ -10,10 +10,16 @@
 //! breaks the chain where it happened; [`verify`] walks a chain and reports the first
 //! broken link.
 //!
-//! **Appending.** The writer locks its tenant's `audit_heads` row (an `UPDATE` that
-//! raises its seq, inside the write's transaction), so appends of one tenant are
-//! serialized across connections and replicas and the chain has no gaps or forks; a
-//! rolled-back write rolls its link back with it.
+//! **Appending.** The writer updates its tenant's `audit_heads` row inside the write's
+//! transaction, which locks it, so appends of one tenant are serialized across
+//! connections and replicas and the chain has no gaps or forks; a rolled-back write
+//! rolls its link back with it. The head this process last wrote is remembered: the
+//! append moves the head on only if it is still that one (`WHERE seq = .. AND hash =
+//! ..`), one statement; when another connection or replica appended meanwhile, it reads
+//! the head under the lock and appends after it.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use futures_util::TryStreamExt;
 use serde::Serialize;
@@ -67,6 +73,134 @@ fn hex(bytes: &[u8]) -> String {
         let _ = write!(out, "{b:02x}");
         out
     })
+}
+
+/// The heads this process last wrote, by tenant: a guess the append checks.
+fn heads() -> &'static Mutex<HashMap<String, Head>> {
+    static HEADS: OnceLock<Mutex<HashMap<String, Head>>> = OnceLock::new();
+    HEADS.get_or_init(Mutex::default)
+}
+
+fn remember(tenant_id: &str, head: Head) {
+    if let Ok(mut heads) = heads().lock() {
+        heads.insert(tenant_id.to_owned(), head);
+    }
+}
+
+/// An event to append, as stored but for its place in the chain.
+#[derive(Debug)]
+pub struct NewEvent<'a> {
+    pub id: &'a str,
+    pub tenant_id: &'a str,
+    pub event_type: &'a str,
+    pub actor: &'a str,
+    pub target_type: &'a str,
+    pub target_id: &'a str,
+    pub details: &'a str,
+    pub occurred_at: i64,
+}
+
+impl NewEvent<'_> {
+    fn link<'p>(&'p self, seq: i64, prev_hash: &'p str) -> Link<'p> {
+        Link {
+            seq,
+            id: self.id,
+            tenant_id: self.tenant_id,
+            event_type: self.event_type,
+            actor: self.actor,
+            target_type: self.target_type,
+            target_id: self.target_id,
+            details: self.details,
+            occurred_at: self.occurred_at,
+            prev_hash,
+        }
+    }
+}
+
+const INSERT_EVENT: &str = "INSERT INTO audit_events \
+     (id, tenant_id, event_type, actor, target_id, target_type, details, occurred_at, \
+      seq, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+
+/// On PostgreSQL the head moves and the event is inserted in one statement (a round trip
+/// is most of an append's cost there); nothing is inserted unless the head moved.
+const MOVE_HEAD_AND_INSERT: &str = "WITH moved AS (UPDATE audit_heads SET seq = $9, hash = $11 \
+     WHERE tenant_id = $2 AND seq = $12 AND hash = $10 RETURNING 1) \
+     INSERT INTO audit_events (id, tenant_id, event_type, actor, target_id, target_type, \
+      details, occurred_at, seq, prev_hash, hash) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM moved";
+
+const MOVE_HEAD: &str = "UPDATE audit_heads SET seq = $2, hash = $3 \
+     WHERE tenant_id = $1 AND seq = $4 AND hash = $5";
+
+/// Appends `event` to its tenant's chain inside `tx`.
+pub async fn append(tx: &mut WriteTx, event: &NewEvent<'_>) -> Result<(), sqlx::Error> {
+    let tenant_id = event.tenant_id;
+    let guess = heads()
+        .lock()
+        .ok()
+        .and_then(|heads| heads.get(tenant_id).cloned());
+    if let Some(last) = guess {
+        let seq = last.seq + 1;
+        let hash = event.link(seq, &last.hash).hash();
+        let appended = if crate::db::bulk::is_postgres(tx) {
+            insert_query(MOVE_HEAD_AND_INSERT, event, seq, &last.hash, &hash)
+                .bind(last.seq)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected()
+                == 1
+        } else {
+            let moved = sqlx::query(MOVE_HEAD)
+                .bind(tenant_id)
+                .bind(seq)
+                .bind(&hash)
+                .bind(last.seq)
+                .bind(&last.hash)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected()
+                == 1;
+            if moved {
+                insert_query(INSERT_EVENT, event, seq, &last.hash, &hash)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            moved
+        };
+        if appended {
+            remember(tenant_id, Head { seq, hash });
+            return Ok(());
+        }
+    }
+    let (seq, previous) = next_link(tx, tenant_id).await?;
+    let hash = event.link(seq, &previous).hash();
+    insert_query(INSERT_EVENT, event, seq, &previous, &hash)
+        .execute(&mut **tx)
+        .await?;
+    set_head(tx, tenant_id, &hash).await?;
+    remember(tenant_id, Head { seq, hash });
+    Ok(())
+}
+
+fn insert_query<'q>(
+    sql: &'q str,
+    event: &'q NewEvent<'q>,
+    seq: i64,
+    prev_hash: &'q str,
+    hash: &'q str,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    sqlx::query(sql)
+        .bind(event.id)
+        .bind(event.tenant_id)
+        .bind(event.event_type)
+        .bind(event.actor)
+        .bind(event.target_id)
+        .bind(event.target_type)
+        .bind(event.details)
+        .bind(event.occurred_at)
+        .bind(seq)
+        .bind(prev_hash)
+        .bind(hash)
 }
 
 /// Takes the next link of `tenant_id`'s chain: its seq and the hash it follows. The

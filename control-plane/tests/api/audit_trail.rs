@@ -480,3 +480,31 @@ db_test!(
         assert_eq!(verified["valid"], true, "{verified}");
     }
 );
+
+db_test!(
+    a_filter_matching_very_many_events_counts_to_a_floor,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        // 10,001 events of one type, written straight to the table (a count ignores the chain).
+        for batch in 0..21 {
+            let rows: Vec<String> = (0..500)
+            .map(|i| format!("('evt_bulk{batch:04}{i:04}', $1, 'bulk.test', 'system', 't', 'x', '{{}}', 1)"))
+            .collect();
+            let sql = format!(
+            "INSERT INTO audit_events (id, tenant_id, event_type, actor, target_id, target_type, \
+             details, occurred_at) VALUES {}",
+            rows.join(", ")
+        );
+            sqlx::query(&sql)
+                .bind(&tenant.id)
+                .execute(app.db.pool())
+                .await
+                .unwrap();
+        }
+        let many = trail(&app, &tenant.admin_key, "?event_type=bulk.test").await;
+        assert_eq!(many["meta"]["total"], 10_000);
+        assert_eq!(many["meta"]["total_is_lower_bound"], true);
+        let few = trail(&app, &tenant.admin_key, "?event_type=team.created").await;
+        assert!(few["meta"].get("total_is_lower_bound").is_none(), "{few}");
+    }
+);

@@ -100,7 +100,7 @@ pub struct ExportQuery {
 
 #[utoipa::path(get, path = "/audit-trail", tag = "governance", params(AuditQuery),
     security(("bearer" = ["governance:read"])),
-    responses((status = 200, description = "One page of the tenant's audit events, newest first", body = Paged<AuditEventView>)))]
+    responses((status = 200, description = "One page of the tenant's audit events, newest first (by time, then seq). A filtered list counts at most 10,000 matches: beyond, `meta.total` is 10,000 and `meta.total_is_lower_bound` is true", body = Paged<AuditEventView>)))]
 async fn list_audit_events(
     caller: Authorized<require::GovernanceRead>,
     State(state): State<AppState>,
@@ -112,8 +112,9 @@ async fn list_audit_events(
     }
     .try_into()?;
     let criteria = service::Criteria::of(&query)?;
-    let (events, total) = service::list_events(&state, &caller, &criteria, page).await?;
-    Ok(envelope::paged(events, page, total))
+    let (events, total, lower_bound) =
+        service::list_events(&state, &caller, &criteria, page).await?;
+    Ok(envelope::paged_counted(events, page, total, lower_bound))
 }
 
 #[utoipa::path(get, path = "/audit-trail/export", tag = "governance", params(ExportQuery),

@@ -61,18 +61,19 @@ impl Criteria {
     }
 }
 
-/// One page of the caller's trail, newest first, and the total matching.
+/// One page of the caller's trail, newest first, the total matching and whether that
+/// total is only a floor.
 pub async fn list_events(
     state: &AppState,
     caller: &Caller,
     criteria: &Criteria,
     page: Page,
-) -> ApiResult<(Vec<AuditEventView>, i64)> {
+) -> ApiResult<(Vec<AuditEventView>, i64, bool)> {
     let pool = state.db.pool();
     let filter = criteria.filter();
     let events = store::list(pool, &caller.tenant_id, &filter, page.limit, page.offset()).await?;
-    let total = store::count(pool, &caller.tenant_id, &filter).await?;
-    Ok((events, total))
+    let (total, lower_bound) = store::count(pool, &caller.tenant_id, &filter).await?;
+    Ok((events, total, lower_bound))
 }
 
 /// Verifies the caller's chain from its first event.

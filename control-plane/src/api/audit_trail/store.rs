@@ -71,7 +71,7 @@ pub async fn list(
 ) -> Result<Vec<AuditEventView>, sqlx::Error> {
     let (clause, parameters) = filter.clause();
     let sql = format!(
-        "{COLUMNS}{clause} ORDER BY seq DESC LIMIT ${} OFFSET ${}",
+        "{COLUMNS}{clause} ORDER BY occurred_at DESC, seq DESC LIMIT ${} OFFSET ${}",
         parameters + 1,
         parameters + 2
     );
@@ -84,18 +84,41 @@ pub async fn list(
     rows.iter().map(event_from_row).collect()
 }
 
+/// How far a filtered list counts its matches.
+pub const COUNT_LIMIT: i64 = 10_000;
+
+/// How many events match, and whether that is only a floor. The whole trail's count is
+/// its chain head's seq (a chain has no gaps), one row read; a filtered count stops at
+/// [`COUNT_LIMIT`], so a page of a filter that matches millions stays fast.
 pub async fn count(
     pool: &AnyPool,
     tenant_id: &str,
     filter: &Filter<'_>,
-) -> Result<i64, sqlx::Error> {
-    let (clause, _) = filter.clause();
-    let sql = format!("SELECT COUNT(*) FROM audit_events{clause}");
-    filter
+) -> Result<(i64, bool), sqlx::Error> {
+    let unfiltered = filter.event_type.is_none()
+        && filter.target_id.is_none()
+        && filter.from.is_none()
+        && filter.to.is_none();
+    if unfiltered {
+        let head: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM audit_heads WHERE tenant_id = $1")
+                .bind(tenant_id)
+                .fetch_optional(pool)
+                .await?;
+        return Ok((head.unwrap_or(0), false));
+    }
+    let (clause, parameters) = filter.clause();
+    let sql = format!(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM audit_events{clause} LIMIT ${}) matching",
+        parameters + 1
+    );
+    let counted: i64 = filter
         .bind(sqlx::query(&sql), tenant_id)
+        .bind(COUNT_LIMIT + 1)
         .fetch_one(pool)
         .await?
-        .try_get(0)
+        .try_get(0)?;
+    Ok((counted.min(COUNT_LIMIT), counted > COUNT_LIMIT))
 }
 
 /// Up to `limit` of the tenant's events after `after_seq`, oldest first: an export reads
