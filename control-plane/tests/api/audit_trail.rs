@@ -215,6 +215,29 @@ db_test!(the_export_streams_the_whole_trail_as_csv_and_json, |app| {
         .get("/audit-trail/export?format=xml", &tenant.admin_key)
         .await;
     expect_error(bad, 422, "validation_failed").await;
+    // Another tenant's export holds its own events only, whatever the filter.
+    let other = app.new_tenant("starter").await;
+    let target = events[5]["target_id"].as_str().unwrap().to_owned();
+    let theirs: Vec<Value> = app
+        .get(
+            &format!("/audit-trail/export?format=json&target_id={target}"),
+            &other.admin_key,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(theirs.is_empty());
+    let all_theirs: Vec<Value> = app
+        .get("/audit-trail/export?format=json", &other.admin_key)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(!all_theirs.is_empty());
+    assert!(all_theirs
+        .iter()
+        .all(|e| e["tenant_id"] == other.id.as_str()));
 });
 
 /// A tenant with a verified chain of its creation's events and `n` agent registrations;
