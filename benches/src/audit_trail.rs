@@ -57,7 +57,10 @@ async fn main() {
     } else {
         "ANALYZE"
     };
-    sqlx::query(maintenance).execute(server.db.pool()).await.unwrap();
+    sqlx::query(maintenance)
+        .execute(server.db.pool())
+        .await
+        .unwrap();
     println!("after {maintenance} (what autovacuum does in steady state):");
     pages(&server, &key, requests).await;
     export(&server, &key).await;
