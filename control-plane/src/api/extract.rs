@@ -118,6 +118,7 @@ fn body_rejection(rejection: BytesRejection) -> ApiError {
 /// (Parsing into a `Value` first did the same with a tree of maps built for every body:
 /// the proxy's usage batches spent most of their parse time there.)
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    ensure_object(bytes, "body", "the body must be a JSON object")?;
     // Good input parses without tracking paths (a third of the cost of a batch of
     // decisions went to that); only a failure is parsed again to name the field.
     if let Ok(value) = serde_json::from_slice(bytes) {
@@ -143,9 +144,43 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     }
 }
 
+/// Every body and batch item of the API is a JSON object. Serde reads a struct from an
+/// array by position as readily as from an object (`["x"]` would pass for `{"name":
+/// "x"}`), so anything else is refused here, before it is deserialized: 400 when it is
+/// not JSON at all, 422 when it is JSON of another kind.
+pub fn ensure_object(text: &[u8], field: &str, message: &str) -> Result<(), ApiError> {
+    if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde_json::Value>(text) {
+        Err(error) => Err(ApiError::malformed_json(format!(
+            "the body is not valid JSON: {error}"
+        ))),
+        Ok(value) => {
+            let kind = match value {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::Object(_) => "an object",
+            };
+            Err(ApiError::validation(
+                field,
+                format!("{message}, not {kind}"),
+            ))
+        }
+    }
+}
+
 /// Deserializes one item of a batch, kept as text (`RawValue`) until now so that each
 /// item can fail alone; a wrong shape is a 422 naming the field.
 pub fn parse_raw<T: DeserializeOwned>(raw: &serde_json::value::RawValue) -> Result<T, ApiError> {
+    ensure_object(
+        raw.get().as_bytes(),
+        "item",
+        "each item must be a JSON object",
+    )?;
     parse_raw_at(raw, "")
 }
 

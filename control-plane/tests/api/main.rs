@@ -20,6 +20,7 @@ mod health;
 mod internal;
 mod isolation;
 mod kill_switch;
+mod object_bodies;
 mod ops;
 mod oversight;
 mod policies;

@@ -91,6 +91,11 @@ fn admit(
     started: Instant,
     work: Instant,
 ) -> Result<Ready<'_>, Refusal> {
+    // Serde would read `Peek` from an array by position (`["gpt-4o"]` as its model):
+    // the body must be an object before it is read at all.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Refusal::BadRequest("the body must be a JSON object".into()));
+    }
     let peek: Peek = serde_json::from_slice(body)
         .map_err(|_| Refusal::BadRequest("the body must be a JSON object with a `model`".into()))?;
     let model = peek

@@ -89,6 +89,7 @@ pub struct ParsedBatch {
 
 impl ParsedBatch {
     pub fn parse(body: &[u8]) -> ApiResult<ParsedBatch> {
+        crate::api::extract::ensure_object(body, "body", "the body must be a JSON object")?;
         if let Ok(typed) = serde_json::from_slice::<TypedBatch>(body) {
             return Ok(ParsedBatch {
                 batch_id: typed.batch_id,
