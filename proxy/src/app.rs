@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use warden_shared::secret::Secret;
 
 use crate::batch_queue::BatchReceiver;
+use crate::config::OwnCredential;
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::decisions::{self, ApprovalQueue, DecisionReport};
 use crate::event_loops::{proxy_handler, Servers, DRAIN};
@@ -105,6 +106,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     }
     // Checked before anything starts: the loops' copies below cannot fail then.
     Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?;
+    warn_about_credentials(&providers);
     let batch_size = config.usage_batch_size.clamp(1, 1000);
     let (decision_sink, decisions) =
         decisions::channel(config.usage_buffer_capacity, batch_size, &metrics);
@@ -270,6 +272,34 @@ impl ProxyApp {
         }
         let _ = tokio::time::timeout(DRAIN, decision_flusher).await;
         Ok(())
+    }
+}
+
+/// Says at startup what the providers' configuration will do to requests: a provider
+/// forwarded to without a key, or no provider usable at all.
+fn warn_about_credentials(providers: &ProvidersConfig) {
+    let mut usable = 0;
+    for provider in warden_shared::registry::Provider::ALL {
+        match providers.own_credential(provider) {
+            OwnCredential::Key(_) => usable += 1,
+            OwnCredential::Keyless => {
+                usable += 1;
+                tracing::warn!(
+                    provider = provider.as_str(),
+                    base_url = %providers.endpoint(provider).base_url,
+                    "no credential for this provider: requests to its base URL are sent without one \
+                     (right for a local model server; set its api_key otherwise)"
+                );
+            }
+            OwnCredential::Missing => {}
+        }
+    }
+    if usable == 0 {
+        tracing::warn!(
+            "no provider has a credential or a base URL of its own: every request without a \
+             managed key will be refused with 503 provider_not_configured \
+             (set WARDEN_PROVIDERS__OPENAI__API_KEY, or a provider's BASE_URL for a local server)"
+        );
     }
 }
 

@@ -155,4 +155,27 @@ impl ProvidersConfig {
             Provider::Bedrock => &self.bedrock,
         }
     }
+
+    /// How the proxy authenticates to `provider` with its own configuration: with its
+    /// key; with none, at a base URL the operator set (a local model server such as
+    /// vLLM, llama.cpp or Ollama needs no key); or not at all (a provider's own
+    /// endpoint without a key refuses every request).
+    pub fn own_credential(&self, provider: Provider) -> OwnCredential<'_> {
+        let endpoint = self.endpoint(provider);
+        match &endpoint.api_key {
+            Some(key) => OwnCredential::Key(key),
+            None if endpoint.base_url != ProvidersConfig::default().endpoint(provider).base_url => {
+                OwnCredential::Keyless
+            }
+            None => OwnCredential::Missing,
+        }
+    }
+}
+
+/// See [`ProvidersConfig::own_credential`].
+#[derive(Debug, Clone, Copy)]
+pub enum OwnCredential<'a> {
+    Key(&'a Secret),
+    Keyless,
+    Missing,
 }

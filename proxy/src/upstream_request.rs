@@ -8,7 +8,7 @@ use http::HeaderValue;
 use warden_shared::registry::Provider;
 use warden_shared::secret::Secret;
 
-use crate::config::ProvidersConfig;
+use crate::config::{OwnCredential, ProvidersConfig};
 use crate::endpoint::Endpoint;
 use crate::headers::is_header_value;
 use crate::managed_keys::ManagedKeys;
@@ -91,9 +91,13 @@ fn request_head(
     }
     match provider {
         Provider::Anthropic => {
-            line(b"x-api-key", credential.as_bytes());
+            if !credential.is_empty() {
+                line(b"x-api-key", credential.as_bytes());
+            }
             line(b"anthropic-version", b"2023-06-01");
         }
+        // A keyless server gets no authorization header at all.
+        _ if credential.is_empty() => {}
         _ => {
             head.put_slice(b"authorization: Bearer ");
             head.put_slice(credential.as_bytes());
@@ -125,25 +129,28 @@ pub async fn credential<'s>(
             .map(Credential::Managed)
             .map_err(|_| Refusal::ManagedKeyUnavailable(provider));
     }
-    providers
-        .endpoint(provider)
-        .api_key
-        .as_ref()
-        .map(Credential::Configured)
-        .ok_or(Refusal::ProviderNotConfigured(provider))
+    match providers.own_credential(provider) {
+        OwnCredential::Key(key) => Ok(Credential::Configured(key)),
+        OwnCredential::Keyless => Ok(Credential::Keyless),
+        OwnCredential::Missing => Err(Refusal::ProviderNotConfigured(provider)),
+    }
 }
 
 /// A provider credential, borrowed from the configuration or shared with the cache.
 pub enum Credential<'s> {
     Configured(&'s Secret),
     Managed(Arc<Secret>),
+    /// A server at an operator's base URL that takes no key: no authorization header.
+    Keyless,
 }
 
 impl Credential<'_> {
+    /// The key, or the empty string for a keyless server (the header is then left out).
     pub fn expose(&self) -> &str {
         match self {
             Credential::Configured(secret) => secret.expose(),
             Credential::Managed(secret) => secret.expose(),
+            Credential::Keyless => "",
         }
     }
 }

@@ -220,3 +220,37 @@ db_test!(
         assert_eq!(requests.load(Ordering::SeqCst), 3);
     }
 );
+
+// A provider pointed at a local server (vLLM, llama.cpp, Ollama) with no key is
+// forwarded to without one; a provider at its own default endpoint still needs its key.
+db_test!(
+    a_local_provider_without_a_key_is_forwarded_to_without_one,
+    |app| {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start_configured(
+            &app,
+            &provider,
+            |_| {},
+            |providers| {
+                providers.openai.api_key = None;
+                providers.anthropic = warden_proxy::config::ProvidersConfig::default().anthropic;
+            },
+        )
+        .await;
+        let (_, key, _) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "local" }))
+            .await;
+        let served = proxy.chat(&key, simple_chat("gpt-4o-mini")).await;
+        assert_eq!(served.status(), 200);
+        let received = provider.last();
+        assert!(
+            received.headers.get("authorization").is_none(),
+            "{:?}",
+            received.headers
+        );
+        let refused = proxy.chat(&key, simple_chat("claude-haiku-4-5")).await;
+        assert_eq!(refused.status(), 503);
+        let body: serde_json::Value = refused.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "provider_not_configured");
+    }
+);

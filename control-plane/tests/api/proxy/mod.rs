@@ -54,6 +54,17 @@ impl TestProxy {
         provider: &MockProvider,
         configure: impl FnOnce(&mut ProxyConfig),
     ) -> TestProxy {
+        TestProxy::start_configured(app, provider, configure, |_| {}).await
+    }
+
+    /// As [`TestProxy::start_with`], then `providers` changes the providers' settings
+    /// (each points at the mock with [`UPSTREAM_KEY`] before).
+    pub async fn start_configured(
+        app: &TestApp,
+        provider: &MockProvider,
+        configure: impl FnOnce(&mut ProxyConfig),
+        configure_providers: impl FnOnce(&mut ProvidersConfig),
+    ) -> TestProxy {
         let spool = tempfile::tempdir().expect("a spool folder");
         let mut proxy = ProxyConfig {
             listen: ([127, 0, 0, 1], 0).into(),
@@ -74,6 +85,7 @@ impl TestProxy {
             endpoint.base_url = provider.base.clone();
             endpoint.api_key = Some(Secret::new(UPSTREAM_KEY));
         }
+        configure_providers(&mut providers);
         let built = warden_proxy::build(ProxySettings {
             proxy,
             providers,
