@@ -283,10 +283,13 @@ where
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Path(value)| ApiPath(value))
+            // A path id that cannot even be read (`/approvals/null`) names nothing that
+            // exists; the parser's own words stay in the logs, not in the answer.
             .map_err(|rejection| {
+                tracing::debug!(%rejection, "unreadable path parameter");
                 ApiError::new(
                     ErrorCode::NotFound,
-                    format!("no such resource: {rejection}"),
+                    "no such resource: the path names nothing that exists",
                 )
             })
     }

@@ -171,3 +171,26 @@ db_test!(bad_writes_are_refused_and_change_nothing, |app| {
     let read = expect_status(app.get(&agent_path, &key).await, 200).await;
     assert_eq!(read["data"], agent);
 });
+
+db_test!(an_unreadable_path_id_is_a_plain_404, |app| {
+    let tenant = app.new_tenant("starter").await;
+    for path in [
+        "/approvals/null/decide",
+        "/approvals/1e9/decide",
+        "/approvals/-/decide",
+    ] {
+        let response = app
+            .post(
+                path,
+                &tenant.admin_key,
+                json!({ "reviewer_id": "a", "decision": "approved" }),
+            )
+            .await;
+        let body = crate::helpers::expect_error(response, 404, "not_found").await;
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            !message.contains("parse") && !message.contains("i64"),
+            "{message}"
+        );
+    }
+});

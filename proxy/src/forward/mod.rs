@@ -96,8 +96,7 @@ fn admit(
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(Refusal::BadRequest("the body must be a JSON object".into()));
     }
-    let peek: Peek = serde_json::from_slice(body)
-        .map_err(|_| Refusal::BadRequest("the body must be a JSON object with a `model`".into()))?;
+    let peek: Peek = serde_json::from_slice(body).map_err(|_| unreadable(body))?;
     let model = peek
         .model
         .as_deref()
@@ -123,6 +122,20 @@ fn admit(
         started,
         work,
     })
+}
+
+/// What is wrong with a body `Peek` could not read, named by field: read again, on this
+/// error path only, tracking where it failed.
+fn unreadable(body: &[u8]) -> Refusal {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let message = match serde_path_to_error::deserialize::<_, Peek<'_>>(&mut deserializer) {
+        Err(error) if error.inner().is_syntax() || error.inner().is_eof() => {
+            format!("the body is not valid JSON: {}", error.inner())
+        }
+        Err(error) => format!("`{}`: {}", error.path(), error.inner()),
+        Ok(_) => "the body must be one JSON object".to_owned(),
+    };
+    Refusal::BadRequest(message)
 }
 
 fn ensure_json(session: &Session) -> Result<(), Refusal> {

@@ -254,3 +254,30 @@ db_test!(
         assert_eq!(body["error"]["code"], "provider_not_configured");
     }
 );
+
+db_test!(an_unreadable_body_is_refused_naming_what_is_wrong, |app| {
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (_, key, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "sloppy" }))
+        .await;
+    let cases = [
+        (json!({ "model": 5, "messages": [] }), "`model`"),
+        (
+            json!({ "model": "gpt-4o-mini", "max_tokens": 1e30, "messages": [] }),
+            "`max_tokens`",
+        ),
+        (
+            json!({ "model": "gpt-4o-mini", "stream": "yes", "messages": [] }),
+            "`stream`",
+        ),
+    ];
+    for (body, field) in cases {
+        let response = proxy.chat(&key, body.clone()).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let answer: Value = response.json().await.unwrap();
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(field), "{body}: {message}");
+    }
+    assert!(provider.requests().is_empty());
+});
