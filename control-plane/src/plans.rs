@@ -83,6 +83,19 @@ impl Plan {
     }
 }
 
+/// 402 `plan_upgrade_required` unless `plan` includes `feature`: the check a route's
+/// credential makes before the body is read (`auth::RequiredScope::FEATURE`).
+pub fn check(plan: &str, feature: Feature) -> ApiResult<()> {
+    if Plan::parse(plan).is_some_and(|plan| plan.includes(feature)) {
+        return Ok(());
+    }
+    let (needed, lowest_plan) = feature.describe();
+    Err(ApiError::new(
+        ErrorCode::PlanUpgradeRequired,
+        format!("this needs {needed}, which needs the {lowest_plan} plan or above"),
+    ))
+}
+
 /// 402 `plan_upgrade_required` unless the tenant's plan includes `feature`; `what` names
 /// what the caller was creating ("proxy keys", "budget limits", ...).
 pub async fn require(

@@ -19,6 +19,7 @@ use warden_shared::scopes::{self, Scope};
 
 use crate::changes::Author;
 use crate::error::{ApiError, ErrorCode};
+use crate::plans::Feature;
 use crate::state::AppState;
 
 /// An authenticated caller: a credential of one tenant with its scopes.
@@ -30,6 +31,8 @@ pub struct Caller {
     /// How the audit trail names this caller: `api_key:<id>` or `user:<id>`.
     pub actor: String,
     pub scopes: Vec<Scope>,
+    /// The tenant's plan as the credential was checked (`free`, `starter`, ...).
+    pub plan: String,
 }
 
 impl Caller {
@@ -50,11 +53,14 @@ impl Caller {
 pub trait RequiredScope {
     /// `None` means any valid credential of the tenant may call the route.
     const SCOPE: Option<Scope>;
+    /// A plan feature the route needs, checked with the credential: before the body is
+    /// read, so a tenant without it gets 402 whatever it sent.
+    const FEATURE: Option<Feature> = None;
 }
 
 /// Marker types naming the scope a handler requires.
 pub mod require {
-    use super::{RequiredScope, Scope};
+    use super::{Feature, RequiredScope, Scope};
 
     macro_rules! marker {
         ($($name:ident => $scope:expr),* $(,)?) => {$(
@@ -64,6 +70,25 @@ pub mod require {
                 const SCOPE: Option<Scope> = $scope;
             }
         )*};
+    }
+
+    /// Like `marker!`, for routes that also need a plan feature.
+    macro_rules! gated {
+        ($($name:ident => $scope:expr, $feature:expr),* $(,)?) => {$(
+            #[derive(Debug)]
+            pub struct $name;
+            impl RequiredScope for $name {
+                const SCOPE: Option<Scope> = $scope;
+                const FEATURE: Option<Feature> = Some($feature);
+            }
+        )*};
+    }
+
+    // `admin` on a plan with the proxy (proxy keys, managed keys, budget limits);
+    // `governance:write` on a plan with risk classification.
+    gated! {
+        AdminWithProxy => Some(Scope::Admin), Feature::Proxy,
+        GovernanceWriteWithRisk => Some(Scope::GovernanceWrite), Feature::RiskClassification,
     }
 
     marker! {
@@ -102,15 +127,18 @@ impl<R: RequiredScope> FromRequestParts<AppState> for Authorized<R> {
                 return Err(ApiError::missing_scope(scope.as_str()));
             }
         }
+        if let Some(feature) = R::FEATURE {
+            crate::plans::check(&caller.plan, feature)?;
+        }
         Ok(Authorized(caller, PhantomData))
     }
 }
 
 const FIND_API_KEY: &str =
-    "SELECT k.id, k.tenant_id, k.key_hash AS stored_hash, k.scopes, k.expires_at \
+    "SELECT k.id, k.tenant_id, k.key_hash AS stored_hash, k.scopes, k.expires_at, t.plan \
      FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = $1";
 const FIND_SESSION: &str =
-    "SELECT s.id, s.tenant_id, s.token_hash AS stored_hash, s.scopes, s.expires_at, s.user_id \
+    "SELECT s.id, s.tenant_id, s.token_hash AS stored_hash, s.scopes, s.expires_at, s.user_id, t.plan \
      FROM sessions s JOIN tenants t ON t.id = s.tenant_id WHERE s.token_hash = $1";
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
@@ -149,6 +177,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
         credential_id,
         actor,
         scopes: parse_scopes(&row.try_get::<String, _>("scopes")?),
+        plan: row.try_get("plan")?,
     })
 }
 

@@ -194,3 +194,34 @@ db_test!(an_unreadable_path_id_is_a_plain_404, |app| {
         );
     }
 });
+
+db_test!(
+    a_plan_without_the_feature_is_a_402_before_the_body_is_read,
+    |app| {
+        let free = app.new_tenant("free").await;
+        let cases = [
+            ("/managed-keys", json!({ "provider": "nobody" })),
+            ("/proxy-keys", json!({ "developer_label": "" })),
+            ("/budget/limits", json!({ "monthly_limit_usd": -1 })),
+            (
+                "/risk-classifications/bulk",
+                json!({ "classifications": "many" }),
+            ),
+        ];
+        for (path, body) in cases {
+            let response = app.post(path, &free.admin_key, body).await;
+            crate::helpers::expect_error(response, 402, "plan_upgrade_required").await;
+        }
+        // The body, too, is not read: not even whether it is JSON.
+        let response = app
+            .client
+            .post(format!("{}/managed-keys", app.api))
+            .bearer_auth(&free.admin_key)
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        crate::helpers::expect_error(response, 402, "plan_upgrade_required").await;
+    }
+);

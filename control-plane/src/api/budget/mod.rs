@@ -121,7 +121,7 @@ async fn list_limits(
         (status = 402, description = "The plan has no enforcement (`plan_upgrade_required`)"),
         (status = 409, description = "The scope already has a limit (`budget_limit_exists`)")))]
 async fn create_limit(
-    caller: Authorized<require::Admin>,
+    caller: Authorized<require::AdminWithProxy>,
     State(state): State<AppState>,
     ApiJson(input): ApiJson<CreateBudgetLimitInput>,
 ) -> ApiResult<Response> {
@@ -135,7 +135,7 @@ async fn create_limit(
     responses((status = 200, description = "The updated limit", body = Envelope<BudgetLimit>),
         (status = 402, description = "The plan has no enforcement (`plan_upgrade_required`)")))]
 async fn update_limit(
-    caller: Authorized<require::Admin>,
+    caller: Authorized<require::AdminWithProxy>,
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
     ApiJson(input): ApiJson<UpdateBudgetLimitInput>,

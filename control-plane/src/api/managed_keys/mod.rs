@@ -55,7 +55,7 @@ pub struct ManagedKey {
         (status = 402, description = "The plan has no proxy (`plan_upgrade_required`)"),
         (status = 409, description = "The tenant has a managed key for that provider (`managed_key_exists`)")))]
 async fn create_managed_key(
-    caller: Authorized<require::Admin>,
+    caller: Authorized<require::AdminWithProxy>,
     State(state): State<AppState>,
     ApiJson(input): ApiJson<CreateManagedKeyInput>,
 ) -> ApiResult<Response> {

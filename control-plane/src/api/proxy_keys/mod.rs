@@ -67,7 +67,7 @@ pub struct ProxyKey {
     responses((status = 201, description = "The key, with `raw_key` shown once", body = Envelope<ProxyKey>),
         (status = 402, description = "The plan has no proxy (`plan_upgrade_required`) or no agent slot left (`agent_limit_reached`)")))]
 async fn create_proxy_key(
-    caller: Authorized<require::Admin>,
+    caller: Authorized<require::AdminWithProxy>,
     State(state): State<AppState>,
     ApiJson(input): ApiJson<CreateProxyKeyInput>,
 ) -> ApiResult<Response> {

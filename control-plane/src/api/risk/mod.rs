@@ -175,7 +175,7 @@ async fn get_classification(
     responses((status = 201, description = "The new classification; the agent's `risk_level` follows it", body = Envelope<RiskClassification>),
         (status = 402, description = "The plan has no risk classification (`plan_upgrade_required`)")))]
 async fn classify_agent(
-    caller: Authorized<require::GovernanceWrite>,
+    caller: Authorized<require::GovernanceWriteWithRisk>,
     State(state): State<AppState>,
     ApiPath(agent_id): ApiPath<String>,
     ApiJson(input): ApiJson<ClassifyInput>,
@@ -218,7 +218,7 @@ async fn list_classifications(
     responses((status = 200, description = "How many were created, updated and failed, and why each failure failed", body = Envelope<BulkOutcome>),
         (status = 402, description = "The plan has no risk classification (`plan_upgrade_required`)")))]
 async fn classify_in_bulk(
-    caller: Authorized<require::GovernanceWrite>,
+    caller: Authorized<require::GovernanceWriteWithRisk>,
     State(state): State<AppState>,
     ApiJson(input): ApiJson<BulkInput>,
 ) -> ApiResult<Response> {
