@@ -6,6 +6,7 @@
 
 pub mod envelope;
 pub mod extract;
+pub mod money;
 pub mod read_your_writes;
 pub mod validate;
 

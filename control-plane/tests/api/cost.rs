@@ -528,3 +528,29 @@ async fn the_control_plane_closes_finished_days_by_itself() {
     }
     assert_eq!(app.count_rows("usage_daily", &tenant.id).await, 1);
 }
+
+db_test!(small_amounts_are_plain_decimals_everywhere, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let agent = app
+        .register_agent(key, serde_json::json!({ "name": "frugal" }))
+        .await;
+    let usage = serde_json::json!({ "agent_id": agent["id"], "model_provider": "openai",
+        "model_name": "gpt-4o-mini", "input_tokens": 100, "output_tokens": 0 });
+    let recorded = app.post("/telemetry/usage", key, usage).await;
+    assert_eq!(recorded.status(), 201);
+    let text = recorded.text().await.unwrap();
+    assert!(text.contains("\"cost_usd\":0.000015"), "{text}");
+    for path in [
+        "/cost/summary",
+        "/cost/by-agent",
+        "/cost/by-model",
+        "/teams",
+    ] {
+        let text = app.get(path, key).await.text().await.unwrap();
+        assert!(
+            !text.contains("e-0") && !text.contains("e-5"),
+            "{path}: {text}"
+        );
+    }
+});

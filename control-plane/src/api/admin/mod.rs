@@ -38,6 +38,7 @@ pub struct Tenant {
     pub active_agents: i64,
     pub agent_limit: i64,
     pub owner_email: Option<String>,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub monthly_cost_usd: f64,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,

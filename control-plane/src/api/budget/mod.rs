@@ -47,6 +47,7 @@ pub struct BudgetLimit {
     pub agent_id: Option<String>,
     /// `tenant`, `team:<team_id>` or `agent:<agent_id>`: whose spend the limit counts.
     pub scope: String,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub monthly_limit_usd: f64,
     #[serde(skip)]
     pub monthly_limit_micros: i64,
@@ -90,8 +91,10 @@ pub struct BudgetScopeStatus {
     /// `tenant`, `team:<team_id>` or `agent:<agent_id>`.
     pub scope: String,
     pub limit_id: String,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub monthly_limit_usd: f64,
     /// Spend recorded by the ledger this calendar month (UTC).
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub current_spend_usd: f64,
     /// Current spend as a percentage of the limit, two decimals.
     pub percentage: f64,

@@ -47,6 +47,7 @@ pub struct SummaryQuery {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CostSummary {
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub total_cost_usd: f64,
     pub total_input_tokens: i64,
     pub total_output_tokens: i64,
@@ -88,6 +89,7 @@ pub struct AgentCost {
     pub agent_id: String,
     pub agent_name: Option<String>,
     pub team: Option<String>,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub total_cost_usd: f64,
     pub input_tokens: i64,
     pub output_tokens: i64,
@@ -98,6 +100,7 @@ pub struct AgentCost {
 pub struct TeamCost {
     /// The team's name; null for usage of agents without a team.
     pub team: Option<String>,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub total_cost_usd: f64,
     pub input_tokens: i64,
     pub output_tokens: i64,
@@ -110,6 +113,7 @@ pub struct TeamCost {
 pub struct ModelCost {
     pub model_provider: String,
     pub model_name: String,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub total_cost_usd: f64,
     pub input_tokens: i64,
     pub output_tokens: i64,
@@ -136,6 +140,7 @@ pub struct TimeseriesQuery {
 pub struct CostPoint {
     #[schema(value_type = String, format = DateTime)]
     pub timestamp: Timestamp,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub cost_usd: f64,
     pub input_tokens: i64,
     pub output_tokens: i64,

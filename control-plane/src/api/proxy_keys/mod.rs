@@ -53,6 +53,7 @@ pub struct ProxyKey {
     pub model_overrides: BTreeMap<String, String>,
     pub rate_limit_override: Option<RateLimitOverride>,
     /// Null: no limit of the key's own.
+    #[serde(serialize_with = "crate::api::money::plain_opt")]
     pub budget_limit_usd: Option<f64>,
     /// True: the proxy uses the tenant's managed key for the provider.
     pub use_managed_key: bool,

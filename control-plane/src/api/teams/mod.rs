@@ -35,6 +35,7 @@ pub struct Team {
     /// Agents currently assigned (deleted agents are not counted).
     pub agent_count: i64,
     /// This calendar month's spend of the team's agents, from the cost ledger.
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub monthly_cost_usd: f64,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,

@@ -120,6 +120,7 @@ pub struct StoredUsage {
     pub model_name: String,
     pub input_tokens: i64,
     pub output_tokens: i64,
+    #[serde(serialize_with = "crate::api::money::plain")]
     pub cost_usd: f64,
     /// False when the model has no list price and no `cost_usd` was sent (cost 0).
     pub priced: bool,
