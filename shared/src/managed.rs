@@ -29,6 +29,18 @@ pub fn is_tenant_secret_ref(tenant_id: &str, secret_ref: &str) -> bool {
             .any(|part| part.is_empty() || part == "." || part == "..")
 }
 
+/// The secret `given` names for `tenant_id`, as stored: a full name or ARN under the
+/// tenant's prefix as it is, or a name relative to that prefix (`openai/prod` for
+/// `warden/managed/<tenant_id>/openai/prod`), since a user seldom knows the tenant id.
+/// `None` when it would leave the tenant's prefix (`../`, another tenant's path).
+pub fn resolve_secret_ref(tenant_id: &str, given: &str) -> Option<String> {
+    if given.starts_with(SECRET_PREFIX) || given.starts_with("arn:") {
+        return is_tenant_secret_ref(tenant_id, given).then(|| given.to_owned());
+    }
+    let full = format!("{SECRET_PREFIX}{tenant_id}/{given}");
+    is_tenant_secret_ref(tenant_id, &full).then_some(full)
+}
+
 /// The secret name inside an ARN (`arn:aws:secretsmanager:<region>:<account>:secret:<name>`),
 /// or `secret_ref` itself.
 fn secret_name(secret_ref: &str) -> &str {
@@ -47,7 +59,29 @@ fn secret_name(secret_ref: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::is_tenant_secret_ref;
+    use super::{is_tenant_secret_ref, resolve_secret_ref};
+
+    #[test]
+    fn a_relative_name_lands_under_the_tenants_prefix_and_cannot_leave_it() {
+        let t = "ten_01ABC";
+        assert_eq!(
+            resolve_secret_ref(t, "openai/prod").as_deref(),
+            Some("warden/managed/ten_01ABC/openai/prod")
+        );
+        assert_eq!(
+            resolve_secret_ref(t, "warden/managed/ten_01ABC/openai").as_deref(),
+            Some("warden/managed/ten_01ABC/openai")
+        );
+        for escape in [
+            "../ten_02XYZ/openai",
+            "a/../../x",
+            "warden/managed/ten_02XYZ/openai",
+            "",
+            "a b",
+        ] {
+            assert_eq!(resolve_secret_ref(t, escape), None, "{escape}");
+        }
+    }
 
     #[test]
     fn only_the_tenants_own_prefix_is_accepted() {

@@ -175,10 +175,12 @@ db_test!(
             "managed_key_exists",
         )
         .await;
-        // Another tenant's secret, or one outside the prefix, is refused.
+        // Another tenant's secret, or one outside the prefix (a relative name that climbs
+        // out of it, an ARN of a secret elsewhere), is refused.
         for bad in [
             format!("warden/managed/{}/openai", other.id),
-            "prod/openai".to_owned(),
+            format!("../{}/openai", other.id),
+            "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/openai-AbCdEf".to_owned(),
             format!("warden/managed/{}/../x", tenant.id),
         ] {
             expect_error(

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
-use warden_shared::managed::{is_tenant_secret_ref, SECRET_PREFIX};
+use warden_shared::managed::{resolve_secret_ref, SECRET_PREFIX};
 
 use super::{store, CreateManagedKeyInput, ManagedKey};
 use crate::api::envelope::Page;
@@ -19,15 +19,16 @@ pub async fn create_managed_key(
     caller: &Caller,
     input: CreateManagedKeyInput,
 ) -> ApiResult<ManagedKey> {
-    if !is_tenant_secret_ref(&caller.tenant_id, input.secret_ref.as_str()) {
+    let Some(secret_ref) = resolve_secret_ref(&caller.tenant_id, input.secret_ref.as_str()) else {
         return Err(ApiError::validation(
             "secret_ref",
             format!(
-                "secret_ref: must name a secret under {SECRET_PREFIX}{}/ (or be its ARN)",
+                "secret_ref: must name a secret under {SECRET_PREFIX}{}/, as a name relative to it \
+                 (`openai/prod`), the full name, or its ARN",
                 caller.tenant_id
             ),
         ));
-    }
+    };
     let now = state.clock.now();
     let key = ManagedKey {
         id: new_id(IdKind::ManagedKey, now.as_millis()),
@@ -37,7 +38,7 @@ pub async fn create_managed_key(
     };
     let mut tx = state.db.begin_write().await?;
     plans::require(&mut tx, &caller.tenant_id, Feature::Proxy, "managed keys").await?;
-    let inserted = store::insert(&mut tx, &caller.tenant_id, &key, input.secret_ref.as_str()).await;
+    let inserted = store::insert(&mut tx, &caller.tenant_id, &key, &secret_ref).await;
     match inserted {
         Err(error) if is_unique_violation(&error) => {
             return Err(ApiError::new(

@@ -33,7 +33,9 @@ db_test!(
         let key = &tenant.admin_key;
         let openai_ref = format!("warden/managed/{}/openai", tenant.id);
         let anthropic_ref = format!("warden/managed/{}/anthropic", tenant.id);
-        for (provider_name, secret_ref) in [("openai", &openai_ref), ("anthropic", &anthropic_ref)]
+        // Anthropic's is registered by a name relative to the tenant's prefix.
+        for (provider_name, secret_ref) in
+            [("openai", openai_ref.as_str()), ("anthropic", "anthropic")]
         {
             expect_status(
                 app.post(
