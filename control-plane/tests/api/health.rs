@@ -107,3 +107,24 @@ db_test!(health_scores_follow_the_formula_and_are_cached, |app| {
     )
     .await;
 });
+
+db_test!(a_new_agent_is_scored_over_its_own_life, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let agent = app
+        .register_agent(key, serde_json::json!({ "name": "newborn" }))
+        .await;
+    let id = agent["id"].as_str().unwrap();
+    let beat = app
+        .post(
+            "/telemetry/heartbeat",
+            key,
+            serde_json::json!({ "agent_id": id, "latency_ms": 100 }),
+        )
+        .await;
+    assert_eq!(beat.status(), 200);
+    let score = expect_status(app.get(&format!("/agents/{id}/health"), key).await, 200).await;
+    let reliability = &score["data"]["breakdown"]["reliability"];
+    assert_eq!(reliability["details"]["uptime_pct"], 100.0, "{score}");
+    assert_eq!(score["data"]["color"], "green", "{score}");
+});

@@ -29,13 +29,13 @@ pub async fn agent_health(
     let now = state.clock.now();
     // Checked before the cache too: an agent deleted within the cache's five minutes is
     // a 404 at once.
-    ensure_agent_exists(state, &caller.tenant_id, agent_id).await?;
+    let created_at = live_agent_created_at(state, &caller.tenant_id, agent_id).await?;
     let key = (caller.tenant_id.clone(), agent_id.to_owned());
     if let Some(mut hit) = cached(&state.health_cache, &key, now) {
         hit.cached = true;
         return Ok(hit);
     }
-    let score = compute(state, &caller.tenant_id, agent_id, now).await?;
+    let score = compute(state, &caller.tenant_id, agent_id, created_at, now).await?;
     if let Ok(mut cache) = state.health_cache.0.lock() {
         cache.retain(|_, entry| now.as_millis() - entry.computed_at.as_millis() < CACHE_MS);
         cache.insert(key, score.clone());
@@ -51,22 +51,25 @@ fn cached(cache: &HealthCache, key: &(String, String), now: Timestamp) -> Option
         .cloned()
 }
 
-/// 404 unless `agent_id` is a live agent of the tenant.
-async fn ensure_agent_exists(state: &AppState, tenant_id: &str, agent_id: &str) -> ApiResult<()> {
+/// When the live agent `agent_id` of the tenant was registered; 404 when there is none.
+async fn live_agent_created_at(
+    state: &AppState,
+    tenant_id: &str,
+    agent_id: &str,
+) -> ApiResult<i64> {
     if !is_valid_id(IdKind::Agent, agent_id) {
         return Err(ApiError::not_found("agent"));
     }
-    if store::live_agent_exists(state.db.pool(), tenant_id, agent_id).await? {
-        Ok(())
-    } else {
-        Err(ApiError::not_found("agent"))
-    }
+    store::live_agent_created_at(state.db.pool(), tenant_id, agent_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("agent"))
 }
 
 async fn compute(
     state: &AppState,
     tenant_id: &str,
     agent_id: &str,
+    created_at: i64,
     now: Timestamp,
 ) -> ApiResult<HealthScore> {
     let pool = state.db.pool();
@@ -84,7 +87,11 @@ async fn compute(
             latencies.push(latency as f64);
         }
     }
-    let uptime_pct = (slots.len().min(288) as f64 / 288.0) * 100.0;
+    // Uptime is over the last day, or over the agent's life when it is younger: the
+    // five-minute slots it has existed in, not a day's 288.
+    let lived_from = created_at.max(since);
+    let window = ((now.as_millis() - lived_from) / SLOT_MS + 1).clamp(1, 288) as usize;
+    let uptime_pct = (slots.len().min(window) as f64 / window as f64) * 100.0;
     let error_rate = if beats.is_empty() {
         0.0
     } else {

@@ -12,19 +12,19 @@ pub struct Beat {
 }
 
 /// Whether the tenant has this agent, not deleted.
-pub async fn live_agent_exists(
+/// When the live agent was registered; `None` when the tenant has no such live agent.
+pub async fn live_agent_created_at(
     pool: &AnyPool,
     tenant_id: &str,
     agent_id: &str,
-) -> Result<bool, sqlx::Error> {
-    let exists: Option<String> = sqlx::query_scalar(
-        "SELECT id FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT created_at FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
     )
     .bind(tenant_id)
     .bind(agent_id)
     .fetch_optional(pool)
-    .await?;
-    Ok(exists.is_some())
+    .await
 }
 
 /// The agent's heartbeats received in `(after_ms, until_ms]`, newest first, at most
