@@ -31,6 +31,9 @@ pub struct Config {
     pub bootstrap_platform_key: Option<Secret>,
     /// `json` for one JSON object per line (production) or `pretty` for people.
     pub log_format: LogFormat,
+    /// `error`, `warn`, `info` (one line per request on both planes) or `debug`; a
+    /// `tracing` filter such as `info,warden_proxy=debug` works too. `RUST_LOG` wins.
+    pub log_level: String,
     /// Largest accepted request body on the management API, in bytes (413 above).
     pub max_body_bytes: usize,
     /// Seconds between rounds that roll finished hours of usage into the daily cost
@@ -83,6 +86,7 @@ impl Default for Config {
             service_token: None,
             bootstrap_platform_key: None,
             log_format: LogFormat::Json,
+            log_level: "info".to_owned(),
             max_body_bytes: 1024 * 1024,
             close_days_interval_secs: 60,
             enforcement_wait_ms: 2_000,

@@ -128,7 +128,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         .service_token
         .get_or_insert_with(|| Secret::new(warden_shared::keys::generate_api_key()))
         .clone();
-    telemetry::init(config.log_format);
+    telemetry::init(config.log_format, &config.log_level);
     let mut proxy = config.proxy.clone();
     let providers = config.providers.clone();
     let app = startup::build(config, Clock::system())
@@ -209,7 +209,7 @@ async fn verify_audit(config: Option<PathBuf>, tenant: Option<String>) -> Result
 }
 
 async fn run_proxy(config: Config) -> Result<(), String> {
-    telemetry::init(config.log_format);
+    telemetry::init(config.log_format, &config.log_level);
     let service_token = config
         .service_token
         .clone()
@@ -230,7 +230,7 @@ async fn run_proxy(config: Config) -> Result<(), String> {
 
 async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
     let config = Config::load(file.as_deref()).map_err(|e| e.to_string())?;
-    telemetry::init(config.log_format);
+    telemetry::init(config.log_format, &config.log_level);
     let app = startup::build(config, Clock::system())
         .await
         .map_err(|e| e.to_string())?;

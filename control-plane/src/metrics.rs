@@ -118,11 +118,18 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let response = next.run(request).await;
-    state.metrics.observe(
-        &method,
-        &route,
-        response.status().as_str(),
-        started.elapsed().as_secs_f64(),
+    let seconds = started.elapsed().as_secs_f64();
+    state
+        .metrics
+        .observe(&method, &route, response.status().as_str(), seconds);
+    // One line per request, inside the request's span (its id, and the tenant once the
+    // credential is known); never a credential or a body.
+    tracing::info!(
+        method = %method,
+        route = %route,
+        status = response.status().as_u16(),
+        duration_ms = (seconds * 1000.0 * 100.0).round() / 100.0,
+        "request"
     );
     response
 }

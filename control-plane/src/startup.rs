@@ -199,9 +199,9 @@ fn app_router(state: AppState) -> Router {
                     .unwrap_or_default();
                 tracing::info_span!(
                     "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
                     request_id = %request_id,
+                    // Recorded by `auth::Authorized` once the credential is known.
+                    tenant_id = tracing::field::Empty,
                 )
             }),
         )

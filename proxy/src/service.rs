@@ -48,6 +48,15 @@ impl ProxyHttp for ProxyService {
                     refusal.code(),
                 ])
                 .inc();
+            tracing::info!(
+                method = %session.req_header().method,
+                path = %session.req_header().uri.path(),
+                status = refusal.status(),
+                provider,
+                model,
+                decision = refusal.code(),
+                "refused"
+            );
             let body = Bytes::from(refusal.body());
             respond_refusal(session, refusal.status(), body, refusal.retry_after_secs()).await;
         }

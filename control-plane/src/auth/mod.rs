@@ -127,6 +127,7 @@ impl<R: RequiredScope> FromRequestParts<AppState> for Authorized<R> {
                 return Err(ApiError::missing_scope(scope.as_str()));
             }
         }
+        tracing::Span::current().record("tenant_id", caller.tenant_id.as_str());
         if let Some(feature) = R::FEATURE {
             crate::plans::check(&caller.plan, feature)?;
         }

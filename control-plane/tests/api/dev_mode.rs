@@ -11,6 +11,8 @@ struct Started {
     child: Child,
     output: Vec<String>,
     base: String,
+    /// What it printed after the welcome text (its log).
+    later: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// Starts `warden dev` on a free port and reads its welcome text up to "Ctrl-C".
@@ -38,7 +40,13 @@ fn start(data_dir: &std::path::Path, envs: &[(&str, &str)]) -> Started {
             break;
         }
     }
-    std::thread::spawn(move || for _ in lines {});
+    let later = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = later.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
     let api_line = output
         .iter()
         .find(|l| l.contains("Management API"))
@@ -49,6 +57,7 @@ fn start(data_dir: &std::path::Path, envs: &[(&str, &str)]) -> Started {
         child,
         output,
         base,
+        later,
     }
 }
 
@@ -187,5 +196,93 @@ async fn a_configured_bootstrap_key_is_used_and_a_bad_one_refused() {
         .await
         .unwrap();
     expect_error(response, 403, "insufficient_scope").await;
+    assert!(interrupt_and_wait(started).success());
+}
+
+/// Both planes write one line per request: the management API's route template, status
+/// and tenant; the proxy's refusal with its decision. Never a key.
+#[test]
+fn each_request_leaves_one_log_line_without_secrets() {
+    let data = tempfile::tempdir().unwrap();
+    let started = start(data.path(), &[("RUST_LOG", "info")]);
+    let proxy_line = started
+        .output
+        .iter()
+        .find(|l| l.contains("Proxy (OpenAI)"))
+        .expect("the proxy URL is printed")
+        .clone();
+    let proxy = proxy_line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .trim_end_matches("/v1")
+        .to_owned();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let base = started.base.clone();
+    let key = runtime.block_on(async move {
+        let client = reqwest::Client::new();
+        let signup: serde_json::Value = client
+            .post(format!("{base}/api/v1/auth/signup"))
+            .json(
+                &serde_json::json!({ "email": "log@example.com", "password": "a-long-password",
+                "company_name": "Logs" }),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let key = signup["data"]["api_key"].as_str().unwrap().to_owned();
+        let listed = client
+            .get(format!("{base}/api/v1/agents?limit=5"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(listed.status(), 200);
+        let refused = client
+            .post(format!("{proxy}/v1/chat/completions"))
+            .bearer_auth("wdn_not_a_real_key_0123456789abcdef")
+            .json(&serde_json::json!({ "model": "gpt-4o-mini", "messages": [] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 401);
+        key
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (api_line, proxy_refusal) = loop {
+        // Field values may be quoted: compare without the quotes.
+        let lines: Vec<String> = started
+            .later
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.replace('"', ""))
+            .collect();
+        let api = lines
+            .iter()
+            .find(|l| l.contains("route=/api/v1/agents") && l.contains("status=200"))
+            .cloned();
+        let refused = lines
+            .iter()
+            .find(|l| l.contains("decision=invalid_api_key"))
+            .cloned();
+        if let (Some(api), Some(refused)) = (api, refused) {
+            break (api, refused);
+        }
+        assert!(Instant::now() < deadline, "no request lines in: {lines:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(api_line.contains("tenant_id=ten_"), "{api_line}");
+    assert!(api_line.contains("duration_ms="), "{api_line}");
+    assert!(proxy_refusal.contains("status=401"), "{proxy_refusal}");
+    let everything = started.later.lock().unwrap().join("\n");
+    assert!(!everything.contains(&key), "a key was logged");
+    assert!(
+        !everything.contains("wdn_not_a_real_key"),
+        "a presented key was logged"
+    );
     assert!(interrupt_and_wait(started).success());
 }

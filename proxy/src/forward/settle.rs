@@ -63,6 +63,21 @@ pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed,
         cost_micros,
     };
     let overhead = overhead + work.elapsed();
+    // One line per request (at `info`; the load test runs at `error`, where this costs a
+    // level check): never the key or the prompt.
+    tracing::info!(
+        endpoint = ready.endpoint.request_type(),
+        status,
+        duration_ms = ready.started.elapsed().as_millis() as u64,
+        tenant_id = %ready.view.key.tenant_id,
+        agent_id = %ready.view.key.agent_id,
+        provider = provider.as_str(),
+        model = %admitted.requested_model,
+        input_tokens = tokens.input,
+        output_tokens = tokens.output,
+        decision = "forwarded",
+        "proxied"
+    );
     observe(
         &shared.metrics,
         provider,
