@@ -286,3 +286,73 @@ fn each_request_leaves_one_log_line_without_secrets() {
     );
     assert!(interrupt_and_wait(started).success());
 }
+
+/// The README's first session, run as it stands as one shell script (no sleeps, no
+/// retries) against `warden dev`, with a local mock as the OpenAI provider: every
+/// change it makes is in force when its call returns, so each next step sees it.
+#[test]
+fn the_readme_walkthrough_runs_as_a_script() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let session = readme
+        .split("## A first session")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has a first session");
+    let script: String = session
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(script.contains("approvals/$APPROVAL/decide"), "{script}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let provider = runtime.block_on(crate::proxy::MockProvider::start());
+    let data = tempfile::tempdir().unwrap();
+    let started = start(
+        data.path(),
+        &[("WARDEN_PROVIDERS__OPENAI__BASE_URL", provider.base.as_str())],
+    );
+    let printed = |label: &str| -> String {
+        let line = started.output.iter().find(|l| l.contains(label)).unwrap();
+        line.split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap()
+            .trim_end_matches("/api/v1")
+            .trim_end_matches("/v1")
+            .trim_start_matches("http://")
+            .to_owned()
+    };
+    let (api, proxy) = (printed("Management API"), printed("Proxy (OpenAI)"));
+    let platform_key = started
+        .output
+        .iter()
+        .find_map(|l| l.split_whitespace().find(|w| w.starts_with("wdn_")))
+        .expect("the platform key is printed")
+        .to_owned();
+    // Only the addresses and the key printed at start differ from the README.
+    let script = script
+        .replace("127.0.0.1:8080", &api)
+        .replace("127.0.0.1:8081", &proxy)
+        .replace("PLATFORM=wdn_...", &format!("PLATFORM={platform_key}"));
+    let run = Command::new("bash")
+        .args(["-e", "-o", "pipefail", "-c", &script])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    let err = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{out}\n{err}");
+    for expected in [
+        "\"email\":\"you@example.com\"",   // /auth/me
+        "\"code\":\"insufficient_scope\"", // the read-only key cannot write
+        "\"code\":\"agent_blocked\"",      // the kill switch, at once
+        "\"error\":\"approval_required\"", // held for a human
+        "\"object\":\"chat.completion\"",  // approved: forwarded to the provider
+        "\"result\":\"fail\"",             // the decisions a policy failed
+    ] {
+        assert!(out.contains(expected), "missing {expected} in:\n{out}");
+    }
+    drop(provider);
+    assert!(interrupt_and_wait(started).success());
+}
