@@ -21,6 +21,7 @@ pub mod health;
 pub mod internal;
 mod managed_keys;
 mod monitoring;
+mod openapi_errors;
 mod ops;
 mod oversight;
 mod owners;
@@ -75,6 +76,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(ops::router())
         .split_for_parts();
     SecurityAddon.modify(&mut openapi);
+    openapi_errors::ErrorResponses.modify(&mut openapi);
     let router = router
         .merge(ops::openapi_router(openapi.clone()))
         .fallback(route_not_found)

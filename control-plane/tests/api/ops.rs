@@ -205,3 +205,53 @@ db_test!(
         assert_eq!(list["meta"]["total"], json!(0));
     }
 );
+
+/// Every status an operation can answer by its shape is declared in the OpenAPI
+/// document: 401 and 403 with a credential, 404 with a path id, 400, 413, 415 and 422
+/// with a body, 422 with query parameters; each with the error body's schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_declares_the_error_answers_of_every_operation() {
+    let app = crate::helpers::TestApp::spawn_with(crate::helpers::Backend::Sqlite, |_| {}).await;
+    let doc: serde_json::Value = app
+        .client
+        .get(format!("{}/openapi.json", app.api))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let codes = doc["components"]["schemas"]["ErrorBody"]["properties"]["error"]["properties"]
+        ["code"]["enum"]
+        .as_array()
+        .expect("the error body's codes are listed");
+    assert!(codes.iter().any(|c| c == "validation_failed"));
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let declared = |status: &str| operation["responses"].get(status).is_some();
+            let mut expect = |status: &str, when: bool| {
+                if when {
+                    assert!(
+                        declared(status),
+                        "{method} {path} does not declare {status}"
+                    );
+                    checked += 1;
+                }
+            };
+            let authenticated = operation.get("security").is_some();
+            let body = operation.get("requestBody").is_some();
+            let query = operation["parameters"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["in"] == "query"));
+            expect("401", authenticated);
+            expect("403", authenticated);
+            expect("404", path.contains('{'));
+            for status in ["400", "413", "415", "422"] {
+                expect(status, body);
+            }
+            expect("422", query);
+        }
+    }
+    assert!(checked > 300, "{checked}");
+}
