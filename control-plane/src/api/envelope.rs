@@ -96,7 +96,7 @@ pub fn no_content() -> Response {
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Page number, starting at 1.
-    #[param(minimum = 1, default = 1)]
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
     /// Items per page.
     #[param(minimum = 1, maximum = 100, default = 20)]
@@ -112,6 +112,8 @@ pub struct Page {
 
 pub const DEFAULT_PAGE_SIZE: i64 = 20;
 pub const MAX_PAGE_SIZE: i64 = 100;
+/// The last page a list answers (the OpenAPI document's `maximum`).
+pub const MAX_PAGE: i64 = 1_000_000;
 
 impl Page {
     pub fn offset(self) -> i64 {
@@ -125,8 +127,11 @@ impl TryFrom<PageQuery> for Page {
     fn try_from(query: PageQuery) -> Result<Self, ApiError> {
         let page = query.page.unwrap_or(1);
         let limit = query.limit.unwrap_or(DEFAULT_PAGE_SIZE);
-        if !(1..=1_000_000).contains(&page) {
-            return Err(ApiError::validation("page", "page: must be 1 or more"));
+        if !(1..=MAX_PAGE).contains(&page) {
+            return Err(ApiError::validation(
+                "page",
+                format!("page: must be 1 to {MAX_PAGE}"),
+            ));
         }
         if !(1..=MAX_PAGE_SIZE).contains(&limit) {
             return Err(ApiError::validation(

@@ -60,9 +60,8 @@ pub struct CreatedTenant {
 #[into_params(parameter_in = Query)]
 pub struct TenantFilter {
     /// `free`, `starter`, `professional`, `enterprise` or `enterprise_plus`.
-    #[param(value_type = Option<String>)]
     pub plan: Option<Plan>,
-    #[param(minimum = 1, default = 1)]
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
     #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<i64>,

@@ -81,15 +81,15 @@ pub struct Agent {
 #[into_params(parameter_in = Query)]
 pub struct AgentFilter {
     /// `healthy`, `degraded`, `down` or `unknown`.
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(healthy|degraded|down|unknown)$")]
     pub status: Option<warden_shared::registry::AgentStatus>,
     pub framework: Option<String>,
     /// Team name.
     pub team: Option<String>,
     /// `production`, `staging` or `dev`.
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(production|staging|dev)$")]
     pub environment: Option<warden_shared::registry::Environment>,
-    #[param(minimum = 1, default = 1)]
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
     #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<i64>,

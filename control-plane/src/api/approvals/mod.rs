@@ -94,10 +94,11 @@ impl ApprovalStatus {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ApprovalQuery {
-    #[param(value_type = Option<String>)]
     pub status: Option<ApprovalStatus>,
     pub agent_id: Option<Text<1, 100>>,
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
+    #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<i64>,
 }
 

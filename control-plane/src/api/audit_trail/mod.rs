@@ -72,7 +72,7 @@ pub struct AuditQuery {
     pub from: Option<String>,
     /// Up to this date (its end) or date-time, exclusive.
     pub to: Option<String>,
-    #[param(minimum = 1, default = 1)]
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
     #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<i64>,
@@ -90,7 +90,6 @@ pub enum ExportFormat {
 #[into_params(parameter_in = Query)]
 pub struct ExportQuery {
     /// `csv` (RFC 4180, the default) or `json` (an array of events).
-    #[param(value_type = Option<String>)]
     pub format: Option<ExportFormat>,
     pub event_type: Option<Text<1, 100>>,
     pub target_id: Option<Text<1, 200>>,

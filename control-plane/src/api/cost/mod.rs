@@ -37,7 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 pub struct SummaryQuery {
     /// `day`, `week` or `month` (default).
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(day|week|month)$")]
     pub period: Option<Period>,
     /// Default: the start of the current period.
     pub from: Option<String>,
@@ -67,7 +67,7 @@ pub struct BreakdownQuery {
     pub from: Option<String>,
     /// Default: today (inclusive).
     pub to: Option<String>,
-    #[param(minimum = 1, default = 1)]
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
     #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<i64>,
@@ -125,7 +125,7 @@ pub struct ModelCost {
 #[into_params(parameter_in = Query)]
 pub struct TimeseriesQuery {
     /// `hour`, `day` (default) or `week` (weeks start on Monday, UTC).
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(hour|day|week)$")]
     pub granularity: Option<Granularity>,
     /// Default: 30 days ago.
     pub from: Option<String>,

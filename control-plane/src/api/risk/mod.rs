@@ -148,9 +148,8 @@ pub struct Suggestion {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    #[param(value_type = Option<String>)]
     pub risk_level: Option<RiskLevel>,
-    #[param(minimum = 1, default = 1)]
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
     #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<i64>,

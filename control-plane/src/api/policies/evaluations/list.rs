@@ -47,9 +47,11 @@ pub struct PolicyEvaluation {
 pub struct EvaluationQuery {
     pub policy_id: Option<i64>,
     pub agent_id: Option<Text<1, 100>>,
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(pass|fail|skip)$")]
     pub result: Option<Outcome>,
+    #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
+    #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<i64>,
 }
 
