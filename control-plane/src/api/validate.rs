@@ -75,7 +75,13 @@ impl<const MIN: usize, const MAX: usize> PartialSchema for Text<MIN, MAX> {
     }
 }
 
-impl<const MIN: usize, const MAX: usize> ToSchema for Text<MIN, MAX> {}
+/// Each length range is a schema of its own (`Text1_100`): under one shared name, the
+/// last range registered would describe every text field.
+impl<const MIN: usize, const MAX: usize> ToSchema for Text<MIN, MAX> {
+    fn name() -> std::borrow::Cow<'static, str> {
+        format!("Text{MIN}_{MAX}").into()
+    }
+}
 
 /// Deserializes a field that may be absent (`None`), `null` (`Some(None)`) or a value,
 /// for PATCH bodies where `null` clears a field and absence leaves it alone.

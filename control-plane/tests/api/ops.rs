@@ -226,6 +226,19 @@ async fn the_document_declares_the_error_answers_of_every_operation() {
         .as_array()
         .expect("the error body's codes are listed");
     assert!(codes.iter().any(|c| c == "validation_failed"));
+    // Text fields carry their own length range, each range a schema of its own.
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["Text1_1000"]["maxLength"], 1000,
+        "{}",
+        schemas["Text1_1000"]
+    );
+    assert_eq!(schemas["Text1_100"]["maxLength"], 100);
+    let reason = &schemas["QuarantineInput"]["properties"]["reason"];
+    assert_eq!(
+        reason["$ref"], "#/components/schemas/Text1_1000",
+        "{reason}"
+    );
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {

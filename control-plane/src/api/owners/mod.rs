@@ -89,9 +89,7 @@ pub struct PermissionsInput {
 pub struct AddOwnerInput {
     pub owner_type: OwnerType,
     /// The caller's identifier for the owner (1 to 200 characters).
-    #[schema(value_type = String)]
     pub owner_id: Text<1, 200>,
-    #[schema(value_type = String)]
     pub owner_name: Text<1, 200>,
     pub permissions: Option<PermissionsInput>,
 }

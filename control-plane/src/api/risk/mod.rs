@@ -93,7 +93,6 @@ pub struct RiskClassification {
 pub struct ClassifyInput {
     pub risk_level: RiskLevel,
     /// 1 to 5,000 characters.
-    #[schema(value_type = String, min_length = 1, max_length = 5000)]
     pub justification: Text<1, 5000>,
 }
 
@@ -101,13 +100,10 @@ pub struct ClassifyInput {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkItem {
-    #[schema(value_type = String)]
     pub agent_id: Text<1, 100>,
     pub risk_level: RiskLevel,
-    #[schema(value_type = String, min_length = 1, max_length = 5000)]
     pub justification: Text<1, 5000>,
     /// Who assessed it (1 to 200 characters); the caller when omitted.
-    #[schema(value_type = Option<String>)]
     pub assessed_by: Option<Text<1, 200>>,
 }
 
