@@ -87,6 +87,46 @@ fn remember(tenant_id: &str, head: Head) {
     }
 }
 
+/// An event as read back, its chain fields aside.
+struct StoredEvent {
+    id: String,
+    tenant_id: String,
+    event_type: String,
+    actor: String,
+    target_type: String,
+    target_id: String,
+    details: String,
+    occurred_at: i64,
+}
+
+impl StoredEvent {
+    fn read(row: &sqlx::any::AnyRow) -> Result<StoredEvent, sqlx::Error> {
+        Ok(StoredEvent {
+            id: row.try_get("id")?,
+            tenant_id: row.try_get("tenant_id")?,
+            event_type: row.try_get("event_type")?,
+            actor: row.try_get("actor")?,
+            target_type: row.try_get("target_type")?,
+            target_id: row.try_get("target_id")?,
+            details: row.try_get("details")?,
+            occurred_at: row.try_get("occurred_at")?,
+        })
+    }
+
+    fn as_new(&self) -> NewEvent<'_> {
+        NewEvent {
+            id: &self.id,
+            tenant_id: &self.tenant_id,
+            event_type: &self.event_type,
+            actor: &self.actor,
+            target_type: &self.target_type,
+            target_id: &self.target_id,
+            details: &self.details,
+            occurred_at: self.occurred_at,
+        }
+    }
+}
+
 /// An event to append, as stored but for its place in the chain.
 #[derive(Debug)]
 pub struct NewEvent<'a> {
@@ -319,19 +359,8 @@ pub async fn verify(pool: &AnyPool, tenant_id: &str) -> Result<Verification, sql
             let found = broken(expected_seq, Some(id), "missing_event");
             return Ok(invalid(checked, head, found));
         }
-        let link = Link {
-            seq,
-            id: &id,
-            tenant_id: &row.try_get::<String, _>("tenant_id")?,
-            event_type: &row.try_get::<String, _>("event_type")?,
-            actor: &row.try_get::<String, _>("actor")?,
-            target_type: &row.try_get::<String, _>("target_type")?,
-            target_id: &row.try_get::<String, _>("target_id")?,
-            details: &row.try_get::<String, _>("details")?,
-            occurred_at: row.try_get("occurred_at")?,
-            prev_hash: &prev_hash,
-        };
-        if link.hash() != hash {
+        let stored = StoredEvent::read(&row)?;
+        if stored.as_new().link(seq, &prev_hash).hash() != hash {
             return Ok(invalid(
                 checked,
                 head,
@@ -386,32 +415,21 @@ pub async fn chain_unchained(db: &crate::db::Db) -> Result<u64, sqlx::Error> {
     for tenant_id in tenants {
         let mut tx = db.begin_write().await?;
         let rows = sqlx::query(
-            "SELECT id, event_type, actor, target_type, target_id, details, occurred_at \
-             FROM audit_events WHERE tenant_id = $1 AND seq IS NULL ORDER BY occurred_at, id",
+            "SELECT id, tenant_id, event_type, actor, target_type, target_id, details, \
+             occurred_at FROM audit_events WHERE tenant_id = $1 AND seq IS NULL \
+             ORDER BY occurred_at, id",
         )
         .bind(&tenant_id)
         .fetch_all(&mut *tx)
         .await?;
         for row in rows {
-            let id: String = row.try_get("id")?;
+            let stored = StoredEvent::read(&row)?;
             let (seq, prev_hash) = next_link(&mut tx, &tenant_id).await?;
-            let link = Link {
-                seq,
-                id: &id,
-                tenant_id: &tenant_id,
-                event_type: &row.try_get::<String, _>("event_type")?,
-                actor: &row.try_get::<String, _>("actor")?,
-                target_type: &row.try_get::<String, _>("target_type")?,
-                target_id: &row.try_get::<String, _>("target_id")?,
-                details: &row.try_get::<String, _>("details")?,
-                occurred_at: row.try_get("occurred_at")?,
-                prev_hash: &prev_hash,
-            };
-            let hash = link.hash();
+            let hash = stored.as_new().link(seq, &prev_hash).hash();
             sqlx::query(
                 "UPDATE audit_events SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1",
             )
-            .bind(&id)
+            .bind(&stored.id)
             .bind(seq)
             .bind(&prev_hash)
             .bind(&hash)

@@ -531,3 +531,32 @@ db_test!(
         assert!(few["meta"].get("total_is_lower_bound").is_none(), "{few}");
     }
 );
+
+db_test!(events_from_before_the_chain_join_it_at_start, |app| {
+    let mut app = app;
+    let tenant = app.new_tenant("starter").await;
+    let before = verify(&app, &tenant.admin_key).await["events_checked"]
+        .as_i64()
+        .unwrap();
+    // Two events as an older Warden wrote them: no seq, no hashes.
+    for (i, event_type) in ["agent.registered", "agent.updated"].iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO audit_events (id, tenant_id, event_type, actor, target_id, target_type, \
+             details, occurred_at) VALUES ($1, $2, $3, 'system', 'agt_old', 'agent', '{}', $4)",
+        )
+        .bind(format!("evt_old{i}"))
+        .bind(&tenant.id)
+        .bind(*event_type)
+        .bind(crate::helpers::now_ms() + i as i64)
+        .execute(app.db.pool())
+        .await
+        .unwrap();
+    }
+    let broken = verify(&app, &tenant.admin_key).await;
+    assert_eq!(broken["valid"], false, "{broken}");
+    app.stop().await;
+    app.start_again().await;
+    let verified = verify(&app, &tenant.admin_key).await;
+    assert_eq!(verified["valid"], true, "{verified}");
+    assert_eq!(verified["events_checked"], before + 2);
+});

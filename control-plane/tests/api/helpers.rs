@@ -139,6 +139,18 @@ impl TestApp {
         }
     }
 
+    /// The OpenAPI document the control plane serves.
+    pub async fn openapi(&self) -> Value {
+        self.client
+            .get(format!("{}/openapi.json", self.api))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// The database this control plane uses, as `database_url` names it.
     pub fn database_url(&self) -> String {
         self.config.database_url.expose().to_owned()

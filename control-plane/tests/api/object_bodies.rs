@@ -74,15 +74,7 @@ db_test!(no_body_but_an_object_is_accepted_anywhere, |app| {
     ];
 
     // The operations that take a body, as the document declares them.
-    let doc: Value = app
-        .client
-        .get(format!("{}/openapi.json", app.api))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     let takes_body =
         |method: &str, path: &str| doc["paths"][path][method].get("requestBody").is_some();
     let before = state(&app, &tenant.id).await;

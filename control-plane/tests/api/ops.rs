@@ -212,15 +212,7 @@ db_test!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_declares_the_error_answers_of_every_operation() {
     let app = crate::helpers::TestApp::spawn_with(crate::helpers::Backend::Sqlite, |_| {}).await;
-    let doc: serde_json::Value = app
-        .client
-        .get(format!("{}/openapi.json", app.api))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     let codes = doc["components"]["schemas"]["ErrorBody"]["properties"]["error"]["properties"]
         ["code"]["enum"]
         .as_array()

@@ -44,15 +44,7 @@ pub struct Operation {
 }
 
 pub async fn operations(app: &TestApp) -> Vec<Operation> {
-    let doc: Value = app
-        .client
-        .get(format!("{}/openapi.json", app.api))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = app.openapi().await;
     let mut operations = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
