@@ -129,18 +129,29 @@ impl Default for SecretsManagerConfig {
     }
 }
 
+/// Each provider's own OpenAI-compatible endpoint: the default `base_url`.
+const fn default_base_url(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Openai => "https://api.openai.com/v1",
+        Provider::Anthropic => "https://api.anthropic.com/v1",
+        Provider::Google => "https://generativelanguage.googleapis.com/v1beta/openai",
+        Provider::Nvidia => "https://integrate.api.nvidia.com/v1",
+        Provider::Bedrock => "https://bedrock-runtime.us-east-1.amazonaws.com/openai/v1",
+    }
+}
+
 impl Default for ProvidersConfig {
     fn default() -> Self {
-        let endpoint = |base_url: &str| ProviderEndpoint {
-            base_url: base_url.to_owned(),
+        let endpoint = |provider| ProviderEndpoint {
+            base_url: default_base_url(provider).to_owned(),
             api_key: None,
         };
         ProvidersConfig {
-            openai: endpoint("https://api.openai.com/v1"),
-            anthropic: endpoint("https://api.anthropic.com/v1"),
-            google: endpoint("https://generativelanguage.googleapis.com/v1beta/openai"),
-            nvidia: endpoint("https://integrate.api.nvidia.com/v1"),
-            bedrock: endpoint("https://bedrock-runtime.us-east-1.amazonaws.com/openai/v1"),
+            openai: endpoint(Provider::Openai),
+            anthropic: endpoint(Provider::Anthropic),
+            google: endpoint(Provider::Google),
+            nvidia: endpoint(Provider::Nvidia),
+            bedrock: endpoint(Provider::Bedrock),
         }
     }
 }
@@ -164,9 +175,7 @@ impl ProvidersConfig {
         let endpoint = self.endpoint(provider);
         match &endpoint.api_key {
             Some(key) => OwnCredential::Key(key),
-            None if endpoint.base_url != ProvidersConfig::default().endpoint(provider).base_url => {
-                OwnCredential::Keyless
-            }
+            None if endpoint.base_url != default_base_url(provider) => OwnCredential::Keyless,
             None => OwnCredential::Missing,
         }
     }
