@@ -22,7 +22,7 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
 use crate::clock::now_ms;
-use crate::flush::{post_until_answered, FlushTarget};
+use crate::flush::{post_json, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
 
 /// One request's decision, reported on its own: a request the policies refused or held
@@ -249,15 +249,14 @@ impl ApprovalQueue {
             self.fallback.report(report);
             return;
         };
-        let sent = self
-            .client
-            .post(&self.url)
-            .bearer_auth(&self.service_token)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .timeout(ASK_TIMEOUT)
-            .send()
-            .await;
+        let sent = post_json(
+            &self.client,
+            &self.url,
+            &self.service_token,
+            body,
+            ASK_TIMEOUT,
+        )
+        .await;
         match sent {
             Ok(response) if response.status().is_success() => {}
             answered => {

@@ -22,6 +22,26 @@ struct Acknowledged<A> {
     data: A,
 }
 
+/// One post of the JSON `body` to an internal endpoint of the control plane at `url`,
+/// with the service token, answered within `timeout`: what every call the proxy makes
+/// to the control plane is.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    service_token: &str,
+    body: Bytes,
+    timeout: Duration,
+) -> reqwest::Result<reqwest::Response> {
+    client
+        .post(url)
+        .bearer_auth(service_token)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .timeout(timeout)
+        .send()
+        .await
+}
+
 /// Posts `body` (batch `batch_id`) until the control plane answers for it, with backoff
 /// (the very same body each time: the endpoints are idempotent). Returns the
 /// acknowledgement's `data`, or `None` when the batch itself was refused (a 4xx other
@@ -37,14 +57,14 @@ pub async fn post_until_answered<A: DeserializeOwned + Default>(
 ) -> Option<A> {
     let mut backoff = Duration::from_millis(250);
     loop {
-        let sent = client
-            .post(&target.url)
-            .bearer_auth(&target.service_token)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone())
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await;
+        let sent = post_json(
+            client,
+            &target.url,
+            &target.service_token,
+            body.clone(),
+            Duration::from_secs(30),
+        )
+        .await;
         match sent {
             Ok(response) if response.status().is_success() => {
                 let ack = response.json::<Acknowledged<A>>().await;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use warden_shared::snapshot::StreamMessage;
 
 use crate::clock::now_ms;
+use crate::flush::post_json;
 use crate::metrics::ProxyMetrics;
 use crate::state::EnforcementState;
 
@@ -179,13 +180,15 @@ async fn follow_once(
 
 /// Tells the control plane this proxy has applied every change up to `version`.
 async fn acknowledge(source: &StreamSource, client: &reqwest::Client, version: i64) {
-    let sent = client
-        .post(&source.acks_url)
-        .bearer_auth(&source.service_token)
-        .json(&serde_json::json!({ "proxy": source.proxy_id, "version": version }))
-        .timeout(ACK_TIMEOUT)
-        .send()
-        .await;
+    let body = serde_json::json!({ "proxy": source.proxy_id, "version": version }).to_string();
+    let sent = post_json(
+        client,
+        &source.acks_url,
+        &source.service_token,
+        body.into(),
+        ACK_TIMEOUT,
+    )
+    .await;
     match sent {
         Ok(response) if response.status().is_success() => {}
         Ok(response) => {
