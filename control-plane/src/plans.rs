@@ -86,13 +86,19 @@ impl Plan {
 /// 402 `plan_upgrade_required` unless `plan` includes `feature`: the check a route's
 /// credential makes before the body is read (`auth::RequiredScope::FEATURE`).
 pub fn check(plan: &str, feature: Feature) -> ApiResult<()> {
+    gate(plan, feature, "this needs")
+}
+
+/// The one gate: `Ok` when `plan` includes `feature`, else the 402 whose message starts
+/// with `subject` ("this needs", "proxy keys need").
+fn gate(plan: &str, feature: Feature, subject: &str) -> ApiResult<()> {
     if Plan::parse(plan).is_some_and(|plan| plan.includes(feature)) {
         return Ok(());
     }
     let (needed, lowest_plan) = feature.describe();
     Err(ApiError::new(
         ErrorCode::PlanUpgradeRequired,
-        format!("this needs {needed}, which needs the {lowest_plan} plan or above"),
+        format!("{subject} {needed}, which needs the {lowest_plan} plan or above"),
     ))
 }
 
@@ -108,12 +114,5 @@ pub async fn require(
         .bind(tenant_id)
         .fetch_one(&mut **tx)
         .await?;
-    if Plan::parse(&plan).is_some_and(|plan| plan.includes(feature)) {
-        return Ok(());
-    }
-    let (needed, lowest_plan) = feature.describe();
-    Err(ApiError::new(
-        ErrorCode::PlanUpgradeRequired,
-        format!("{what} need {needed}, which needs the {lowest_plan} plan or above"),
-    ))
+    gate(&plan, feature, &format!("{what} need"))
 }

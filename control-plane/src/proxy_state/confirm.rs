@@ -15,11 +15,13 @@
 //! process is alive, and every replica sharing the database must read them alike.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sqlx::AnyPool;
 use tokio::sync::Notify;
 use warden_shared::ids::{new_id, IdKind};
+
+use crate::clock::Clock;
 
 /// How often a replica renews the leases of its streams.
 pub const LEASE_RENEW: Duration = Duration::from_millis(250);
@@ -191,8 +193,7 @@ fn lease_ms() -> i64 {
     i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Leases are wall-clock time whatever clock the application runs on.
 fn wall_clock_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    Clock::system().now().as_millis()
 }
