@@ -132,11 +132,17 @@ impl Scope {
     }
 
     fn covers(&self, request: &RequestFacts<'_>) -> bool {
+        self.covers_agent(request.agent_id, request.team_id, request.environment)
+    }
+
+    /// Whether the scope covers an agent with this id, team and environment: what a
+    /// policy applies to, for a request or for a report about the agent.
+    pub fn covers_agent(&self, agent_id: &str, team_id: Option<&str>, environment: &str) -> bool {
         match self {
             Scope::Global => true,
-            Scope::Team(id) => request.team_id == Some(id.as_str()),
-            Scope::Agent(id) => request.agent_id == id,
-            Scope::Environment(name) => request.environment == name,
+            Scope::Team(id) => team_id == Some(id.as_str()),
+            Scope::Agent(id) => agent_id == id,
+            Scope::Environment(name) => environment == name,
         }
     }
 }

@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use warden_shared::policy::Scope;
+
 use super::store::{AgentFacts, ApprovalFacts, Counts};
 
 const HOUR_MS: i64 = 3_600_000;
@@ -153,13 +155,11 @@ pub fn scorecard(
     }
 }
 
-/// Whether `scope` (a policy's) covers the agent.
+/// Whether `scope` (a policy's, as stored) covers the agent: the evaluator's own rule.
 pub fn covers(scope: &str, agent: &AgentFacts) -> bool {
-    scope == "global"
-        || scope.strip_prefix("agent:") == Some(agent.id.as_str())
-        || scope.strip_prefix("environment:") == Some(agent.environment.as_str())
-        || (scope.strip_prefix("team:").is_some()
-            && scope.strip_prefix("team:") == agent.team_id.as_deref())
+    Scope::parse(scope).is_some_and(|scope| {
+        scope.covers_agent(&agent.id, agent.team_id.as_deref(), &agent.environment)
+    })
 }
 
 /// Whether the agent's scheduled review date has passed; `None` without a schedule.
