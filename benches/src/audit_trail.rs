@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use warden_benches::BenchServer;
-use warden_control_plane::changes::chain::{self, Link, GENESIS};
+use warden_control_plane::changes::chain::{self, NewEvent, GENESIS};
 use warden_control_plane::changes::{self, AuditEvent, Author, Proxies};
 use warden_control_plane::db::Db;
 use warden_shared::ids::{new_id, IdKind};
@@ -99,8 +99,7 @@ async fn seed(db: &Db, tenant_id: &str, events: usize) {
             let event_type = EVENT_TYPES[i % EVENT_TYPES.len()];
             let target = format!("agt_{:026}", i % 1000);
             let details = json!({ "n": i }).to_string();
-            let hash = Link {
-                seq,
+            let hash = NewEvent {
                 id: &id,
                 tenant_id,
                 event_type,
@@ -109,9 +108,8 @@ async fn seed(db: &Db, tenant_id: &str, events: usize) {
                 target_id: &target,
                 details: &details,
                 occurred_at: at,
-                prev_hash: &previous,
             }
-            .hash();
+            .hash(seq, &previous);
             rows.push((
                 id,
                 event_type,

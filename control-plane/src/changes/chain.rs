@@ -32,41 +32,6 @@ use crate::db::WriteTx;
 /// The `prev_hash` of a tenant's first event.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// The fields an event's hash covers, as stored.
-#[derive(Debug, Clone)]
-pub struct Link<'a> {
-    pub seq: i64,
-    pub id: &'a str,
-    pub tenant_id: &'a str,
-    pub event_type: &'a str,
-    pub actor: &'a str,
-    pub target_type: &'a str,
-    pub target_id: &'a str,
-    pub details: &'a str,
-    pub occurred_at: i64,
-    pub prev_hash: &'a str,
-}
-
-impl Link<'_> {
-    /// The event's hash (see the module's documentation for the encoding).
-    pub fn hash(&self) -> String {
-        let encoded = serde_json::json!([
-            self.seq,
-            self.id,
-            self.tenant_id,
-            self.event_type,
-            self.actor,
-            self.target_type,
-            self.target_id,
-            self.details,
-            self.occurred_at,
-            self.prev_hash,
-        ])
-        .to_string();
-        hex(&Sha256::digest(encoded.as_bytes()))
-    }
-}
-
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::with_capacity(64), |mut out, b| {
@@ -127,8 +92,8 @@ impl StoredEvent {
     }
 }
 
-/// An event to append, as stored but for its place in the chain.
-#[derive(Debug)]
+/// An event to append: every field its hash covers but its place in the chain.
+#[derive(Debug, Clone)]
 pub struct NewEvent<'a> {
     pub id: &'a str,
     pub tenant_id: &'a str,
@@ -141,19 +106,23 @@ pub struct NewEvent<'a> {
 }
 
 impl NewEvent<'_> {
-    fn link<'p>(&'p self, seq: i64, prev_hash: &'p str) -> Link<'p> {
-        Link {
+    /// The event's hash at `seq` after `prev_hash` (see the module's documentation for
+    /// the encoding).
+    pub fn hash(&self, seq: i64, prev_hash: &str) -> String {
+        let encoded = serde_json::json!([
             seq,
-            id: self.id,
-            tenant_id: self.tenant_id,
-            event_type: self.event_type,
-            actor: self.actor,
-            target_type: self.target_type,
-            target_id: self.target_id,
-            details: self.details,
-            occurred_at: self.occurred_at,
+            self.id,
+            self.tenant_id,
+            self.event_type,
+            self.actor,
+            self.target_type,
+            self.target_id,
+            self.details,
+            self.occurred_at,
             prev_hash,
-        }
+        ])
+        .to_string();
+        hex(&Sha256::digest(encoded.as_bytes()))
     }
 }
 
@@ -181,7 +150,7 @@ pub async fn append(tx: &mut WriteTx, event: &NewEvent<'_>) -> Result<(), sqlx::
         .and_then(|heads| heads.get(tenant_id).cloned());
     if let Some(last) = guess {
         let seq = last.seq + 1;
-        let hash = event.link(seq, &last.hash).hash();
+        let hash = event.hash(seq, &last.hash);
         let appended = if crate::db::bulk::is_postgres(tx) {
             insert_query(MOVE_HEAD_AND_INSERT, event, seq, &last.hash, &hash)
                 .bind(last.seq)
@@ -213,7 +182,7 @@ pub async fn append(tx: &mut WriteTx, event: &NewEvent<'_>) -> Result<(), sqlx::
         }
     }
     let (seq, previous) = next_link(tx, tenant_id).await?;
-    let hash = event.link(seq, &previous).hash();
+    let hash = event.hash(seq, &previous);
     insert_query(INSERT_EVENT, event, seq, &previous, &hash)
         .execute(&mut **tx)
         .await?;
@@ -360,7 +329,7 @@ pub async fn verify(pool: &AnyPool, tenant_id: &str) -> Result<Verification, sql
             return Ok(invalid(checked, head, found));
         }
         let stored = StoredEvent::read(&row)?;
-        if stored.as_new().link(seq, &prev_hash).hash() != hash {
+        if stored.as_new().hash(seq, &prev_hash) != hash {
             return Ok(invalid(
                 checked,
                 head,
@@ -425,7 +394,7 @@ pub async fn chain_unchained(db: &crate::db::Db) -> Result<u64, sqlx::Error> {
         for row in rows {
             let stored = StoredEvent::read(&row)?;
             let (seq, prev_hash) = next_link(&mut tx, &tenant_id).await?;
-            let hash = stored.as_new().link(seq, &prev_hash).hash();
+            let hash = stored.as_new().hash(seq, &prev_hash);
             sqlx::query(
                 "UPDATE audit_events SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1",
             )
@@ -447,9 +416,8 @@ pub async fn chain_unchained(db: &crate::db::Db) -> Result<u64, sqlx::Error> {
 mod tests {
     use super::*;
 
-    fn link(seq: i64, prev_hash: &str) -> Link<'_> {
-        Link {
-            seq,
+    fn event() -> NewEvent<'static> {
+        NewEvent {
             id: "evt_1",
             tenant_id: "ten_1",
             event_type: "agent.registered",
@@ -458,75 +426,68 @@ mod tests {
             target_id: "agt_1",
             details: r#"{"name":"a"}"#,
             occurred_at: 1_700_000_000_000,
-            prev_hash,
         }
     }
 
     #[test]
     fn every_field_is_in_the_hash() {
-        let base = link(1, GENESIS);
-        let hash = base.hash();
+        let base = event();
+        let hash = base.hash(1, GENESIS);
         assert_eq!(hash.len(), 64);
-        assert_eq!(hash, link(1, GENESIS).hash(), "deterministic");
+        assert_eq!(hash, event().hash(1, GENESIS), "deterministic");
+        assert_ne!(base.hash(2, GENESIS), hash, "seq");
+        assert_ne!(base.hash(1, "1"), hash, "prev_hash");
         let variants = [
-            Link {
-                seq: 2,
-                ..base.clone()
-            },
-            Link {
+            NewEvent {
                 id: "evt_2",
                 ..base.clone()
             },
-            Link {
+            NewEvent {
                 tenant_id: "ten_2",
                 ..base.clone()
             },
-            Link {
+            NewEvent {
                 event_type: "agent.deleted",
                 ..base.clone()
             },
-            Link {
+            NewEvent {
                 actor: "system",
                 ..base.clone()
             },
-            Link {
+            NewEvent {
                 target_type: "team",
                 ..base.clone()
             },
-            Link {
+            NewEvent {
                 target_id: "agt_2",
                 ..base.clone()
             },
-            Link {
+            NewEvent {
                 details: r#"{"name":"b"}"#,
                 ..base.clone()
             },
-            Link {
+            NewEvent {
                 occurred_at: 1,
-                ..base.clone()
-            },
-            Link {
-                prev_hash: "1",
                 ..base.clone()
             },
         ];
         for variant in variants {
-            assert_ne!(variant.hash(), hash, "{variant:?}");
+            assert_ne!(variant.hash(1, GENESIS), hash, "{variant:?}");
         }
     }
 
     #[test]
     fn fields_cannot_be_shifted_between_each_other() {
-        let a = Link {
+        let a = NewEvent {
             actor: "ab",
             target_type: "c",
-            ..link(1, GENESIS)
+            ..event()
         };
-        let b = Link {
+        let b = NewEvent {
             actor: "a",
             target_type: "bc",
-            ..link(1, GENESIS)
+            ..event()
         };
-        assert_ne!(a.hash(), b.hash());
+        assert_ne!(a.hash(1, GENESIS), b.hash(1, GENESIS));
     }
 }
