@@ -95,11 +95,9 @@ pub async fn count(
     tenant_id: &str,
     filter: &Filter<'_>,
 ) -> Result<(i64, bool), sqlx::Error> {
-    let unfiltered = filter.event_type.is_none()
-        && filter.target_id.is_none()
-        && filter.from.is_none()
-        && filter.to.is_none();
-    if unfiltered {
+    let (clause, parameters) = filter.clause();
+    // The tenant is the only parameter: no filter.
+    if parameters == 1 {
         let head: Option<i64> =
             sqlx::query_scalar("SELECT seq FROM audit_heads WHERE tenant_id = $1")
                 .bind(tenant_id)
@@ -107,7 +105,6 @@ pub async fn count(
                 .await?;
         return Ok((head.unwrap_or(0), false));
     }
-    let (clause, parameters) = filter.clause();
     let sql = format!(
         "SELECT COUNT(*) FROM (SELECT 1 FROM audit_events{clause} LIMIT ${}) matching",
         parameters + 1
