@@ -150,12 +150,14 @@ impl Confirmations {
     pub async fn renew_leases(self: Arc<Self>, mut stopping: tokio::sync::watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(LEASE_RENEW);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        for tick in 0_u64.. {
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = stopping.wait_for(|stop| *stop) => break,
             }
-            if let Err(error) = self.renew().await {
+            // Renewing is every tick; forgetting dead replicas' rows can wait a while.
+            let forget = tick % FORGET_EVERY_TICKS == 0;
+            if let Err(error) = self.renew(forget).await {
                 tracing::warn!(%error, "cannot renew the proxy streams' leases");
             }
         }
@@ -171,23 +173,27 @@ impl Confirmations {
 
 impl Confirmations {
     /// Renews this replica's leases, and forgets the rows of replicas long gone.
-    async fn renew(&self) -> Result<(), sqlx::Error> {
+    async fn renew(&self, forget: bool) -> Result<(), sqlx::Error> {
         let now = wall_clock_ms();
         sqlx::query("UPDATE proxy_streams SET lease_until = $2 WHERE replica_id = $1")
             .bind(&self.replica_id)
             .bind(now + lease_ms())
             .execute(&self.pool)
             .await?;
-        sqlx::query("DELETE FROM proxy_streams WHERE lease_until < $1")
-            .bind(now - FORGET_AFTER_MS)
-            .execute(&self.pool)
-            .await?;
+        if forget {
+            sqlx::query("DELETE FROM proxy_streams WHERE lease_until < $1")
+                .bind(now - FORGET_AFTER_MS)
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(())
     }
 }
 
 /// Rows whose lease ran out this long ago (their replica died) are deleted.
 const FORGET_AFTER_MS: i64 = 60_000;
+/// Renewals between two deletions of dead replicas' rows (every 10 s).
+const FORGET_EVERY_TICKS: u64 = 40;
 
 fn lease_ms() -> i64 {
     i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX)
