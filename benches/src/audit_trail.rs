@@ -52,15 +52,7 @@ async fn main() {
     pages(&server, &key, requests).await;
     // A bulk load leaves PostgreSQL's visibility map unset (index-only scans then read
     // the table) and statistics stale; in steady state autovacuum has done this.
-    let maintenance = if server.backend == "postgres" {
-        "VACUUM ANALYZE audit_events"
-    } else {
-        "ANALYZE"
-    };
-    sqlx::query(maintenance)
-        .execute(server.db.pool())
-        .await
-        .unwrap();
+    let maintenance = server.maintain().await;
     println!("after {maintenance} (what autovacuum does in steady state):");
     pages(&server, &key, requests).await;
     export(&server, &key).await;

@@ -135,15 +135,7 @@ async fn main() {
     measure_views(client, &key, &views).await;
     // The ingest rewrote each rollup row many times; in steady state autovacuum (or
     // SQLite's page reuse) has cleaned the dead versions and refreshed statistics.
-    let maintenance = if server.backend == "postgres" {
-        "VACUUM ANALYZE"
-    } else {
-        "ANALYZE"
-    };
-    sqlx::query(maintenance)
-        .execute(server.db.pool())
-        .await
-        .unwrap();
+    let maintenance = server.maintain().await;
     println!("cost views after {maintenance} (what autovacuum does in steady state):");
     measure_views(client, &key, &views).await;
 }

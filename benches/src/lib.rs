@@ -57,6 +57,21 @@ impl BenchServer {
         }
     }
 
+    /// Runs what autovacuum does in steady state (`VACUUM ANALYZE` on PostgreSQL,
+    /// `ANALYZE` on SQLite) after a bulk load; returns the statement it ran.
+    pub async fn maintain(&self) -> &'static str {
+        let maintenance = if self.backend == "postgres" {
+            "VACUUM ANALYZE"
+        } else {
+            "ANALYZE"
+        };
+        sqlx::query(maintenance)
+            .execute(self.db.pool())
+            .await
+            .unwrap();
+        maintenance
+    }
+
     /// Creates a tenant on `plan` through the platform API: its id and admin key.
     pub async fn create_tenant(&self, plan: &str, agent_limit: usize) -> (String, String) {
         let tenant = self
