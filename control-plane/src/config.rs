@@ -49,6 +49,8 @@ pub struct Config {
     /// (at least one replica must keep them).
     pub violation_summary_interval_secs: u64,
     pub auth: AuthConfig,
+    pub notifications: NotificationsConfig,
+    pub outbound: OutboundConfig,
     /// The proxy (`warden proxy`, and the proxy `warden dev` starts).
     pub proxy: ProxyConfig,
     /// Providers' endpoints and the proxy's own credentials
@@ -68,6 +70,43 @@ pub struct AuthConfig {
     pub signups_per_ip: u32,
     /// Length of the throttling window in seconds.
     pub throttle_window_secs: u64,
+}
+
+/// Delivery of notification events to tenants' channels.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationsConfig {
+    /// Milliseconds between the delivery worker's rounds; `0` turns delivery off on this
+    /// replica (at least one replica must keep it; replicas sharing PostgreSQL elect one
+    /// worker among those that have it on).
+    pub delivery_interval_ms: u64,
+    /// How long after its event a failing delivery is retried before it is dead.
+    pub retry_for_secs: u64,
+    /// Time limit of one delivery attempt (and of a channel test), connection included.
+    pub attempt_timeout_secs: u64,
+}
+
+/// Calls Warden makes to hosts that tenants name (notification channels).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboundConfig {
+    /// Host names, addresses or networks (CIDR) that tenants' channels may reach although
+    /// they are private, loopback or link-local, e.g. `["127.0.0.1/32"]` for local
+    /// receivers or `["smtp.internal"]` for a mail relay. Empty by default. DANGEROUS:
+    /// every tenant's channels can reach what is listed here, so list only hosts that
+    /// expect untrusted callers; never a network holding internal services or a cloud
+    /// metadata address.
+    pub allow_private: Vec<String>,
+}
+
+impl Default for NotificationsConfig {
+    fn default() -> Self {
+        NotificationsConfig {
+            delivery_interval_ms: 1_000,
+            retry_for_secs: 24 * 3_600,
+            attempt_timeout_secs: 10,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +131,8 @@ impl Default for Config {
             enforcement_wait_ms: 2_000,
             violation_summary_interval_secs: 15,
             auth: AuthConfig::default(),
+            notifications: NotificationsConfig::default(),
+            outbound: OutboundConfig::default(),
             proxy: ProxyConfig::default(),
             providers: ProvidersConfig::default(),
         }

@@ -76,6 +76,11 @@ impl HttpMetrics {
         })
     }
 
+    /// The registry other parts of the control plane add their metrics to.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The registry in Prometheus's text exposition format.
     pub fn render(&self) -> String {
         let mut buffer = Vec::new();

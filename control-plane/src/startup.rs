@@ -23,6 +23,10 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::metrics::{self, HttpMetrics};
+use crate::notifications::metrics::NotificationMetrics;
+use crate::notifications::send::Sender;
+use crate::notifications::worker::Worker;
+use crate::outbound::Guard;
 use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
 use crate::state::AppState;
@@ -53,6 +57,8 @@ pub enum StartupError {
     Publisher(#[source] sqlx::Error),
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("invalid configuration: {0}")]
+    Outbound(String),
     #[error("cannot chain the audit trail's earlier events: {0}")]
     AuditChain(#[source] sqlx::Error),
 }
@@ -129,7 +135,28 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         std::time::Duration::from_millis(config.enforcement_wait_ms),
     );
     tokio::spawn(confirmations.clone().renew_leases(stopping.clone()));
+    let metrics = Arc::new(HttpMetrics::new()?);
+    let guard = Guard::new(&config.outbound.allow_private).map_err(StartupError::Outbound)?;
+    let sender = Sender {
+        guard,
+        timeout: std::time::Duration::from_secs(config.notifications.attempt_timeout_secs.max(1)),
+    };
+    if config.notifications.delivery_interval_ms > 0 {
+        let worker = Worker::new(
+            db.clone(),
+            clock.clone(),
+            sender.clone(),
+            std::time::Duration::from_secs(config.notifications.retry_for_secs),
+            confirmations.replica_id().to_owned(),
+            Arc::new(NotificationMetrics::register(metrics.registry())?),
+        );
+        tokio::spawn(worker.run(
+            std::time::Duration::from_millis(config.notifications.delivery_interval_ms),
+            stopping.clone(),
+        ));
+    }
     let state = AppState {
+        notification_sender: sender,
         publisher,
         confirmations,
         stopping,
@@ -137,7 +164,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         db,
         clock,
         throttle: Arc::new(Throttle::new(config.auth.throttle_window_secs)),
-        metrics: Arc::new(HttpMetrics::new()?),
+        metrics,
         health_cache: Arc::default(),
         config: Arc::new(config),
     };

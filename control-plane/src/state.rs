@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 use crate::metrics::HttpMetrics;
+use crate::notifications::send::Sender;
 use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
 
@@ -26,6 +27,9 @@ pub struct AppState {
     pub publisher: Publisher,
     /// The connected proxies' acknowledgements, which enforcement writes wait for.
     pub confirmations: Arc<Confirmations>,
+    /// Sends notifications through the outbound guard (channel tests, and the checks of
+    /// channels' hosts when they are written).
+    pub notification_sender: Sender,
     /// Turns true when the server starts shutting down, so long-lived responses (the
     /// proxies' state streams) end and graceful shutdown can complete.
     pub stopping: tokio::sync::watch::Receiver<bool>,

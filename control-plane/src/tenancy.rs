@@ -147,6 +147,9 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "notification_attempts",
+    "notification_deliveries",
+    "notification_channels",
     "budget_alerts",
     "budget_limits",
     "policy_decisions",
@@ -181,12 +184,13 @@ tenant_tables![
 /// deleted tenant so proxies learn of the deletion), its version counter, and the ids of
 /// the decision batches the proxies sent (a batch holds many tenants' decisions; only
 /// its id and arrival time are kept), and the proxies connected now with the state
-/// version each has applied.
+/// version each has applied, and the leases of one-replica background jobs.
 pub const PLATFORM_TABLES: &[&str] = &[
     "proxy_state_version",
     "proxy_changes",
     "policy_decision_batches",
     "proxy_streams",
+    "worker_leases",
 ];
 
 /// Removes every row of `tenant_id`, the tenant row last. Returns false when there was

@@ -26,6 +26,9 @@ pub enum IdKind {
     /// A running process of Warden's own: a control-plane replica, a proxy, or one
     /// proxy's state stream.
     Instance,
+    NotificationChannel,
+    /// One event's delivery to one channel; receivers deduplicate on it.
+    NotificationDelivery,
 }
 
 impl IdKind {
@@ -45,6 +48,8 @@ impl IdKind {
             IdKind::BudgetLimit => "bud",
             IdKind::RiskClassification => "rsk",
             IdKind::Instance => "ins",
+            IdKind::NotificationChannel => "nch",
+            IdKind::NotificationDelivery => "msg",
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod health;
 pub mod internal;
 mod managed_keys;
 mod monitoring;
+mod notification_channels;
 mod openapi_errors;
 mod ops;
 mod oversight;
@@ -69,6 +70,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(owners::router())
         .merge(posture::router())
         .merge(relationships::router())
+        .merge(notification_channels::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

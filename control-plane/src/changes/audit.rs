@@ -28,7 +28,7 @@ pub(super) async fn record(
     tenant_id: &str,
     actor: &str,
     at: Timestamp,
-    event: AuditEvent<'_>,
+    event: &AuditEvent<'_>,
 ) -> Result<String, sqlx::Error> {
     let id = new_id(IdKind::AuditEvent, at.as_millis());
     // serde_json's maps keep their keys sorted: this text is the details' one encoding.

@@ -1,7 +1,8 @@
-//! Recording a write: its audit event and, when it changes what the proxies enforce, the
-//! outbox row that tells them, both inside the write's own transaction.
+//! Recording a write: its audit event, the outbox row that tells the proxies when it
+//! changes what they enforce, and the deliveries of the notification event it raises
+//! (`crate::notifications`), all inside the write's own transaction.
 //!
-//! This is the only way to write either. A service function names both decisions in one
+//! This is the only way to write any of them. A service function names both decisions in one
 //! call (`Proxies::Unaffected` must be said out loud), so it cannot audit a change and
 //! forget the proxies, nor tell the proxies of a change nobody can read in the trail.
 
@@ -15,6 +16,7 @@ use std::future::Future;
 use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
+use crate::notifications::outbox::Raised;
 
 pub use audit::AuditEvent;
 pub use outbox::ChangeKind;
@@ -49,7 +51,15 @@ pub async fn record(
         Proxies::Unaffected => None,
         Proxies::Reload(kind) => Some(outbox::record(tx, kind, event.target_id, at).await?),
     };
-    audit::record(tx, author.tenant_id, author.actor, at, event).await?;
+    let audit_event_id = audit::record(tx, author.tenant_id, author.actor, at, &event).await?;
+    let raised = Raised {
+        tenant_id: author.tenant_id,
+        actor: author.actor,
+        at,
+        audit_event_id: &audit_event_id,
+        event: &event,
+    };
+    crate::notifications::outbox::enqueue(tx, &raised).await?;
     if let Some(version) = version {
         // Outside a tracked request (a background job) there is nobody to wait.
         let _ = WRITTEN.try_with(|written| written.set(written.get().max(Some(version))));

@@ -80,6 +80,8 @@ error_codes! {
         "The scope already has a budget limit.";
     OwnerExists => CONFLICT, "owner_exists",
         "That owner already owns the agent.";
+    ChannelLimitReached => CONFLICT, "channel_limit_reached",
+        "The tenant has the most notification channels it may have (50).";
     ApprovalNotPending => CONFLICT, "approval_not_pending",
         "The approval was already decided or has expired.";
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large",
@@ -88,6 +90,8 @@ error_codes! {
         "A body was sent without `Content-Type: application/json`.";
     ValidationFailed => UNPROCESSABLE_ENTITY, "validation_failed",
         "A field breaks a rule; `details.field` names it.";
+    UrlNotAllowed => UNPROCESSABLE_ENTITY, "url_not_allowed",
+        "An outbound URL or host is not http(s) or resolves to an address Warden will not call (`details.field`, `details.reason`).";
     RateLimited => TOO_MANY_REQUESTS, "rate_limited",
         "Too many signup or login attempts; `Retry-After` says when to retry.";
     InternalError => INTERNAL_SERVER_ERROR, "internal_error",

@@ -48,6 +48,11 @@ pub struct Confirmations {
 }
 
 impl Confirmations {
+    /// This replica's id (it also names the replica as holder of job leases).
+    pub fn replica_id(&self) -> &str {
+        &self.replica_id
+    }
+
     /// Confirmations for a new replica, waiting at most `bound` for the proxies.
     pub fn new(pool: AnyPool, bound: Duration) -> Arc<Confirmations> {
         Arc::new(Confirmations {
