@@ -48,6 +48,10 @@ pub struct Config {
     /// violations as one `policy.violated` event; `0` turns them off on this replica
     /// (at least one replica must keep them).
     pub violation_summary_interval_secs: u64,
+    /// Seconds between sweeps that mark approvals whose 24 hours ran out undecided as
+    /// `expired` (audited and announced as `approval.expired`); `0` turns them off on
+    /// this replica (reads show them expired regardless).
+    pub approval_expiry_interval_secs: u64,
     pub auth: AuthConfig,
     pub notifications: NotificationsConfig,
     pub outbound: OutboundConfig,
@@ -84,6 +88,9 @@ pub struct NotificationsConfig {
     pub retry_for_secs: u64,
     /// Time limit of one delivery attempt (and of a channel test), connection included.
     pub attempt_timeout_secs: u64,
+    /// PEM file of certificate authorities trusted for email channels' SMTP servers in
+    /// addition to the public roots (a relay whose certificate a private CA signed).
+    pub smtp_ca_file: Option<std::path::PathBuf>,
 }
 
 /// Calls Warden makes to hosts that tenants name (notification channels).
@@ -105,6 +112,7 @@ impl Default for NotificationsConfig {
             delivery_interval_ms: 1_000,
             retry_for_secs: 24 * 3_600,
             attempt_timeout_secs: 10,
+            smtp_ca_file: None,
         }
     }
 }
@@ -130,6 +138,7 @@ impl Default for Config {
             close_days_interval_secs: 60,
             enforcement_wait_ms: 2_000,
             violation_summary_interval_secs: 15,
+            approval_expiry_interval_secs: 60,
             auth: AuthConfig::default(),
             notifications: NotificationsConfig::default(),
             outbound: OutboundConfig::default(),

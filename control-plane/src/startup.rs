@@ -125,6 +125,14 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             stopping.clone(),
         ));
     }
+    if config.approval_expiry_interval_secs > 0 {
+        tokio::spawn(crate::api::approvals::expire_lapsed_every(
+            std::time::Duration::from_secs(config.approval_expiry_interval_secs),
+            db.clone(),
+            clock.clone(),
+            stopping.clone(),
+        ));
+    }
     tokio::spawn(crate::api::internal::forget_old_batches_every(
         db.clone(),
         clock.clone(),
@@ -137,10 +145,21 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
     tokio::spawn(confirmations.clone().renew_leases(stopping.clone()));
     let metrics = Arc::new(HttpMetrics::new()?);
     let guard = Guard::new(&config.outbound.allow_private).map_err(StartupError::Outbound)?;
-    let sender = Sender {
-        guard,
-        timeout: std::time::Duration::from_secs(config.notifications.attempt_timeout_secs.max(1)),
+    let smtp_roots = match &config.notifications.smtp_ca_file {
+        Some(path) => Some(std::fs::read(path).map_err(|error| {
+            StartupError::Outbound(format!(
+                "notifications.smtp_ca_file {}: {error}",
+                path.display()
+            ))
+        })?),
+        None => None,
     };
+    let sender = Sender::new(
+        guard,
+        std::time::Duration::from_secs(config.notifications.attempt_timeout_secs.max(1)),
+        smtp_roots,
+    )
+    .map_err(StartupError::Outbound)?;
     if config.notifications.delivery_interval_ms > 0 {
         let worker = Worker::new(
             db.clone(),

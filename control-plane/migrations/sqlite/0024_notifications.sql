@@ -58,3 +58,7 @@ CREATE TABLE worker_leases (
     holder      TEXT NOT NULL,
     lease_until BIGINT NOT NULL
 );
+
+-- The sweep that marks lapsed pending approvals `expired` (and announces
+-- `approval.expired`) finds them across tenants by this index.
+CREATE INDEX approvals_lapsing ON approvals (status, expires_at);

@@ -276,7 +276,10 @@ fn check_email(email: &EmailConfig) -> ApiResult<()> {
         ));
     }
     let host = email.smtp_host.as_str();
-    if host.is_empty() || host.len() > 253 || host.contains(['/', ' ', '@']) {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    // A port goes in `smtp_port`; a colon belongs only to an IPv6 address.
+    let colon_ok = !host.contains(':') || bare.parse::<std::net::Ipv6Addr>().is_ok();
+    if host.is_empty() || host.len() > 253 || host.contains(['/', ' ', '@']) || !colon_ok {
         return Err(ApiError::validation(
             "config.smtp_host",
             "config.smtp_host: a host name or address",
@@ -410,6 +413,15 @@ mod tests {
             &json!({"to": ["x@y.io"], "from": "a@b.io", "smtp_host": "mx"})
         )
         .is_ok());
+        let host = |smtp_host: &str| {
+            ChannelConfig::parse(
+                ChannelType::Email,
+                &json!({"to": ["x@y.io"], "from": "a@b.io", "smtp_host": smtp_host}),
+            )
+            .is_ok()
+        };
+        assert!(host("[2001:db8::1]") && host("2001:db8::1") && host("10.0.0.1"));
+        assert!(!host("mx.example.com:25") && !host("a b") && !host("user@mx"));
         assert!(ChannelConfig::parse(ChannelType::Webhook, &json!([1])).is_err());
     }
 }

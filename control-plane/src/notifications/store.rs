@@ -12,20 +12,46 @@ use crate::db::Db;
 #[derive(Debug, Clone)]
 pub struct Due {
     pub id: String,
-    pub tenant_id: String,
-    pub channel_id: String,
     pub payload: String,
     pub attempts: i64,
     pub created_at: i64,
 }
 
-/// Pending deliveries due at `now_ms`, oldest first.
-pub async fn due(pool: &AnyPool, now_ms: i64, limit: i64) -> Result<Vec<Due>, sqlx::Error> {
+/// The channels with deliveries due at `now_ms`, the longest-waiting first.
+pub async fn due_channels(
+    pool: &AnyPool,
+    now_ms: i64,
+    limit: i64,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
     sqlx::query(
-        "SELECT id, tenant_id, channel_id, payload, attempts, created_at \
+        "SELECT tenant_id, channel_id, MIN(next_attempt_at) AS first_due \
          FROM notification_deliveries WHERE status = 'pending' AND next_attempt_at <= $1 \
-         ORDER BY next_attempt_at, id LIMIT $2",
+         GROUP BY tenant_id, channel_id ORDER BY first_due LIMIT $2",
     )
+    .bind(now_ms)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|row| Ok((row.try_get("tenant_id")?, row.try_get("channel_id")?)))
+    .collect()
+}
+
+/// One channel's pending deliveries due at `now_ms`, in the order their events happened.
+pub async fn due_for_channel(
+    pool: &AnyPool,
+    tenant_id: &str,
+    channel_id: &str,
+    now_ms: i64,
+    limit: i64,
+) -> Result<Vec<Due>, sqlx::Error> {
+    sqlx::query(
+        "SELECT id, payload, attempts, created_at FROM notification_deliveries \
+         WHERE tenant_id = $1 AND channel_id = $2 AND status = 'pending' \
+         AND next_attempt_at <= $3 ORDER BY created_at, id LIMIT $4",
+    )
+    .bind(tenant_id)
+    .bind(channel_id)
     .bind(now_ms)
     .bind(limit)
     .fetch_all(pool)
@@ -34,8 +60,6 @@ pub async fn due(pool: &AnyPool, now_ms: i64, limit: i64) -> Result<Vec<Due>, sq
     .map(|row| {
         Ok(Due {
             id: row.try_get("id")?,
-            tenant_id: row.try_get("tenant_id")?,
-            channel_id: row.try_get("channel_id")?,
             payload: row.try_get("payload")?,
             attempts: row.try_get("attempts")?,
             created_at: row.try_get("created_at")?,

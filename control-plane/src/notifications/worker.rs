@@ -1,15 +1,16 @@
 //! The delivery worker: sends the outbox's due deliveries, one worker per deployment
 //! (the holder of the `notifications` lease), until each is delivered or dead.
 //!
-//! Each round takes the due deliveries and hands each channel's to one task, which sends
-//! them in order and stops at the first failure. A channel whose task is still running
+//! Each round finds the channels with due deliveries and starts one task per channel,
+//! which reads the channel's due deliveries, sends them in order and stops at the first
+//! failure. A channel whose task is still running
 //! (a receiver that hangs until the time limit) is skipped by later rounds, so it never
 //! holds back another channel. A failed attempt is retried after an exponential backoff
 //! with jitter (`backoff_ms`) until `retry_for` after the event; then the delivery is
 //! dead. Delivery is at least once: a lease that moves between replicas mid-send can
 //! repeat a message, which receivers recognise by its id.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -18,15 +19,15 @@ use serde_json::Value;
 
 use super::metrics::NotificationMetrics;
 use super::send::{Message, Sender};
-use super::store::{self, Attempt, Due, Next};
+use super::store::{self, Attempt, Next};
 use crate::clock::Clock;
 use crate::db::Db;
 
 /// The lease that elects the one worker.
 const LEASE_JOB: &str = "notifications";
-/// Deliveries one round takes, and per channel.
-const ROUND_LIMIT: i64 = 500;
-const PER_CHANNEL: usize = 50;
+/// Channels one round serves, and the deliveries a channel's task sends at most.
+const MAX_CHANNELS: i64 = 500;
+const PER_CHANNEL: i64 = 50;
 
 /// The first retry's delay and the longest.
 const FIRST_RETRY_MS: i64 = 5_000;
@@ -89,28 +90,18 @@ impl Worker {
             return Ok(());
         }
         let now = self.clock.now().as_millis();
-        let due = store::due(self.db.pool(), now, ROUND_LIMIT).await?;
-        let mut by_channel: HashMap<(String, String), Vec<Due>> = HashMap::new();
-        for delivery in due {
-            let key = (delivery.tenant_id.clone(), delivery.channel_id.clone());
-            let list = by_channel.entry(key).or_default();
-            if list.len() < PER_CHANNEL {
-                list.push(delivery);
-            }
-        }
-        for ((tenant_id, channel_id), deliveries) in by_channel {
-            if !self.lock_busy().insert(channel_id.clone()) {
+        for (tenant_id, channel_id) in
+            store::due_channels(self.db.pool(), now, MAX_CHANNELS).await?
+        {
+            let Some(busy) = Busy::claim(&self.busy, &channel_id) else {
                 continue;
-            }
+            };
             let worker = self.clone();
             tokio::spawn(async move {
-                if let Err(error) = worker
-                    .send_channel(&tenant_id, &channel_id, deliveries)
-                    .await
-                {
+                if let Err(error) = worker.send_channel(&tenant_id, &channel_id).await {
                     tracing::warn!(%error, channel_id, "notification delivery failed to record");
                 }
-                worker.lock_busy().remove(&channel_id);
+                drop(busy);
             });
         }
         let (depth, oldest) = store::queue(self.db.pool()).await?;
@@ -123,18 +114,14 @@ impl Worker {
         Ok(())
     }
 
-    fn lock_busy(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.busy.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Sends one channel's due deliveries in order, stopping at the first failure (the
-    /// rest wait for their own turn rather than pile onto a failing receiver).
-    async fn send_channel(
-        &self,
-        tenant_id: &str,
-        channel_id: &str,
-        deliveries: Vec<Due>,
-    ) -> Result<(), sqlx::Error> {
+    /// rest wait for their own turn rather than pile onto a failing receiver). They are
+    /// read here, while the channel is this task's alone, so that none is seen pending
+    /// after an earlier task of the channel delivered it.
+    async fn send_channel(&self, tenant_id: &str, channel_id: &str) -> Result<(), sqlx::Error> {
+        let now = self.clock.now().as_millis();
+        let deliveries =
+            store::due_for_channel(self.db.pool(), tenant_id, channel_id, now, PER_CHANNEL).await?;
         let channel = store::channel(self.db.pool(), tenant_id, channel_id).await?;
         let Some((channel, true)) = channel else {
             let why = if channel.is_some() {
@@ -201,6 +188,36 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+/// A channel marked busy while its task runs; unmarked when dropped, however the task
+/// ends.
+struct Busy {
+    set: Arc<Mutex<HashSet<String>>>,
+    channel_id: String,
+}
+
+impl Busy {
+    /// Marks `channel_id` busy, unless it is already.
+    fn claim(set: &Arc<Mutex<HashSet<String>>>, channel_id: &str) -> Option<Busy> {
+        let fresh = set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(channel_id.to_owned());
+        fresh.then(|| Busy {
+            set: Arc::clone(set),
+            channel_id: channel_id.to_owned(),
+        })
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.channel_id);
     }
 }
 

@@ -294,6 +294,19 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
     let usage = json!({ "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
                         "input_tokens": 10, "output_tokens": 5 });
     expect_status(app.post("/telemetry/usage", &key, usage).await, 201).await;
+    // A notification channel; the registration below queues a delivery to it, and one
+    // attempt is recorded as the (here stopped) delivery worker would.
+    expect_status(
+        app.post(
+            "/notifications/channels",
+            &key,
+            json!({ "name": "seed", "channel_type": "webhook", "events": ["agent.registered"],
+                    "config": { "url": "https://8.8.8.8/seed" } }),
+        )
+        .await,
+        201,
+    )
+    .await;
     let gone = app
         .register_agent(&key, json!({ "name": "soft-deleted" }))
         .await;
@@ -303,6 +316,15 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         204,
     )
     .await;
+    sqlx::query(
+        "INSERT INTO notification_attempts (delivery_id, attempt, tenant_id, attempted_at, \
+         outcome, duration_ms) SELECT id, 1, tenant_id, created_at, 'failed', 1 \
+         FROM notification_deliveries WHERE tenant_id = $1",
+    )
+    .bind(&tenant_id)
+    .execute(app.db.pool())
+    .await
+    .unwrap();
     (tenant_id, agent_id.to_owned())
 }
 

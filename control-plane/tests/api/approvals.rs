@@ -224,7 +224,7 @@ db_test!(approvals_queue_once_decide_once_and_expire, |app| {
             .iter()
             .filter(|e| e.starts_with("approval."))
             .collect::<Vec<_>>(),
-        ["approval.approved"]
+        ["approval.requested", "approval.approved"]
     );
     // The grant lets the dry run pass too.
     let results = expect_status(app.post("/policies/evaluate", key, dry.clone()).await, 200).await;

@@ -115,6 +115,13 @@ impl TestApp {
             close_days_interval_secs: 0,
             // Likewise the summaries of repeated policy violations (tests run them).
             violation_summary_interval_secs: 0,
+            // Likewise the sweep of lapsed approvals, and the notification worker (its
+            // lease is one per database); the tests that need them start their own.
+            approval_expiry_interval_secs: 0,
+            notifications: warden_control_plane::config::NotificationsConfig {
+                delivery_interval_ms: 0,
+                ..Default::default()
+            },
             ..Config::default()
         };
         configure(&mut config);
@@ -137,6 +144,31 @@ impl TestApp {
             config,
             _dir: dir,
         }
+    }
+
+    /// A control plane on a database of its own (on PostgreSQL a new database, not the
+    /// one the process's other tests share), for the jobs that run once per database,
+    /// such as the notification worker, elected by a lease.
+    pub async fn spawn_alone(backend: Backend, configure: impl FnOnce(&mut Config)) -> TestApp {
+        let own = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(new_postgres_database().await),
+        };
+        TestApp::spawn_with(backend, |config| {
+            configure(config);
+            if let Some(url) = own {
+                config.database_url = Secret::new(url);
+            }
+        })
+        .await
+    }
+
+    /// Stops the control plane and starts it again on the same database and address
+    /// with its configuration changed by `configure`.
+    pub async fn restart_with(&mut self, configure: impl FnOnce(&mut Config)) {
+        self.stop().await;
+        configure(&mut self.config);
+        self.start_again().await;
     }
 
     /// The OpenAPI document the control plane serves.
@@ -371,6 +403,26 @@ async fn postgres_test_database() -> &'static str {
         format!("{prefix}/{name}")
     })
     .await
+}
+
+/// A new, empty PostgreSQL database for one test; its name starts like the shared one's,
+/// so the stale-database sweep drops it after an hour.
+async fn new_postgres_database() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let shared = postgres_test_database().await;
+    let (prefix, shared_name) = shared.rsplit_once('/').unwrap();
+    let name = format!(
+        "{shared_name}_{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let mut admin = sqlx::PgConnection::connect(&format!("{prefix}/postgres"))
+        .await
+        .unwrap();
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    format!("{prefix}/{name}")
 }
 
 /// Creates a policy through the API; returns its `data`.

@@ -10,10 +10,15 @@
 //! like any enforcement change. A denial keeps the requests blocked, and for
 //! [`DENIAL_HOLD_MS`] (24 hours) no new approval is queued for them, so a retrying agent
 //! cannot flood the reviewers. Requests held while a grant is in force (reported before
-//! it reached the proxy) queue nothing either.
+//! it reached the proxy) queue nothing either. A new approval is audited as
+//! `approval.requested` (actor `proxy`); one that lapses undecided is marked `expired` by
+//! a background sweep (`approval_expiry_interval_secs`) and audited as
+//! `approval.expired` (actor `system`), so channels hear of both.
 
 mod service;
 pub mod store;
+
+pub use service::{expire_lapsed, expire_lapsed_every, record_lapsed, record_requested};
 
 use axum::extract::State;
 use axum::response::Response;

@@ -3,11 +3,18 @@
 
 use serde_json::json;
 
-use super::{store, Approval, ApprovalQuery, ApprovalStatus, DecideInput, Verdict, GRANT_TTL_MS};
+use warden_shared::timestamp::Timestamp;
+
+use super::{
+    store, Approval, ApprovalQuery, ApprovalStatus, DecideInput, Verdict, APPROVAL_TTL_MS,
+    GRANT_TTL_MS,
+};
 use crate::api::envelope::Page;
 use crate::api::validate::Text;
 use crate::auth::Caller;
-use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
+use crate::changes::{self, AuditEvent, Author, ChangeKind, Proxies};
+use crate::clock::Clock;
+use crate::db::{Db, WriteTx};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
@@ -102,4 +109,102 @@ pub async fn decide_approval(
     .await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Approvals one sweep expires at most; the next sweep takes the rest.
+const EXPIRY_BATCH: i64 = 500;
+
+/// Audits `approval.requested` for an approval the proxies asked for, as `proxy`.
+pub async fn record_requested(
+    tx: &mut WriteTx,
+    request: &store::Request<'_>,
+    id: i64,
+    now: Timestamp,
+) -> Result<(), sqlx::Error> {
+    let target_id = id.to_string();
+    changes::record(
+        tx,
+        Author {
+            tenant_id: request.tenant_id,
+            actor: "proxy",
+        },
+        now,
+        AuditEvent {
+            event_type: "approval.requested",
+            target_type: "approval",
+            target_id: &target_id,
+            details: json!({
+                "policy_id": request.policy_id,
+                "agent_id": request.agent_id,
+                "provider": request.provider,
+                "model": request.model,
+                "expires_at": Timestamp::from_millis(now.as_millis() + APPROVAL_TTL_MS),
+            }),
+        },
+        Proxies::Unaffected,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Audits `approval.expired` for approvals that lapsed undecided, as `system`.
+pub async fn record_lapsed(
+    tx: &mut WriteTx,
+    lapsed: &[store::Lapsed],
+    now: Timestamp,
+) -> Result<(), sqlx::Error> {
+    for approval in lapsed {
+        let target_id = approval.id.to_string();
+        changes::record(
+            tx,
+            Author {
+                tenant_id: &approval.tenant_id,
+                actor: "system",
+            },
+            now,
+            AuditEvent {
+                event_type: "approval.expired",
+                target_type: "approval",
+                target_id: &target_id,
+                details: json!({
+                    "policy_id": approval.policy_id,
+                    "agent_id": approval.agent_id,
+                }),
+            },
+            Proxies::Unaffected,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Marks the approvals whose 24 hours ran out undecided `expired`, audited (and so
+/// announced as `approval.expired`); returns how many.
+pub async fn expire_lapsed(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let mut tx = db.begin_write().await?;
+        let lapsed = store::expire_lapsed(&mut tx, now, EXPIRY_BATCH).await?;
+        record_lapsed(&mut tx, &lapsed, now).await?;
+        tx.commit().await?;
+        total += lapsed.len();
+        if i64::try_from(lapsed.len()).unwrap_or(i64::MAX) < EXPIRY_BATCH {
+            return Ok(total);
+        }
+    }
+}
+
+/// Expires lapsed approvals every `period` until the app stops.
+pub async fn expire_lapsed_every(
+    period: std::time::Duration,
+    db: Db,
+    clock: Clock,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    crate::periodic::every(period, period, stopping, || async {
+        if let Err(error) = expire_lapsed(&db, clock.now()).await {
+            tracing::warn!(%error, "cannot expire lapsed approvals");
+        }
+    })
+    .await;
 }

@@ -143,31 +143,52 @@ pub struct Request<'a> {
     pub request_context: &'a serde_json::Value,
 }
 
+/// A pending approval that lapsed undecided, marked `expired` by the statement that
+/// found it.
+#[derive(Debug, Clone)]
+pub struct Lapsed {
+    pub tenant_id: String,
+    pub id: i64,
+    pub policy_id: i64,
+    pub agent_id: String,
+}
+
+/// What [`request`] did: the new approval's id, and the pending one for the same
+/// request that had lapsed and gave way to it.
+#[derive(Debug, Default)]
+pub struct Requested {
+    pub created: Option<i64>,
+    pub lapsed: Vec<Lapsed>,
+}
+
 /// Queues a pending approval for `request` unless one is pending for the same agent,
 /// policy, provider and model, a reviewer denied that within `denial_hold_ms`, or an
 /// approval of it is still in force.
-/// Returns the new approval's id.
 pub async fn request(
     tx: &mut WriteTx,
     request: &Request<'_>,
     now: Timestamp,
     ttl_ms: i64,
     denial_hold_ms: i64,
-) -> Result<Option<i64>, sqlx::Error> {
+) -> Result<Requested, sqlx::Error> {
     let dedupe_key = format!(
         "{}|{}|{}|{}",
         request.agent_id, request.policy_id, request.provider, request.model
     );
     // A lapsed pending approval gives way to a new one.
-    sqlx::query(
+    let lapsed = sqlx::query(
         "UPDATE approvals SET status = 'expired', dedupe_key = NULL \
-         WHERE tenant_id = $1 AND dedupe_key = $2 AND status = 'pending' AND expires_at <= $3",
+         WHERE tenant_id = $1 AND dedupe_key = $2 AND status = 'pending' AND expires_at <= $3 \
+         RETURNING tenant_id, id, policy_id, agent_id",
     )
     .bind(request.tenant_id)
     .bind(&dedupe_key)
     .bind(now.as_millis())
-    .execute(&mut **tx)
-    .await?;
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(lapsed_from_row)
+    .collect::<Result<Vec<_>, _>>()?;
     // Decided already: a denial still holding, or a grant still in force (a request
     // held before the grant reached the proxy is reported after the decision).
     let decided: i64 = sqlx::query_scalar(
@@ -186,9 +207,12 @@ pub async fn request(
     .fetch_one(&mut **tx)
     .await?;
     if decided > 0 {
-        return Ok(None);
+        return Ok(Requested {
+            created: None,
+            lapsed,
+        });
     }
-    sqlx::query_scalar(
+    let created = sqlx::query_scalar(
         "INSERT INTO approvals (tenant_id, policy_id, agent_id, team_id, provider, model, \
          request_context, status, dedupe_key, expires_at, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10) \
@@ -205,7 +229,39 @@ pub async fn request(
     .bind(now.as_millis() + ttl_ms)
     .bind(now.as_millis())
     .fetch_optional(&mut **tx)
-    .await
+    .await?;
+    Ok(Requested { created, lapsed })
+}
+
+/// Marks up to `limit` pending approvals of any tenant whose time ran out by `now` as
+/// `expired` (reads already show them so) and returns them.
+pub async fn expire_lapsed(
+    tx: &mut WriteTx,
+    now: Timestamp,
+    limit: i64,
+) -> Result<Vec<Lapsed>, sqlx::Error> {
+    sqlx::query(
+        "UPDATE approvals SET status = 'expired', dedupe_key = NULL \
+         WHERE id IN (SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1 \
+         ORDER BY expires_at LIMIT $2) \
+         RETURNING tenant_id, id, policy_id, agent_id",
+    )
+    .bind(now.as_millis())
+    .bind(limit)
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(lapsed_from_row)
+    .collect()
+}
+
+fn lapsed_from_row(row: &AnyRow) -> Result<Lapsed, sqlx::Error> {
+    Ok(Lapsed {
+        tenant_id: row.try_get("tenant_id")?,
+        id: row.try_get("id")?,
+        policy_id: row.try_get("policy_id")?,
+        agent_id: row.try_get("agent_id")?,
+    })
 }
 
 fn approval_from_row(row: &AnyRow) -> Result<Approval, sqlx::Error> {

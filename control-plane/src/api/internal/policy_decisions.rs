@@ -15,7 +15,9 @@ use warden_shared::timestamp::Timestamp;
 
 use super::input::{DecisionBatch, ProxyDecision};
 use super::{store, DecisionAck};
-use crate::api::approvals::{store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS};
+use crate::api::approvals::{
+    record_lapsed, record_requested, store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS,
+};
 use crate::api::extract::parse_raw;
 use crate::api::policies::{record_evaluations, DecisionRow, ResultLists};
 use crate::api::telemetry::ItemError;
@@ -215,10 +217,11 @@ async fn queue_approvals(
             model: report.model.as_str(),
             request_context: &ask.request_context,
         };
-        if approvals::request(tx, &request, now, APPROVAL_TTL_MS, DENIAL_HOLD_MS)
-            .await?
-            .is_some()
-        {
+        let requested =
+            approvals::request(tx, &request, now, APPROVAL_TTL_MS, DENIAL_HOLD_MS).await?;
+        record_lapsed(tx, &requested.lapsed, now).await?;
+        if let Some(id) = requested.created {
+            record_requested(tx, &request, id, now).await?;
             ack.approvals_created += 1;
         }
     }

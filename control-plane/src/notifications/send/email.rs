@@ -5,7 +5,7 @@
 use lettre::message::header::ContentType;
 use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::Credentials;
-use lettre::transport::smtp::client::{Tls, TlsParameters};
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
 use super::{Message, Outcome, Sender};
@@ -33,10 +33,11 @@ pub async fn send(
         .smtp_host
         .trim_start_matches('[')
         .trim_end_matches(']');
+    let roots = sender.smtp_roots.as_deref();
     let tls = match config.security {
         SmtpSecurity::None => Tls::None,
-        SmtpSecurity::Starttls => Tls::Required(tls_parameters(host).map_err(failed)?),
-        SmtpSecurity::Tls => Tls::Wrapper(tls_parameters(host).map_err(failed)?),
+        SmtpSecurity::Starttls => Tls::Required(tls_parameters(host, roots).map_err(failed)?),
+        SmtpSecurity::Tls => Tls::Wrapper(tls_parameters(host, roots).map_err(failed)?),
     };
     let mut transport =
         AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(addr.ip().to_string())
@@ -58,8 +59,20 @@ pub async fn send(
     }
 }
 
-fn tls_parameters(host: &str) -> Result<TlsParameters, String> {
-    TlsParameters::new(host.to_owned()).map_err(|error| format!("TLS setup for `{host}`: {error}"))
+/// TLS for `host`: the public roots, and the operator's extra authorities.
+fn tls_parameters(host: &str, roots: Option<&[u8]>) -> Result<TlsParameters, String> {
+    let mut builder = TlsParameters::builder(host.to_owned());
+    if let Some(pem) = roots {
+        builder = builder.add_root_certificate(self::roots(pem)?);
+    }
+    builder
+        .build_rustls()
+        .map_err(|error| format!("TLS setup for `{host}`: {error}"))
+}
+
+/// The certificates of a PEM file of authorities.
+pub fn roots(pem: &[u8]) -> Result<Certificate, String> {
+    Certificate::from_pem(pem).map_err(|error| format!("notifications.smtp_ca_file: {error}"))
 }
 
 /// The email: a subject with the event's title and target, a plain-text body with the

@@ -73,6 +73,26 @@ pub struct Outcome {
 pub struct Sender {
     pub guard: Guard,
     pub timeout: Duration,
+    /// PEM of extra certificate authorities trusted for SMTP servers.
+    pub smtp_roots: Option<std::sync::Arc<[u8]>>,
+}
+
+impl Sender {
+    /// A sender; `smtp_roots` must hold PEM certificates (checked here, at start).
+    pub fn new(
+        guard: Guard,
+        timeout: Duration,
+        smtp_roots: Option<Vec<u8>>,
+    ) -> Result<Sender, String> {
+        if let Some(pem) = &smtp_roots {
+            email::roots(pem)?;
+        }
+        Ok(Sender {
+            guard,
+            timeout,
+            smtp_roots: smtp_roots.map(std::sync::Arc::from),
+        })
+    }
 }
 
 impl Sender {

@@ -35,7 +35,7 @@ pub fn blocks(message: &Message<'_>) -> Value {
         message.data("target_id")
     );
     json!({
-        "text": clip(&format!("{} — {}", message.title(), message.summary()), 3_000),
+        "text": clip(message.summary(), 3_000),
         "blocks": [
             {
                 "type": "header",

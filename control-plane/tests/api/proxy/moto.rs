@@ -1,14 +1,13 @@
 //! A real local AWS Secrets Manager for the managed-key tests: moto's server, from PyPI.
 //!
 //! On first use it is installed into a Python virtual environment under the workspace's
-//! `target/moto` (`python3 -m venv`, then `pip install moto[server]`); set
+//! `target/moto` (`crate::python`); set
 //! `WARDEN_TEST_MOTO_PYTHON` to a Python that has moto installed to skip that. Each test
 //! starts its own server (`python -m moto.server`) on a free port and stops it when
 //! dropped.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -113,41 +112,5 @@ fn moto_python() -> PathBuf {
     if let Ok(path) = std::env::var("WARDEN_TEST_MOTO_PYTHON") {
         return PathBuf::from(path);
     }
-    let home = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/moto");
-    let python = home.join("bin/python");
-    if python.exists() {
-        return python;
-    }
-    // One install per process: the tests of both databases ask at once, and would share
-    // (and delete) each other's staging folder, named by the process.
-    static INSTALLING: Mutex<()> = Mutex::new(());
-    let _installing = INSTALLING.lock().unwrap_or_else(PoisonError::into_inner);
-    if python.exists() {
-        return python;
-    }
-    // Installed beside, then renamed into place: concurrent test processes never see a
-    // half-made environment, and the loser of the race throws its copy away. (Run as
-    // `python -m`, a virtual environment works from wherever it is moved.)
-    let staging = home.with_file_name(format!("moto-installing-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    run(Command::new("python3").arg("-m").arg("venv").arg(&staging));
-    run(Command::new(staging.join("bin/python")).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        MOTO,
-    ]));
-    if std::fs::rename(&staging, &home).is_err() {
-        let _ = std::fs::remove_dir_all(&staging);
-    }
-    python
-}
-
-fn run(command: &mut Command) {
-    let status = command
-        .status()
-        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
-    assert!(status.success(), "{command:?} failed: {status}");
+    crate::python::venv_python("moto", &[MOTO])
 }
