@@ -132,7 +132,11 @@ notify_test!(
             .await;
         // Sent once each: a channel's deliveries are read by the task that sends them,
         // never from a list made before an earlier task delivered them.
-        assert_eq!(received["webhook"].as_array().unwrap().len(), 2, "{received}");
+        assert_eq!(
+            received["webhook"].as_array().unwrap().len(),
+            2,
+            "{received}"
+        );
         let resolve = &received["pagerduty"][1];
         assert_eq!(resolve["event_action"], "resolve");
         assert_eq!(resolve["dedup_key"], dedup_key.as_str());
@@ -346,4 +350,66 @@ async fn a_delivery_failing_past_its_retry_time_is_dead() {
         app.clock.advance(30_000);
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// Two control planes on one PostgreSQL database elect one delivery worker: every event
+/// is sent once, and when the worker's replica stops the other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_database_deliver_each_event_once() {
+    let mut first = notifying_app(Backend::Postgres, |_| {}).await;
+    let url = first.database_url();
+    let second = TestApp::spawn_with(Backend::Postgres, |config| {
+        config.database_url = warden_control_plane::config::Secret::new(url);
+        config.notifications.delivery_interval_ms = 50;
+        config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
+    })
+    .await;
+    let mut receiver = Receiver::start().await;
+    let tenant = first.new_tenant("starter").await;
+    let key = tenant.admin_key.clone();
+    let hook = create_channel(
+        &first,
+        &tenant,
+        json!({"name": "siem", "channel_type": "webhook", "events": ["agent.registered"],
+               "config": {"url": receiver.url("/webhook")}}),
+    )
+    .await;
+    receiver
+        .set_secret(hook["signing_secret"].as_str().unwrap())
+        .await;
+    for index in 0..6 {
+        // Written through both replicas.
+        let app = if index % 2 == 0 { &first } else { &second };
+        app.register_agent(&key, json!({ "name": format!("agent-{index}") }))
+            .await;
+    }
+    // Each test app's clock is frozen at its start: moved on, every delivery is due on
+    // whichever replica holds the lease.
+    first.clock.advance(60_000);
+    second.clock.advance(60_000);
+    receiver
+        .wait_for("six messages", |r| counts(r)[2] == 6)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let received = receiver.received().await;
+    assert_eq!(
+        received["webhook"].as_array().unwrap().len(),
+        6,
+        "{received}"
+    );
+    let holders: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM worker_leases WHERE job = 'notifications'")
+            .fetch_one(first.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(holders, 1);
+
+    // The first replica stops (giving its lease up if it held it); the second delivers.
+    first.stop().await;
+    second
+        .register_agent(&key, json!({ "name": "after" }))
+        .await;
+    receiver
+        .wait_for("the seventh message", |r| counts(r)[2] == 7)
+        .await;
 }

@@ -199,7 +199,7 @@ impl Receiver {
             }
             assert!(
                 Instant::now() < deadline,
-                "waited 30 s for {what}: {received}"
+                "waited 60 s for {what}: {received}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
