@@ -28,8 +28,10 @@ pub enum Refusal {
     NoHost,
     #[error("cannot resolve `{host}`: {reason}")]
     Unresolvable { host: String, reason: String },
-    #[error("`{host}` resolves to {addr}, a {range} address, which Warden does not call")]
+    #[error("`{host}` {}{addr}, a {range} address, which Warden does not call", if *.resolved { "resolves to " } else { "is " })]
     Forbidden {
+        /// The host is a name that resolved to `addr` (not an address itself).
+        resolved: bool,
         host: String,
         addr: IpAddr,
         range: &'static str,
@@ -178,6 +180,7 @@ impl Guard {
         }
         Err(Refusal::Forbidden {
             host: host.to_owned(),
+            resolved: host.parse::<IpAddr>().is_err() && !host.starts_with('['),
             addr,
             range,
         })
