@@ -63,6 +63,8 @@ pub enum Feature {
     Proxy,
     /// Classifying agents' risk under the EU AI Act (2.20's `risk_classification`).
     RiskClassification,
+    /// Incident evidence packs (spec 4.8: Professional or above).
+    EvidencePacks,
 }
 
 impl Feature {
@@ -71,6 +73,7 @@ impl Feature {
         match self {
             Feature::Proxy => ("the proxy", "Starter"),
             Feature::RiskClassification => ("risk classification", "Starter"),
+            Feature::EvidencePacks => ("incident evidence packs", "Professional"),
         }
     }
 }
@@ -79,6 +82,7 @@ impl Plan {
     pub const fn includes(self, feature: Feature) -> bool {
         match feature {
             Feature::Proxy | Feature::RiskClassification => !matches!(self, Plan::Free),
+            Feature::EvidencePacks => !matches!(self, Plan::Free | Plan::Starter),
         }
     }
 }

@@ -147,6 +147,9 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "incident_updates",
+    "incidents",
+    "frias",
     "notification_attempts",
     "notification_deliveries",
     "notification_channels",

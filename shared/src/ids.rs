@@ -29,6 +29,8 @@ pub enum IdKind {
     NotificationChannel,
     /// One event's delivery to one channel; receivers deduplicate on it.
     NotificationDelivery,
+    Fria,
+    Incident,
 }
 
 impl IdKind {
@@ -50,6 +52,8 @@ impl IdKind {
             IdKind::Instance => "ins",
             IdKind::NotificationChannel => "nch",
             IdKind::NotificationDelivery => "msg",
+            IdKind::Fria => "fria",
+            IdKind::Incident => "inc",
         }
     }
 }

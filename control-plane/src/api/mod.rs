@@ -16,8 +16,11 @@ pub mod approvals;
 mod audit_trail;
 mod auth;
 mod budget;
+mod compliance;
 pub mod cost;
+mod fria;
 pub mod health;
+mod incidents;
 pub mod internal;
 mod managed_keys;
 mod monitoring;
@@ -71,6 +74,9 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(posture::router())
         .merge(relationships::router())
         .merge(notification_channels::router())
+        .merge(fria::router())
+        .merge(incidents::router())
+        .merge(compliance::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

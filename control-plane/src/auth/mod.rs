@@ -85,10 +85,12 @@ pub mod require {
     }
 
     // `admin` on a plan with the proxy (proxy keys, managed keys, budget limits);
-    // `governance:write` on a plan with risk classification.
+    // `governance:write` on a plan with risk classification; `governance:read` on a plan
+    // with evidence packs.
     gated! {
         AdminWithProxy => Some(Scope::Admin), Feature::Proxy,
         GovernanceWriteWithRisk => Some(Scope::GovernanceWrite), Feature::RiskClassification,
+        GovernanceReadWithEvidence => Some(Scope::GovernanceRead), Feature::EvidencePacks,
     }
 
     marker! {

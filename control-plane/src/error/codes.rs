@@ -82,6 +82,10 @@ error_codes! {
         "That owner already owns the agent.";
     ChannelLimitReached => CONFLICT, "channel_limit_reached",
         "The tenant has the most notification channels it may have (50).";
+    FriaAlreadySubmitted => CONFLICT, "fria_already_submitted",
+        "A submitted impact assessment cannot change; make a new version.";
+    IncidentClosed => CONFLICT, "incident_closed",
+        "A closed incident takes no more updates.";
     ApprovalNotPending => CONFLICT, "approval_not_pending",
         "The approval was already decided or has expired.";
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large",

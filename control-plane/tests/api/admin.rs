@@ -294,6 +294,39 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
     let usage = json!({ "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
                         "input_tokens": 10, "output_tokens": 5 });
     expect_status(app.post("/telemetry/usage", &key, usage).await, 201).await;
+    // An impact assessment, and an incident with one operator response.
+    expect_status(
+        app.post(
+            &format!("/agents/{agent_id}/fria"),
+            &key,
+            json!({ "processes": "p", "frequency_and_scope": "f", "categories_of_persons": "c",
+                    "specific_risks": "s", "human_oversight_measures": "h",
+                    "risk_mitigation_measures": "r" }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let incident = expect_status(
+        app.post(
+            "/incidents",
+            &key,
+            json!({ "agent_id": agent_id, "title": "t", "severity": "low", "description": "d" }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    expect_status(
+        app.patch(
+            &format!("/incidents/{}", incident["data"]["id"].as_str().unwrap()),
+            &key,
+            json!({ "update_note": "looked at it" }),
+        )
+        .await,
+        200,
+    )
+    .await;
     // A notification channel; the registration below queues a delivery to it, and one
     // attempt is recorded as the (here stopped) delivery worker would.
     expect_status(

@@ -14,6 +14,7 @@ mod audit_trail;
 mod auth;
 mod bad_input;
 mod budgets;
+mod compliance;
 mod cost;
 mod dev_mode;
 mod health;

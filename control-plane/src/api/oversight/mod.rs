@@ -10,6 +10,9 @@ mod score;
 mod service;
 mod store;
 
+pub(crate) use score::covers;
+pub(crate) use store::{agents as live_agents, AgentFacts, Scope as AgentScope};
+
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
