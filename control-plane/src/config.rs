@@ -52,6 +52,9 @@ pub struct Config {
     /// `expired` (audited and announced as `approval.expired`); `0` turns them off on
     /// this replica (reads show them expired regardless).
     pub approval_expiry_interval_secs: u64,
+    /// Seconds between anomaly detection passes; `0` turns detection off on this replica
+    /// (replicas sharing PostgreSQL elect one detector among those that have it on).
+    pub anomaly_detection_interval_secs: u64,
     pub auth: AuthConfig,
     pub notifications: NotificationsConfig,
     pub outbound: OutboundConfig,
@@ -139,6 +142,7 @@ impl Default for Config {
             enforcement_wait_ms: 2_000,
             violation_summary_interval_secs: 15,
             approval_expiry_interval_secs: 60,
+            anomaly_detection_interval_secs: 300,
             auth: AuthConfig::default(),
             notifications: NotificationsConfig::default(),
             outbound: OutboundConfig::default(),

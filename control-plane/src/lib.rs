@@ -3,6 +3,7 @@
 //! `main.rs` is a thin CLI; everything it starts is built by [`startup::build`], which
 //! tests and benchmarks call too, so they exercise exactly what production runs.
 
+pub mod anomalies;
 pub mod api;
 pub mod auth;
 pub mod bootstrap;

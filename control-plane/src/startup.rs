@@ -174,6 +174,15 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             stopping.clone(),
         ));
     }
+    if config.anomaly_detection_interval_secs > 0 {
+        tokio::spawn(crate::anomalies::detect_every(
+            std::time::Duration::from_secs(config.anomaly_detection_interval_secs),
+            db.clone(),
+            clock.clone(),
+            confirmations.replica_id().to_owned(),
+            stopping.clone(),
+        ));
+    }
     let state = AppState {
         notification_sender: sender,
         publisher,

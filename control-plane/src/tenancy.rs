@@ -147,6 +147,8 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "anomalies",
+    "anomaly_rules",
     "incident_updates",
     "incidents",
     "frias",

@@ -31,6 +31,7 @@ pub enum IdKind {
     NotificationDelivery,
     Fria,
     Incident,
+    Anomaly,
 }
 
 impl IdKind {
@@ -54,6 +55,7 @@ impl IdKind {
             IdKind::NotificationDelivery => "msg",
             IdKind::Fria => "fria",
             IdKind::Incident => "inc",
+            IdKind::Anomaly => "anm",
         }
     }
 }

@@ -12,6 +12,8 @@ pub mod validate;
 
 mod admin;
 mod agents;
+mod anomalies;
+mod anomaly_rules;
 pub mod approvals;
 mod audit_trail;
 mod auth;
@@ -77,6 +79,8 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(fria::router())
         .merge(incidents::router())
         .merge(compliance::router())
+        .merge(anomalies::router())
+        .merge(anomaly_rules::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

@@ -102,6 +102,8 @@ pub mod require {
         CostRead => Some(Scope::CostRead),
         GovernanceRead => Some(Scope::GovernanceRead),
         GovernanceWrite => Some(Scope::GovernanceWrite),
+        AnomalyRead => Some(Scope::AnomalyRead),
+        AnomalyWrite => Some(Scope::AnomalyWrite),
         Admin => Some(Scope::Admin),
         PlatformAdmin => Some(Scope::PlatformAdmin),
     }

@@ -86,6 +86,10 @@ error_codes! {
         "A submitted impact assessment cannot change; make a new version.";
     IncidentClosed => CONFLICT, "incident_closed",
         "A closed incident takes no more updates.";
+    InvalidAnomalyTransition => CONFLICT, "invalid_anomaly_transition",
+        "The anomaly cannot move to that state from its own (`details.status`).";
+    AnomalyRuleExists => CONFLICT, "anomaly_rule_exists",
+        "The tenant has a rule for that anomaly type already.";
     ApprovalNotPending => CONFLICT, "approval_not_pending",
         "The approval was already decided or has expired.";
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large",

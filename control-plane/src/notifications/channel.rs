@@ -327,7 +327,7 @@ pub fn masked(channel_type: ChannelType, config: &Value) -> Value {
 
 /// A URL keeps its scheme and host (so a person can tell which it is); any other secret
 /// keeps its last four characters when it is long enough that they give nothing away.
-fn mask(secret: &str) -> String {
+pub fn mask(secret: &str) -> String {
     if let Ok(url) = url::Url::parse(secret) {
         if let Some(host) = url.host_str() {
             return format!("{}://{host}/****", url.scheme());

@@ -56,7 +56,60 @@ pub async fn enqueue(tx: &mut WriteTx, raised: &Raised<'_>) -> Result<usize, sql
         .await?;
         queued += 1;
     }
+    for rule_id in anomaly_rule_webhooks(tx, kind, raised).await? {
+        let body = payload.get_or_insert_with(|| payload_of(kind, raised).to_string());
+        sqlx::query(
+            "INSERT INTO notification_deliveries (id, tenant_id, channel_id, event_type, \
+             payload, status, attempts, next_attempt_at, created_at) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $6)",
+        )
+        .bind(new_id(IdKind::NotificationDelivery, raised.at.as_millis()))
+        .bind(raised.tenant_id)
+        .bind(format!("{ANOMALY_RULE_PREFIX}{rule_id}"))
+        .bind(kind.name)
+        .bind(body.as_str())
+        .bind(raised.at.as_millis())
+        .execute(&mut **tx)
+        .await?;
+        queued += 1;
+    }
     Ok(queued)
+}
+
+/// Deliveries to an anomaly rule's webhook use this prefix and the rule's id as their
+/// channel.
+pub const ANOMALY_RULE_PREFIX: &str = "anomaly_rule:";
+
+/// The enabled anomaly rules with a webhook for an anomaly event's type.
+async fn anomaly_rule_webhooks(
+    tx: &mut WriteTx,
+    kind: &EventKind,
+    raised: &Raised<'_>,
+) -> Result<Vec<i64>, sqlx::Error> {
+    if !matches!(kind.name, "anomaly.detected" | "anomaly.resolved") {
+        return Ok(Vec::new());
+    }
+    let Some(anomaly_type) = raised
+        .event
+        .details
+        .get("anomaly_type")
+        .and_then(Value::as_str)
+    else {
+        return Ok(Vec::new());
+    };
+    let rules: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT id, notification_config FROM anomaly_rules WHERE tenant_id = $1 \
+         AND anomaly_type = $2 AND enabled = 1",
+    )
+    .bind(raised.tenant_id)
+    .bind(anomaly_type)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rules
+        .into_iter()
+        .filter(|(_, config)| config.contains("webhook_url"))
+        .map(|(id, _)| id)
+        .collect())
 }
 
 /// The payload every channel type is built from, and the body a webhook receives: the

@@ -75,6 +75,9 @@ pub async fn channel(
     tenant_id: &str,
     channel_id: &str,
 ) -> Result<Option<(Channel, bool)>, sqlx::Error> {
+    if let Some(rule_id) = channel_id.strip_prefix(super::outbox::ANOMALY_RULE_PREFIX) {
+        return anomaly_rule_webhook(pool, tenant_id, channel_id, rule_id).await;
+    }
     let Some(row) = sqlx::query(
         "SELECT channel_type, config, signing_secret, enabled FROM notification_channels \
          WHERE tenant_id = $1 AND id = $2",
@@ -102,6 +105,50 @@ pub async fn channel(
             id: channel_id.to_owned(),
             tenant_id: tenant_id.to_owned(),
             config,
+            signing_secret: row.try_get("signing_secret")?,
+        },
+        enabled != 0,
+    )))
+}
+
+/// An anomaly rule's webhook as a channel; `None` when the rule or its URL is gone.
+async fn anomaly_rule_webhook(
+    pool: &AnyPool,
+    tenant_id: &str,
+    channel_id: &str,
+    rule_id: &str,
+) -> Result<Option<(Channel, bool)>, sqlx::Error> {
+    let Ok(rule_id) = rule_id.parse::<i64>() else {
+        return Ok(None);
+    };
+    let Some(row) = sqlx::query(
+        "SELECT notification_config, signing_secret, enabled FROM anomaly_rules \
+         WHERE tenant_id = $1 AND id = $2",
+    )
+    .bind(tenant_id)
+    .bind(rule_id)
+    .fetch_optional(pool)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let config: String = row.try_get("notification_config")?;
+    let url = serde_json::from_str::<serde_json::Value>(&config)
+        .ok()
+        .and_then(|config| {
+            config
+                .get("webhook_url")
+                .and_then(|url| url.as_str().map(str::to_owned))
+        });
+    let Some(url) = url else {
+        return Ok(None);
+    };
+    let enabled: i64 = row.try_get("enabled")?;
+    Ok(Some((
+        Channel {
+            id: channel_id.to_owned(),
+            tenant_id: tenant_id.to_owned(),
+            config: ChannelConfig::Webhook(super::channel::WebhookConfig { url }),
             signing_secret: row.try_get("signing_secret")?,
         },
         enabled != 0,

@@ -349,6 +349,27 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         204,
     )
     .await;
+    expect_status(
+        app.post(
+            "/anomaly-rules",
+            &key,
+            json!({ "anomaly_type": "cost_spike", "threshold_config": { "daily_cost_usd": 0 } }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO anomalies (id, tenant_id, agent_id, anomaly_type, cause, severity, status, \
+         description, details, detected_at, last_seen_at, occurrences) \
+         VALUES ($1, $2, $3, 'cost_spike', 'daily_cost', 'low', 'open', 'seed', '{}', 0, 0, 1)",
+    )
+    .bind(format!("anm_seed_{tenant_id}"))
+    .bind(&tenant_id)
+    .bind(agent_id)
+    .execute(app.db.pool())
+    .await
+    .unwrap();
     sqlx::query(
         "INSERT INTO notification_attempts (delivery_id, attempt, tenant_id, attempted_at, \
          outcome, duration_ms) SELECT id, 1, tenant_id, created_at, 'failed', 1 \

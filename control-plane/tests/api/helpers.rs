@@ -118,6 +118,7 @@ impl TestApp {
             // Likewise the sweep of lapsed approvals, and the notification worker (its
             // lease is one per database); the tests that need them start their own.
             approval_expiry_interval_secs: 0,
+            anomaly_detection_interval_secs: 0,
             notifications: warden_control_plane::config::NotificationsConfig {
                 delivery_interval_ms: 0,
                 ..Default::default()

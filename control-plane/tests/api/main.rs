@@ -9,6 +9,7 @@ mod helpers;
 
 mod admin;
 mod agents;
+mod anomalies;
 mod approvals;
 mod audit_trail;
 mod auth;

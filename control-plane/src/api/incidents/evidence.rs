@@ -54,6 +54,9 @@ pub struct EvidencePack {
     /// Approvals the agent's requests raised in the window, with their decisions.
     #[schema(value_type = Vec<Object>)]
     pub approvals: Vec<Value>,
+    /// The agent's anomalies detected or seen in the window.
+    #[schema(value_type = Vec<Object>)]
+    pub anomalies: Vec<Value>,
     /// The agent's usage in the window.
     #[schema(value_type = Object)]
     pub usage: Value,
@@ -124,6 +127,7 @@ pub async fn pack(
         .collect();
     let approvals = approvals(state, tenant, agent_id, from, to).await?;
     let usage = usage(state, tenant, agent_id, from, to).await?;
+    let anomalies = anomalies(state, tenant, agent_id, from, to).await?;
     let head = sqlx::query("SELECT seq, hash FROM audit_heads WHERE tenant_id = $1")
         .bind(tenant)
         .fetch_optional(pool)
@@ -148,6 +152,7 @@ pub async fn pack(
         audit_events,
         policy_violations,
         approvals,
+        anomalies,
         usage,
         reporting,
         audit_chain: head,
@@ -251,6 +256,43 @@ async fn approvals(
                 "reason": row.try_get::<Option<String>, _>("reason")?,
                 "created_at": Timestamp::from_millis(row.try_get("created_at")?),
                 "resolved_at": row.try_get::<Option<i64>, _>("resolved_at")?.map(Timestamp::from_millis),
+            }))
+        })
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+async fn anomalies(
+    state: &AppState,
+    tenant: &str,
+    agent_id: &str,
+    from: i64,
+    to: i64,
+) -> ApiResult<Vec<Value>> {
+    let rows = sqlx::query(
+        "SELECT id, anomaly_type, severity, status, description, details, detected_at, last_seen_at \
+         FROM anomalies WHERE tenant_id = $1 AND agent_id = $2 AND detected_at <= $4 \
+         AND last_seen_at >= $3 ORDER BY detected_at LIMIT $5",
+    )
+    .bind(tenant)
+    .bind(agent_id)
+    .bind(from)
+    .bind(to)
+    .bind(MAX_ITEMS)
+    .fetch_all(state.db.pool())
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|row| -> Result<Value, sqlx::Error> {
+            let details: String = row.try_get("details")?;
+            Ok(json!({
+                "id": row.try_get::<String, _>("id")?,
+                "anomaly_type": row.try_get::<String, _>("anomaly_type")?,
+                "severity": row.try_get::<String, _>("severity")?,
+                "status": row.try_get::<String, _>("status")?,
+                "description": row.try_get::<String, _>("description")?,
+                "details": json_column::<Value>(&details),
+                "detected_at": Timestamp::from_millis(row.try_get("detected_at")?),
+                "last_seen_at": Timestamp::from_millis(row.try_get("last_seen_at")?),
             }))
         })
         .collect::<Result<Vec<_>, _>>()?)
