@@ -41,6 +41,8 @@ impl BenchServer {
             service_token: Some(Secret::new(SERVICE_TOKEN)),
             log_format: LogFormat::Pretty,
             max_body_bytes,
+            // Benchmarks run the detector themselves, when they measure it.
+            anomaly_detection_interval_secs: 0,
             ..Config::default()
         };
         let app = startup::build(config, clock).await.unwrap();
