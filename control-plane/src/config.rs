@@ -58,6 +58,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub notifications: NotificationsConfig,
     pub outbound: OutboundConfig,
+    pub billing: BillingConfig,
     /// The proxy (`warden proxy`, and the proxy `warden dev` starts).
     pub proxy: ProxyConfig,
     /// Providers' endpoints and the proxy's own credentials
@@ -94,6 +95,31 @@ pub struct NotificationsConfig {
     /// PEM file of certificate authorities trusted for email channels' SMTP servers in
     /// addition to the public roots (a relay whose certificate a private CA signed).
     pub smtp_ca_file: Option<std::path::PathBuf>,
+}
+
+/// Plans, checkout and the payment provider's webhook.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BillingConfig {
+    /// The payment provider's checkout page; a checkout's URL is
+    /// `<checkout_base_url>/<checkout id>`.
+    pub checkout_base_url: String,
+    /// Secrets the payment provider signs `POST /billing/webhook` with; more than one
+    /// while a secret is rotated. Empty: every webhook call is refused (401).
+    pub webhook_secrets: Vec<Secret>,
+    /// Seconds between rounds that apply downgrades and cancellations whose billing
+    /// period has ended; `0` turns them off on this replica.
+    pub plan_change_interval_secs: u64,
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        BillingConfig {
+            checkout_base_url: "https://billing.example.com/checkout".to_owned(),
+            webhook_secrets: Vec::new(),
+            plan_change_interval_secs: 60,
+        }
+    }
 }
 
 /// Calls Warden makes to hosts that tenants name (notification channels).
@@ -146,6 +172,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             notifications: NotificationsConfig::default(),
             outbound: OutboundConfig::default(),
+            billing: BillingConfig::default(),
             proxy: ProxyConfig::default(),
             providers: ProvidersConfig::default(),
         }

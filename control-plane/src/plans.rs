@@ -56,6 +56,113 @@ impl Plan {
     }
 }
 
+/// What a plan includes, as `GET /billing` shows it (spec 2.20's `features`), and the
+/// figures the spec leaves open, chosen here:
+///
+/// | plan | agents | USD / month | anomalies | policies | approvals | risk | audit days | EU AI Act | FRIA | incidents | SSO | telemetry days |
+/// |---|---|---|---|---|---|---|---|---|---|---|---|---|
+/// | free | 3 | 0 | no | 3 | no | no | 30 | none | no | no | no | 7 |
+/// | starter | 25 | 99 | yes | 25 | yes | yes | 90 | basic | no | no | no | 14 |
+/// | professional | 100 | 499 | yes | unlimited | yes | yes | 365 | full | yes | yes | no | 30 |
+/// | enterprise | 1,000 | 1,999 | yes | unlimited | yes | yes | 2,555 | full | yes | yes | yes | 30 |
+/// | enterprise_plus | 10,000 | by contract | yes | unlimited | yes | yes | 3,650 | full | yes | yes | yes | 30 |
+///
+/// The audit trail is kept whole whatever the plan (it is a hash chain); the retention
+/// figure is the plan's promise, the floor. Telemetry retention bounds payload capture.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct Features {
+    pub anomaly_detection: bool,
+    /// A number of policies, or `"unlimited"`.
+    #[schema(value_type = Object)]
+    pub governance_policies: PolicyAllowance,
+    pub hitl_approvals: bool,
+    pub risk_classification: bool,
+    pub audit_trail_retention_days: i64,
+    /// `none`, `basic` (risk classification and transparency cards) or `full`.
+    pub eu_ai_act_compliance: &'static str,
+    pub fria_support: bool,
+    pub incident_reporting: bool,
+    pub sso: bool,
+}
+
+/// `governance_policies`: a count or unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyAllowance {
+    Count(i64),
+    Unlimited,
+}
+
+impl Serialize for PolicyAllowance {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PolicyAllowance::Count(count) => serializer.serialize_i64(*count),
+            PolicyAllowance::Unlimited => serializer.serialize_str("unlimited"),
+        }
+    }
+}
+
+impl Plan {
+    /// The plan's order, lowest first: an upgrade moves up it.
+    pub const fn rank(self) -> u8 {
+        match self {
+            Plan::Free => 0,
+            Plan::Starter => 1,
+            Plan::Professional => 2,
+            Plan::Enterprise => 3,
+            Plan::EnterprisePlus => 4,
+        }
+    }
+
+    /// List price per month in micro-dollars; enterprise_plus is by contract (0 here).
+    pub const fn price_micros(self) -> i64 {
+        match self {
+            Plan::Free | Plan::EnterprisePlus => 0,
+            Plan::Starter => 99_000_000,
+            Plan::Professional => 499_000_000,
+            Plan::Enterprise => 1_999_000_000,
+        }
+    }
+
+    /// Days usage records and captured payloads are kept.
+    pub const fn telemetry_retention_days(self) -> i64 {
+        match self {
+            Plan::Free => 7,
+            Plan::Starter => 14,
+            _ => 30,
+        }
+    }
+
+    pub const fn features(self) -> Features {
+        let paid = !matches!(self, Plan::Free);
+        let full = self.rank() >= Plan::Professional.rank();
+        Features {
+            anomaly_detection: paid,
+            governance_policies: match self {
+                Plan::Free => PolicyAllowance::Count(3),
+                Plan::Starter => PolicyAllowance::Count(25),
+                _ => PolicyAllowance::Unlimited,
+            },
+            hitl_approvals: paid,
+            risk_classification: self.includes(Feature::RiskClassification),
+            audit_trail_retention_days: match self {
+                Plan::Free => 30,
+                Plan::Starter => 90,
+                Plan::Professional => 365,
+                Plan::Enterprise => 2_555,
+                Plan::EnterprisePlus => 3_650,
+            },
+            eu_ai_act_compliance: match self {
+                Plan::Free => "none",
+                Plan::Starter => "basic",
+                _ => "full",
+            },
+            fria_support: full,
+            incident_reporting: full,
+            sso: self.rank() >= Plan::Enterprise.rank(),
+        }
+    }
+}
+
 /// Something a plan may or may not include.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Feature {

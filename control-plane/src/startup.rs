@@ -174,6 +174,14 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             stopping.clone(),
         ));
     }
+    if config.billing.plan_change_interval_secs > 0 {
+        tokio::spawn(crate::api::billing::apply_due_plan_changes_every(
+            std::time::Duration::from_secs(config.billing.plan_change_interval_secs),
+            db.clone(),
+            clock.clone(),
+            stopping.clone(),
+        ));
+    }
     if config.anomaly_detection_interval_secs > 0 {
         tokio::spawn(crate::anomalies::detect_every(
             std::time::Duration::from_secs(config.anomaly_detection_interval_secs),

@@ -147,6 +147,8 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "billing_checkouts",
+    "billing_events",
     "anomalies",
     "anomaly_rules",
     "incident_updates",

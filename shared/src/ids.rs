@@ -32,6 +32,7 @@ pub enum IdKind {
     Fria,
     Incident,
     Anomaly,
+    Checkout,
 }
 
 impl IdKind {
@@ -56,6 +57,7 @@ impl IdKind {
             IdKind::Fria => "fria",
             IdKind::Incident => "inc",
             IdKind::Anomaly => "anm",
+            IdKind::Checkout => "chk",
         }
     }
 }

@@ -17,6 +17,7 @@ mod anomaly_rules;
 pub mod approvals;
 mod audit_trail;
 mod auth;
+pub mod billing;
 mod budget;
 mod compliance;
 pub mod cost;
@@ -81,6 +82,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(compliance::router())
         .merge(anomalies::router())
         .merge(anomaly_rules::router())
+        .merge(billing::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

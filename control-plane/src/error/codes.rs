@@ -44,6 +44,8 @@ macro_rules! error_codes {
 error_codes! {
     MalformedJson => BAD_REQUEST, "malformed_json",
         "The body is not well-formed JSON.";
+    InvalidSignature => UNAUTHORIZED, "invalid_signature",
+        "A webhook's signature does not verify, or its timestamp is outside the tolerance.";
     MissingCredentials => UNAUTHORIZED, "missing_credentials",
         "No `Authorization: Bearer` credential was sent.";
     InvalidCredentials => UNAUTHORIZED, "invalid_credentials",
@@ -90,6 +92,12 @@ error_codes! {
         "The anomaly cannot move to that state from its own (`details.status`).";
     AnomalyRuleExists => CONFLICT, "anomaly_rule_exists",
         "The tenant has a rule for that anomaly type already.";
+    PlanUnchanged => CONFLICT, "plan_unchanged",
+        "The tenant is on that plan already.";
+    TooManyAgentsForPlan => CONFLICT, "too_many_agents_for_plan",
+        "The tenant has more active agents than the lower plan allows (`details`).";
+    NotOnFreePlan => CONFLICT, "not_on_free_plan",
+        "Only a free tenant has a free slot.";
     ApprovalNotPending => CONFLICT, "approval_not_pending",
         "The approval was already decided or has expired.";
     PayloadTooLarge => PAYLOAD_TOO_LARGE, "payload_too_large",

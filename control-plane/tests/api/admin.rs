@@ -210,8 +210,8 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         201,
     )
     .await;
-    // Proxy and managed keys need a paid plan; billing is not built yet, so the seed
-    // upgrades the tenant directly.
+    // Proxy and managed keys need a paid plan; the seed upgrades the tenant directly
+    // rather than through checkout and the payment provider's webhook.
     sqlx::query("UPDATE tenants SET plan = 'starter' WHERE id = $1")
         .bind(&tenant_id)
         .execute(app.db.pool())
@@ -359,6 +359,21 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         201,
     )
     .await;
+    // A checkout started, and a provider event applied (as the webhook records it).
+    expect_status(
+        app.post("/billing/checkout", &key, json!({ "plan": "professional" }))
+            .await,
+        200,
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO billing_events (id, tenant_id, event, received_at) VALUES ($1, $2, 'invoice.paid', 0)",
+    )
+    .bind(format!("evt_seed_{tenant_id}"))
+    .bind(&tenant_id)
+    .execute(app.db.pool())
+    .await
+    .unwrap();
     sqlx::query(
         "INSERT INTO anomalies (id, tenant_id, agent_id, anomaly_type, cause, severity, status, \
          description, details, detected_at, last_seen_at, occurrences) \

@@ -119,6 +119,10 @@ impl TestApp {
             // lease is one per database); the tests that need them start their own.
             approval_expiry_interval_secs: 0,
             anomaly_detection_interval_secs: 0,
+            billing: warden_control_plane::config::BillingConfig {
+                plan_change_interval_secs: 0,
+                ..Default::default()
+            },
             notifications: warden_control_plane::config::NotificationsConfig {
                 delivery_interval_ms: 0,
                 ..Default::default()

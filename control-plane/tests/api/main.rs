@@ -14,6 +14,7 @@ mod approvals;
 mod audit_trail;
 mod auth;
 mod bad_input;
+mod billing;
 mod budgets;
 mod compliance;
 mod cost;
