@@ -304,6 +304,53 @@ db_test!(a_free_tenant_chooses_its_recorded_agent, |app| {
         .clone();
     assert_eq!(slot["free_agent_id"], second["id"]);
     assert_eq!(billing(&app, key).await["free_agent_id"], second["id"]);
+    // Telemetry of the other agent is refused, from the next call on: one by one (402)
+    // and in batches (per item).
+    let usage = |agent: &Value| {
+        json!({ "agent_id": agent["id"], "model_provider": "openai",
+        "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1 })
+    };
+    expect_status(app.post("/telemetry/usage", key, usage(&second)).await, 201).await;
+    let refused = expect_error(
+        app.post("/telemetry/usage", key, usage(&first)).await,
+        402,
+        "plan_upgrade_required",
+    )
+    .await;
+    assert_eq!(refused["error"]["details"]["free_agent_id"], second["id"]);
+    expect_error(
+        app.post(
+            "/telemetry/heartbeat",
+            key,
+            json!({"agent_id": first["id"]}),
+        )
+        .await,
+        402,
+        "plan_upgrade_required",
+    )
+    .await;
+    let batch = expect_status(app.post("/telemetry/heartbeats", key, json!({"heartbeats": [
+        {"agent_id": first["id"], "status": "healthy"}, {"agent_id": second["id"], "status": "healthy"}]})).await, 200).await["data"].clone();
+    assert_eq!(batch["recorded"], 1);
+    assert_eq!(batch["unrecorded_agent_ids"], json!([first["id"]]));
+    let usages = expect_status(
+        app.post(
+            "/telemetry/usages",
+            key,
+            json!({"usages": [usage(&first), usage(&second)]}),
+        )
+        .await,
+        200,
+    )
+    .await["data"]
+        .clone();
+    assert_eq!(
+        (
+            usages["accepted"].clone(),
+            usages["errors"][0]["index"].clone()
+        ),
+        (json!(1), json!(0))
+    );
     let paid = app.new_tenant("starter").await;
     let agent = app
         .register_agent(&paid.admin_key, json!({ "name": "x" }))

@@ -106,8 +106,15 @@ db_test!(no_body_but_an_object_is_accepted_anywhere, |app| {
             let status = response.status().as_u16();
             let answer: Value = response.json().await.unwrap_or_default();
             // 404: a path id this walk could not make exist; the body was never read.
+            // 401: the payment provider's webhook, whose body is read only once its
+            // signature verifies (`billing` tests send it signed non-object bodies).
+            let allowed: &[u16] = if op.path.ends_with("/billing/webhook") {
+                &[401]
+            } else {
+                &[400, 404, 422]
+            };
             assert!(
-                [400, 404, 422].contains(&status),
+                allowed.contains(&status),
                 "{} {path} with {body}: {status} {answer}",
                 op.method
             );

@@ -16,6 +16,8 @@ const PUBLIC: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
+    // Authenticated by the payment provider's signature instead of a key.
+    ("post", "/api/v1/billing/webhook"),
 ];
 
 const TENANT_SCOPES: &[&str] = &[
@@ -186,7 +188,7 @@ db_test!(every_route_rejects_a_key_without_its_scope, |app| {
     expected.sort();
     assert_eq!(
         public, expected,
-        "only signup, login and the probes are public"
+        "only signup, login, the probes and the signed billing webhook are public"
     );
 });
 

@@ -58,6 +58,51 @@ pub async fn billing(state: &AppState, caller: &Caller) -> ApiResult<Billing> {
     })
 }
 
+/// On the free plan, the one agent whose telemetry the tenant records (the free slot, by
+/// default its oldest live agent); `None` on every other plan (all agents recorded).
+pub async fn recorded_agent(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let Some(account) = store::account(&mut **tx, tenant_id).await? else {
+        return Ok(None);
+    };
+    if account.plan != Plan::Free.as_str() {
+        return Ok(None);
+    }
+    if let Some(agent) = &account.free_agent_id {
+        let live: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+        )
+        .bind(tenant_id)
+        .bind(agent)
+        .fetch_one(&mut **tx)
+        .await?;
+        if live > 0 {
+            return Ok(Some(agent.clone()));
+        }
+    }
+    // No agent yet: nothing to refuse, and the next one registered is the slot.
+    sqlx::query_scalar(
+        "SELECT id FROM agents WHERE tenant_id = $1 AND deleted_at IS NULL ORDER BY created_at, id LIMIT 1",
+    )
+    .bind(tenant_id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+/// The 402 for telemetry of an agent other than a free tenant's recorded one.
+pub fn not_recorded(agent_id: &str, recorded: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::PlanUpgradeRequired,
+        format!(
+            "on the free plan only agent {recorded}'s telemetry is recorded, not {agent_id}'s; \
+             choose it with PATCH /billing/free-slot or upgrade"
+        ),
+    )
+    .with_details(json!({ "free_agent_id": recorded }))
+}
+
 pub async fn set_free_slot(
     state: &AppState,
     caller: &Caller,

@@ -92,6 +92,9 @@ pub struct BatchRecorded {
     pub recorded: i64,
     /// Ids in the batch that name no agent of the tenant; their items were skipped.
     pub unknown_agent_ids: Vec<String>,
+    /// On the free plan, ids of agents other than the recorded one (the free slot);
+    /// their items were skipped.
+    pub unrecorded_agent_ids: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

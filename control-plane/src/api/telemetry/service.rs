@@ -11,6 +11,7 @@ use super::{
     BatchInput, BatchRecorded, HeartbeatInput, HeartbeatRecorded, ItemError, StoredUsage,
     UsageBatchInput, UsageBatchResult, UsageInput,
 };
+use crate::api::billing::{not_recorded, recorded_agent};
 use crate::api::extract::parse_raw;
 use crate::auth::Caller;
 use crate::db::WriteTx;
@@ -37,6 +38,11 @@ pub async fn record_heartbeat(
     check_latency("latency_ms", input.latency_ms)?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
+    if let Some(slot) = recorded_agent(&mut tx, &caller.tenant_id).await? {
+        if slot != input.agent_id {
+            return Err(not_recorded(&input.agent_id, &slot));
+        }
+    }
     let recorded = record(
         &mut tx,
         &caller.tenant_id,
@@ -78,7 +84,13 @@ pub async fn record_heartbeats(
     let mut tx = state.db.begin_write().await?;
     let mut recorded = 0;
     let mut unknown_agent_ids = Vec::new();
+    let mut unrecorded_agent_ids = Vec::new();
+    let slot = recorded_agent(&mut tx, &caller.tenant_id).await?;
     for item in &input.heartbeats {
+        if slot.as_ref().is_some_and(|slot| *slot != item.agent_id) {
+            unrecorded_agent_ids.push(item.agent_id.clone());
+            continue;
+        }
         let known = record(
             &mut tx,
             &caller.tenant_id,
@@ -99,6 +111,7 @@ pub async fn record_heartbeats(
     Ok(BatchRecorded {
         recorded,
         unknown_agent_ids,
+        unrecorded_agent_ids,
     })
 }
 
@@ -160,6 +173,11 @@ pub async fn record_usage(
     let now = state.clock.now();
     let entry = usage_entry(&caller.tenant_id, &input, now, UsageSource::Telemetry, None)?;
     let mut tx = state.db.begin_write().await?;
+    if let Some(slot) = recorded_agent(&mut tx, &caller.tenant_id).await? {
+        if slot != input.agent_id {
+            return Err(not_recorded(&input.agent_id, &slot));
+        }
+    }
     let outcomes = ledger::record_batch(&mut tx, "", &[entry], state.clock.now())
         .await?
         .outcomes;
@@ -207,9 +225,19 @@ pub async fn record_usages(
             Err(error) => errors.push(ItemError::from_api_error(index, error)),
         }
     }
+    let mut tx = state.db.begin_write().await?;
+    let slot = recorded_agent(&mut tx, &caller.tenant_id).await?;
     let mut entries = Vec::with_capacity(valid.len());
     let mut indexes = Vec::with_capacity(valid.len());
     for (index, item) in &valid {
+        if let Some(slot) = slot.as_ref().filter(|slot| **slot != item.agent_id) {
+            errors.push(ItemError {
+                index: *index,
+                field: Some("agent_id".to_owned()),
+                message: not_recorded(&item.agent_id, slot).message,
+            });
+            continue;
+        }
         match usage_entry(&caller.tenant_id, item, now, UsageSource::Telemetry, None) {
             Ok(entry) => {
                 entries.push(entry);
@@ -218,7 +246,6 @@ pub async fn record_usages(
             Err(error) => errors.push(ItemError::from_api_error(*index, error)),
         }
     }
-    let mut tx = state.db.begin_write().await?;
     let outcomes = ledger::record_batch(&mut tx, "", &entries, state.clock.now())
         .await?
         .outcomes;
