@@ -26,7 +26,7 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 
 pub use input::{CreateAgentInput, UpdateAgentInput};
-pub use service::{get_agent as get_agent_for, register_agent_in};
+pub use service::{agents_owned_by, get_agent as get_agent_for, register_agent_in};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

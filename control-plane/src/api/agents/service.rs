@@ -49,6 +49,21 @@ pub async fn get_agent(state: &AppState, caller: &Caller, agent_id: &str) -> Api
     .ok_or_else(|| ApiError::not_found("agent"))
 }
 
+/// The live agents `owner_id` owns (agent owners, spec 2.4), in one query.
+pub async fn agents_owned_by(
+    state: &AppState,
+    caller: &Caller,
+    owner_id: &str,
+) -> ApiResult<Vec<Agent>> {
+    Ok(store::owned_by(
+        state.db.pool(),
+        &caller.tenant_id,
+        owner_id,
+        state.clock.now().as_millis(),
+    )
+    .await?)
+}
+
 pub async fn register_agent(
     state: &AppState,
     caller: &Caller,

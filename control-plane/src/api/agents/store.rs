@@ -166,6 +166,29 @@ pub async fn get<'e>(
     .transpose()
 }
 
+/// The live agents `owner_id` owns, in the order they were given to it.
+pub async fn owned_by(
+    pool: &sqlx::AnyPool,
+    tenant_id: &str,
+    owner_id: &str,
+    now_ms: i64,
+) -> Result<Vec<Agent>, sqlx::Error> {
+    sqlx::query(select_agents!(
+        "$3",
+        "JOIN (SELECT agent_id, MIN(id) AS first_owned FROM agent_owners \
+         WHERE tenant_id = $1 AND owner_id = $2 GROUP BY agent_id) o ON o.agent_id = a.id \
+         WHERE a.tenant_id = $1 AND a.deleted_at IS NULL ORDER BY o.first_owned"
+    ))
+    .bind(tenant_id)
+    .bind(owner_id)
+    .bind(now_ms)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(agent_from_row)
+    .collect()
+}
+
 /// Takes one active-agent slot of the tenant's plan, atomically; false when full.
 pub async fn reserve_agent_slot<'e>(
     db: impl Executor<'e, Database = Any>,

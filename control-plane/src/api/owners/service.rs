@@ -5,7 +5,7 @@ use serde_json::json;
 use warden_shared::ids::{is_valid_id, IdKind};
 
 use super::{store, AddOwnerInput, Ownership, Permissions};
-use crate::api::agents::{get_agent_for, Agent};
+use crate::api::agents::{agents_owned_by, get_agent_for, Agent};
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Proxies};
 use crate::db::is_unique_violation;
@@ -119,10 +119,5 @@ pub async fn owners_of(
 }
 
 pub async fn agents_of(state: &AppState, caller: &Caller, owner_id: &str) -> ApiResult<Vec<Agent>> {
-    let ids = store::agents_of(state.db.pool(), &caller.tenant_id, owner_id).await?;
-    let mut agents = Vec::with_capacity(ids.len());
-    for id in ids {
-        agents.push(get_agent_for(state, caller, &id).await?);
-    }
-    Ok(agents)
+    agents_owned_by(state, caller, owner_id).await
 }

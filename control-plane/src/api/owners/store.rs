@@ -75,23 +75,6 @@ pub async fn of_agent(
     rows.iter().map(from_row).collect()
 }
 
-/// The live agents `owner_id` owns (under any owner type), oldest ownership first.
-pub async fn agents_of(
-    pool: &AnyPool,
-    tenant_id: &str,
-    owner_id: &str,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT o.agent_id FROM agent_owners o JOIN agents a \
-         ON a.id = o.agent_id AND a.tenant_id = o.tenant_id AND a.deleted_at IS NULL \
-         WHERE o.tenant_id = $1 AND o.owner_id = $2 GROUP BY o.agent_id ORDER BY MIN(o.id)",
-    )
-    .bind(tenant_id)
-    .bind(owner_id)
-    .fetch_all(pool)
-    .await
-}
-
 fn from_row(row: &AnyRow) -> Result<Ownership, sqlx::Error> {
     let owner_type: String = row.try_get("owner_type")?;
     Ok(Ownership {
