@@ -32,6 +32,7 @@ mod openapi_errors;
 mod ops;
 mod oversight;
 mod owners;
+mod payload_capture;
 pub mod policies;
 mod posture;
 mod proxy_keys;
@@ -83,6 +84,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(anomalies::router())
         .merge(anomaly_rules::router())
         .merge(billing::router())
+        .merge(payload_capture::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

@@ -103,6 +103,8 @@ pub mod require {
         GovernanceRead => Some(Scope::GovernanceRead),
         GovernanceWrite => Some(Scope::GovernanceWrite),
         AnomalyRead => Some(Scope::AnomalyRead),
+        PayloadRead => Some(Scope::PayloadRead),
+        PayloadWrite => Some(Scope::PayloadWrite),
         AnomalyWrite => Some(Scope::AnomalyWrite),
         Admin => Some(Scope::Admin),
         PlatformAdmin => Some(Scope::PlatformAdmin),

@@ -359,6 +359,16 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         201,
     )
     .await;
+    expect_status(
+        app.request(Method::PUT, "/payload-capture/config", Some(&key))
+            .json(&json!({ "enabled": true, "retention_days": 7,
+                           "processing_purpose": "seeding every table" }))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
     // A checkout started, and a provider event applied (as the webhook records it).
     expect_status(
         app.post("/billing/checkout", &key, json!({ "plan": "professional" }))

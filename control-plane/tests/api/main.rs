@@ -27,6 +27,7 @@ mod notifications;
 mod object_bodies;
 mod ops;
 mod oversight;
+mod payload_capture;
 mod policies;
 mod policy_decisions;
 mod proxy;
