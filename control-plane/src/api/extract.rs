@@ -294,3 +294,59 @@ where
             })
     }
 }
+
+/// For a field holding a struct: anything but a JSON object is refused, since serde
+/// would read a struct from an array by position (`[5, 6]` for `{"a": 5, "b": 6}`).
+/// Used with `#[serde(deserialize_with = …)]` on nested struct fields of bodies.
+pub fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    let value = <serde_json::Value as serde::Deserialize>::deserialize(deserializer)?;
+    if !value.is_object() {
+        return Err(D::Error::custom("must be a JSON object"));
+    }
+    serde_json::from_value(value).map_err(D::Error::custom)
+}
+
+/// [`object`] for an optional field: null or an object.
+pub fn optional_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    let value = <serde_json::Value as serde::Deserialize>::deserialize(deserializer)?;
+    match value {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::Object(_) => serde_json::from_value(value)
+            .map(Some)
+            .map_err(D::Error::custom),
+        _ => Err(D::Error::custom("must be a JSON object or null")),
+    }
+}
+
+/// [`object`] for a list of structs: each item must be a JSON object.
+pub fn objects<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    let items = <Vec<serde_json::Value> as serde::Deserialize>::deserialize(deserializer)?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            if !item.is_object() {
+                return Err(D::Error::custom(format!(
+                    "item {index} must be a JSON object"
+                )));
+            }
+            serde_json::from_value(item)
+                .map_err(|error| D::Error::custom(format!("item {index}: {error}")))
+        })
+        .collect()
+}

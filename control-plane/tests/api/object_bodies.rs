@@ -6,7 +6,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::helpers::{expect_status, platform_key, Backend, TestApp, SERVICE_TOKEN};
+use crate::helpers::{expect_error, expect_status, platform_key, Backend, TestApp, SERVICE_TOKEN};
 use crate::proxy::{MockProvider, TestProxy};
 use crate::scopes::{operations, SERVICE};
 
@@ -187,4 +187,61 @@ db_test!(the_proxy_refuses_a_body_that_is_not_an_object, |app| {
         provider.requests().is_empty(),
         "nothing reached the provider"
     );
+});
+
+db_test!(nested_structs_are_objects_too, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let agent = app.register_agent(key, json!({ "name": "nested" })).await;
+    let agent_id = agent["id"].as_str().unwrap();
+    // Each would have been read by position: a heartbeat item, a rate limit, a rule.
+    let response = app
+        .post(
+            "/telemetry/heartbeats",
+            key,
+            json!({ "heartbeats": [[agent_id, "healthy"]] }),
+        )
+        .await;
+    expect_error(response, 422, "validation_failed").await;
+    assert_eq!(app.count_rows("heartbeats", &tenant.id).await, 0);
+    let response = app
+        .post(
+            "/proxy-keys",
+            key,
+            json!({ "developer_label": "x", "agent_id": agent_id,
+            "rate_limit_override": [5, 6] }),
+        )
+        .await;
+    expect_error(response, 422, "validation_failed").await;
+    assert_eq!(app.count_rows("proxy_keys", &tenant.id).await, 0);
+    let response = app
+        .request(Method::PUT, "/payload-capture/config", Some(key))
+        .json(&json!({ "enabled": true, "retention_days": 7,
+            "processing_purpose": "nested arrays refused", "redaction_rules": [["a", "x"]] }))
+        .send()
+        .await
+        .unwrap();
+    expect_error(response, 422, "validation_failed").await;
+    assert_eq!(
+        app.count_rows("payload_capture_configs", &tenant.id).await,
+        0
+    );
+    // Objects still work.
+    let ok = app
+        .post(
+            "/telemetry/heartbeats",
+            key,
+            json!({ "heartbeats": [{"agent_id": agent_id, "status": "healthy"}] }),
+        )
+        .await;
+    assert_eq!(ok.status().as_u16(), 200);
+    let ok = app
+        .post(
+            "/proxy-keys",
+            key,
+            json!({ "developer_label": "x", "agent_id": agent_id,
+            "rate_limit_override": {"requests_per_minute": 5} }),
+        )
+        .await;
+    assert_eq!(ok.status().as_u16(), 201);
 });

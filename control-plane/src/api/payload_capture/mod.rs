@@ -63,7 +63,7 @@ pub struct CaptureInput {
     /// 1 to 30, and not above the plan's telemetry retention.
     pub retention_days: i64,
     pub processing_purpose: Text<10, 500>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::api::extract::objects")]
     pub redaction_rules: Vec<RedactionRule>,
 }
 

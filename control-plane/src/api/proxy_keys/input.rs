@@ -31,7 +31,7 @@ pub struct CreateProxyKeyInput {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub model_overrides: Option<BTreeMap<Text<1, 200>, Text<1, 200>>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::api::extract::optional_object")]
     pub rate_limit_override: Option<RateLimitOverride>,
     /// 0 to 999999 US dollars per calendar month (UTC); omitted: no limit of its own.
     #[serde(default)]

@@ -84,6 +84,7 @@ pub struct BatchItem {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchInput {
+    #[serde(deserialize_with = "crate::api::extract::objects")]
     pub heartbeats: Vec<BatchItem>,
 }
 
