@@ -27,6 +27,7 @@ use crate::state::AppState;
 
 pub use input::{CreateAgentInput, UpdateAgentInput};
 pub use service::{agents_owned_by, get_agent as get_agent_for, register_agent_in};
+pub use store::is_live as agent_is_live;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -166,6 +166,22 @@ pub async fn get<'e>(
     .transpose()
 }
 
+/// Whether the tenant has a live (not deleted) agent with this id.
+pub async fn is_live<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    agent_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let found: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(agent_id)
+    .fetch_one(db)
+    .await?;
+    Ok(found > 0)
+}
+
 /// The live agents `owner_id` owns, in the order they were given to it.
 pub async fn owned_by(
     pool: &sqlx::AnyPool,

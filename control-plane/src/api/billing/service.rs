@@ -8,6 +8,7 @@ use warden_shared::timestamp::Timestamp;
 
 use super::store::{self, Checkout};
 use super::{period, Billing, CheckoutOutcome, FreeSlot};
+use crate::api::agents::agent_is_live;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::clock::Clock;
@@ -26,8 +27,9 @@ pub async fn billing(state: &AppState, caller: &Caller) -> ApiResult<Billing> {
     let plan = Plan::parse(&account.plan).unwrap_or(Plan::Free);
     let (start, end) = period::of(state.clock.now());
     let free_agent_id = if plan == Plan::Free {
-        store::free_agent(
-            state.db.pool(),
+        let mut conn = state.db.pool().acquire().await?;
+        store::recorded_agent(
+            &mut conn,
             &caller.tenant_id,
             account.free_agent_id.as_deref(),
         )
@@ -70,25 +72,7 @@ pub async fn recorded_agent(
     if account.plan != Plan::Free.as_str() {
         return Ok(None);
     }
-    if let Some(agent) = &account.free_agent_id {
-        let live: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-        )
-        .bind(tenant_id)
-        .bind(agent)
-        .fetch_one(&mut **tx)
-        .await?;
-        if live > 0 {
-            return Ok(Some(agent.clone()));
-        }
-    }
-    // No agent yet: nothing to refuse, and the next one registered is the slot.
-    sqlx::query_scalar(
-        "SELECT id FROM agents WHERE tenant_id = $1 AND deleted_at IS NULL ORDER BY created_at, id LIMIT 1",
-    )
-    .bind(tenant_id)
-    .fetch_optional(&mut **tx)
-    .await
+    store::recorded_agent(tx, tenant_id, account.free_agent_id.as_deref()).await
 }
 
 /// The 402 for telemetry of an agent other than a free tenant's recorded one.
@@ -122,14 +106,7 @@ pub async fn set_free_slot(
             ),
         ));
     }
-    let live: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(&caller.tenant_id)
-    .bind(agent_id)
-    .fetch_one(&mut *tx)
-    .await?;
-    if live == 0 {
+    if !agent_is_live(&mut *tx, &caller.tenant_id, agent_id).await? {
         return Err(ApiError::validation(
             "agent_id",
             "agent_id: no such agent in this tenant",

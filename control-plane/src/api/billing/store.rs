@@ -1,6 +1,8 @@
 //! SQL of billing: the tenant's billing columns, checkouts, applied provider events.
 
-use sqlx::{Any, AnyPool, Executor, Row};
+use sqlx::{Any, AnyConnection, AnyPool, Executor, Row};
+
+use crate::api::agents::agent_is_live;
 use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
@@ -44,21 +46,15 @@ pub async fn account<'e>(
     }))
 }
 
-/// The free slot's agent: the one set, else the oldest live agent.
-pub async fn free_agent(
-    pool: &AnyPool,
+/// The free slot's agent: `set` while it is live, else the tenant's oldest live agent
+/// (none without agents: the next one registered takes the slot).
+pub async fn recorded_agent(
+    conn: &mut AnyConnection,
     tenant_id: &str,
     set: Option<&str>,
 ) -> Result<Option<String>, sqlx::Error> {
     if let Some(agent) = set {
-        let live: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-        )
-        .bind(tenant_id)
-        .bind(agent)
-        .fetch_one(pool)
-        .await?;
-        if live > 0 {
+        if agent_is_live(&mut *conn, tenant_id, agent).await? {
             return Ok(Some(agent.to_owned()));
         }
     }
@@ -66,7 +62,7 @@ pub async fn free_agent(
         "SELECT id FROM agents WHERE tenant_id = $1 AND deleted_at IS NULL ORDER BY created_at, id LIMIT 1",
     )
     .bind(tenant_id)
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
 }
 

@@ -10,6 +10,7 @@ use super::{
     Incident, IncidentQuery, IncidentStatus, IncidentUpdate, ReportIncidentInput,
     UpdateIncidentInput,
 };
+use crate::api::agents::agent_is_live;
 use crate::api::envelope::Page;
 use crate::api::validate::Text;
 use crate::auth::Caller;
@@ -61,14 +62,7 @@ pub async fn report(
         updates: Some(Vec::new()),
     };
     let mut tx = state.db.begin_write().await?;
-    let agent_exists: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(&caller.tenant_id)
-    .bind(&input.agent_id)
-    .fetch_one(&mut *tx)
-    .await?;
-    if agent_exists == 0 {
+    if !agent_is_live(&mut *tx, &caller.tenant_id, &input.agent_id).await? {
         return Err(ApiError::validation(
             "agent_id",
             "agent_id: no such agent in this tenant",
