@@ -8,7 +8,7 @@ use warden_shared::timestamp::Timestamp;
 
 use super::events::{self, EventKind};
 use crate::changes::AuditEvent;
-use crate::db::WriteTx;
+use crate::db::{json_column, WriteTx};
 
 /// What was recorded, as the notification payload describes it.
 pub struct Raised<'a> {
@@ -31,33 +31,22 @@ pub async fn enqueue(tx: &mut WriteTx, raised: &Raised<'_>) -> Result<usize, sql
     .bind(raised.tenant_id)
     .fetch_all(&mut **tx)
     .await?;
-    let mut queued = 0;
-    let mut payload = None;
+    let mut targets = Vec::new();
     for channel in channels {
         let events_json: String = channel.try_get("events")?;
         let subscribed: Vec<String> = serde_json::from_str(&events_json).unwrap_or_default();
-        if !events::delivers(&subscribed, kind) {
-            continue;
+        if events::delivers(&subscribed, kind) {
+            targets.push(channel.try_get::<String, _>("id")?);
         }
-        let channel_id: String = channel.try_get("id")?;
-        let body = payload.get_or_insert_with(|| payload_of(kind, raised).to_string());
-        sqlx::query(
-            "INSERT INTO notification_deliveries (id, tenant_id, channel_id, event_type, \
-             payload, status, attempts, next_attempt_at, created_at) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $6)",
-        )
-        .bind(new_id(IdKind::NotificationDelivery, raised.at.as_millis()))
-        .bind(raised.tenant_id)
-        .bind(&channel_id)
-        .bind(kind.name)
-        .bind(body.as_str())
-        .bind(raised.at.as_millis())
-        .execute(&mut **tx)
-        .await?;
-        queued += 1;
     }
     for rule_id in anomaly_rule_webhooks(tx, kind, raised).await? {
-        let body = payload.get_or_insert_with(|| payload_of(kind, raised).to_string());
+        targets.push(format!("{ANOMALY_RULE_PREFIX}{rule_id}"));
+    }
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    let body = payload_of(kind, raised).to_string();
+    for channel_id in &targets {
         sqlx::query(
             "INSERT INTO notification_deliveries (id, tenant_id, channel_id, event_type, \
              payload, status, attempts, next_attempt_at, created_at) \
@@ -65,15 +54,14 @@ pub async fn enqueue(tx: &mut WriteTx, raised: &Raised<'_>) -> Result<usize, sql
         )
         .bind(new_id(IdKind::NotificationDelivery, raised.at.as_millis()))
         .bind(raised.tenant_id)
-        .bind(format!("{ANOMALY_RULE_PREFIX}{rule_id}"))
+        .bind(channel_id)
         .bind(kind.name)
-        .bind(body.as_str())
+        .bind(&body)
         .bind(raised.at.as_millis())
         .execute(&mut **tx)
         .await?;
-        queued += 1;
     }
-    Ok(queued)
+    Ok(targets.len())
 }
 
 /// Deliveries to an anomaly rule's webhook use this prefix and the rule's id as their
@@ -107,7 +95,7 @@ async fn anomaly_rule_webhooks(
     .await?;
     Ok(rules
         .into_iter()
-        .filter(|(_, config)| config.contains("webhook_url"))
+        .filter(|(_, config)| json_column::<Value>(config).get("webhook_url").is_some())
         .map(|(id, _)| id)
         .collect())
 }
