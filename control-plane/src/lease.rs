@@ -43,3 +43,34 @@ pub async fn release(db: &Db, job: &str, holder: &str) -> Result<(), sqlx::Error
         .await?;
     tx.commit().await
 }
+
+/// Runs `round` every `period` (see `periodic::every`) on this replica only while it
+/// holds `job`'s lease, taken or renewed before each round for `ttl`, and gives the
+/// lease up when the app stops.
+pub async fn every_while_held<F, Fut>(
+    db: &Db,
+    job: &str,
+    holder: &str,
+    period: std::time::Duration,
+    ttl: std::time::Duration,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    mut round: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    crate::periodic::every(period, period, stopping, || {
+        // Futures do nothing until polled: the round starts only once the lease is held.
+        let work = round();
+        async move {
+            match hold(db, job, holder, ttl_ms).await {
+                Ok(true) => work.await,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, job, "cannot take the job's lease"),
+            }
+        }
+    })
+    .await;
+    let _ = release(db, job, holder).await;
+}

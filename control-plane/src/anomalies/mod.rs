@@ -234,28 +234,27 @@ pub async fn detect_every(
     replica_id: String,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let lease_ms = i64::try_from((period * 3).as_millis()).unwrap_or(i64::MAX);
-    crate::periodic::every(period, period, stopping, || async {
-        match crate::lease::hold(&db, LEASE_JOB, &replica_id, lease_ms).await {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(error) => {
-                tracing::warn!(%error, "cannot take the anomaly detector's lease");
-                return;
+    let ttl = period * 3;
+    crate::lease::every_while_held(
+        &db,
+        LEASE_JOB,
+        &replica_id,
+        period,
+        ttl,
+        stopping,
+        || async {
+            let started = std::time::Instant::now();
+            match detect_all(&db, clock.now()).await {
+                Ok(report) => tracing::info!(
+                    agents = report.agents,
+                    opened = report.opened,
+                    updated = report.updated,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    "anomaly detection pass"
+                ),
+                Err(error) => tracing::warn!(%error, "anomaly detection pass failed"),
             }
-        }
-        let started = std::time::Instant::now();
-        match detect_all(&db, clock.now()).await {
-            Ok(report) => tracing::info!(
-                agents = report.agents,
-                opened = report.opened,
-                updated = report.updated,
-                duration_ms = started.elapsed().as_millis() as u64,
-                "anomaly detection pass"
-            ),
-            Err(error) => tracing::warn!(%error, "anomaly detection pass failed"),
-        }
-    })
+        },
+    )
     .await;
-    let _ = crate::lease::release(&db, LEASE_JOB, &replica_id).await;
 }

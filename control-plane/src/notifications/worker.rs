@@ -68,27 +68,30 @@ impl Worker {
 
     /// Runs a round every `interval` until the app stops, then gives up the lease.
     pub async fn run(self, interval: Duration, stopping: tokio::sync::watch::Receiver<bool>) {
-        let lease_ms = i64::try_from((interval * 10).max(Duration::from_secs(10)).as_millis())
-            .unwrap_or(i64::MAX);
-        let worker = self.clone();
-        crate::periodic::every(interval, interval, stopping, || {
-            let worker = worker.clone();
-            async move {
-                if let Err(error) = worker.round(lease_ms).await {
-                    tracing::warn!(%error, "notification delivery round failed");
+        let ttl = (interval * 10).max(Duration::from_secs(10));
+        let (db, replica_id) = (self.db.clone(), self.replica_id.clone());
+        crate::lease::every_while_held(
+            &db,
+            LEASE_JOB,
+            &replica_id,
+            interval,
+            ttl,
+            stopping,
+            || {
+                let worker = self.clone();
+                async move {
+                    if let Err(error) = worker.round().await {
+                        tracing::warn!(%error, "notification delivery round failed");
+                    }
                 }
-            }
-        })
+            },
+        )
         .await;
-        let _ = crate::lease::release(&self.db, LEASE_JOB, &self.replica_id).await;
     }
 
-    /// One round: hold the lease, hand the due deliveries to their channels' tasks,
+    /// One round (the lease held): hand the due deliveries to their channels' tasks,
     /// update the queue's gauges.
-    async fn round(&self, lease_ms: i64) -> Result<(), sqlx::Error> {
-        if !crate::lease::hold(&self.db, LEASE_JOB, &self.replica_id, lease_ms).await? {
-            return Ok(());
-        }
+    async fn round(&self) -> Result<(), sqlx::Error> {
         let now = self.clock.now().as_millis();
         for (tenant_id, channel_id) in
             store::due_channels(self.db.pool(), now, MAX_CHANNELS).await?
