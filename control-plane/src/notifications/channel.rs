@@ -233,7 +233,9 @@ fn read<T: serde::de::DeserializeOwned>(config: &Value) -> ApiResult<T> {
     })
 }
 
-fn check_url_form(field: &str, url: &str) -> ApiResult<()> {
+/// A URL's form: http(s), a host, at most 2,000 characters (the guard checks where it
+/// leads).
+pub fn check_url_form(field: &str, url: &str) -> ApiResult<()> {
     if url.len() > MAX_URL_CHARS {
         return Err(ApiError::validation(
             field,

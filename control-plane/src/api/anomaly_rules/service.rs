@@ -10,11 +10,9 @@ use crate::anomalies::thresholds;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Proxies};
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::notifications::channel::{mask, url_not_allowed};
+use crate::notifications::channel::{check_url_form, mask, url_not_allowed};
 use crate::notifications::send::new_signing_secret;
 use crate::state::AppState;
-
-const MAX_URL_CHARS: usize = 2_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,12 +33,7 @@ async fn checked_notification(state: &AppState, config: &Value) -> ApiResult<Val
         return Ok(json!({}));
     };
     let field = "notification_config.webhook_url";
-    if url.len() > MAX_URL_CHARS {
-        return Err(ApiError::validation(
-            field,
-            format!("{field}: at most {MAX_URL_CHARS} characters"),
-        ));
-    }
+    check_url_form(field, &url)?;
     state
         .notification_sender
         .guard
