@@ -70,6 +70,27 @@ pub enum Severity {
     Critical,
 }
 
+impl AnomalyStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AnomalyStatus::Open => "open",
+            AnomalyStatus::Acknowledged => "acknowledged",
+            AnomalyStatus::Resolved => "resolved",
+        }
+    }
+}
+
+impl Severity {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Anomaly {
     pub id: String,

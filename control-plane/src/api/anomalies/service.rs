@@ -20,25 +20,17 @@ pub enum Move {
     Resolve,
 }
 
-fn serialized<T: serde::Serialize>(value: Option<T>) -> Option<String> {
-    value
-        .and_then(|value| serde_json::to_value(value).ok())
-        .and_then(|value| value.as_str().map(str::to_owned))
-}
-
 pub async fn list(
     state: &AppState,
     caller: &Caller,
     query: &AnomalyQuery,
     page: Page,
 ) -> ApiResult<(Vec<Anomaly>, i64)> {
-    let status = serialized(query.status);
-    let severity = serialized(query.severity);
     let filter = Filter {
-        status: status.as_deref(),
+        status: query.status.map(super::AnomalyStatus::as_str),
         anomaly_type: query.anomaly_type.map(super::AnomalyType::as_str),
         agent_id: query.agent_id.as_ref().map(Text::as_str),
-        severity: severity.as_deref(),
+        severity: query.severity.map(super::Severity::as_str),
     };
     Ok(store::list(state.db.pool(), &caller.tenant_id, &filter, page).await?)
 }
