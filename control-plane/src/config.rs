@@ -55,6 +55,9 @@ pub struct Config {
     /// Seconds between anomaly detection passes; `0` turns detection off on this replica
     /// (replicas sharing PostgreSQL elect one detector among those that have it on).
     pub anomaly_detection_interval_secs: u64,
+    /// Seconds between rounds that delete captured payloads past their tenant's
+    /// retention; `0` turns them off on this replica (keep them on at least one).
+    pub payload_purge_interval_secs: u64,
     pub auth: AuthConfig,
     pub notifications: NotificationsConfig,
     pub outbound: OutboundConfig,
@@ -168,6 +171,7 @@ impl Default for Config {
             enforcement_wait_ms: 2_000,
             violation_summary_interval_secs: 15,
             approval_expiry_interval_secs: 60,
+            payload_purge_interval_secs: 3600,
             anomaly_detection_interval_secs: 300,
             auth: AuthConfig::default(),
             notifications: NotificationsConfig::default(),

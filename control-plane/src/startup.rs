@@ -182,6 +182,14 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             stopping.clone(),
         ));
     }
+    if config.payload_purge_interval_secs > 0 {
+        tokio::spawn(crate::api::payload_capture::purge_expired_every(
+            std::time::Duration::from_secs(config.payload_purge_interval_secs),
+            db.clone(),
+            clock.clone(),
+            stopping.clone(),
+        ));
+    }
     if config.anomaly_detection_interval_secs > 0 {
         tokio::spawn(crate::anomalies::detect_every(
             std::time::Duration::from_secs(config.anomaly_detection_interval_secs),

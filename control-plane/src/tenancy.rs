@@ -147,6 +147,7 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "payload_captures",
     "payload_capture_configs",
     "billing_checkouts",
     "billing_events",

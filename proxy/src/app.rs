@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use warden_shared::secret::Secret;
 
 use crate::batch_queue::BatchReceiver;
+use crate::capture::{CaptureBuffer, CaptureMetrics};
 use crate::config::OwnCredential;
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::decisions::{self, ApprovalQueue, DecisionReport};
@@ -117,6 +118,14 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         decision_sink.clone(),
     );
     let rates = Arc::new(RateWindows::default());
+    let captures = CaptureBuffer::new(
+        config.payload_capture_buffer_mb.saturating_mul(1024 * 1024),
+        config.payload_capture_max_bytes,
+        CaptureMetrics {
+            captures: metrics.payload_captures.clone(),
+            buffer_bytes: metrics.payload_capture_buffer.clone(),
+        },
+    );
     let spool = open_spool(&config)?;
     let listener =
         TcpListener::bind(config.listen)
@@ -144,6 +153,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             state: state.clone(),
             upstreams: Upstreams::new(&config, &providers).map_err(ProxyStartupError::Providers)?,
             usage: usage_sink.clone(),
+            captures: captures.clone(),
             decisions: decision_sink.clone(),
             approvals: ApprovalQueue {
                 // Each event loop's own, like its provider connections.

@@ -41,6 +41,13 @@ pub struct ProxyConfig {
     /// Largest size of the spool folder, in MiB; batches beyond are held in memory only
     /// and counted (`warden_proxy_usage_unspooled_total`).
     pub usage_spool_max_mb: u64,
+    /// Request bodies larger than this (bytes) are not captured for payload capture;
+    /// their capture records only their size (`omitted: too_large`).
+    pub payload_capture_max_bytes: usize,
+    /// Request bodies held in memory for payload capture until their usage batch is
+    /// written (redacted) to the spool, in MiB; beyond, a capture records only its size
+    /// (`omitted: buffer_full`, counted in `warden_proxy_payload_captures_total`).
+    pub payload_capture_buffer_mb: usize,
     /// A PEM file of extra CA certificates trusted for providers (private gateways, tests).
     pub ca_file: Option<PathBuf>,
     pub secrets_manager: SecretsManagerConfig,
@@ -109,6 +116,8 @@ impl Default for ProxyConfig {
             usage_buffer_capacity: 200_000,
             usage_spool_dir: PathBuf::from("warden-usage-spool"),
             usage_spool_max_mb: 1_024,
+            payload_capture_max_bytes: 1024 * 1024,
+            payload_capture_buffer_mb: 256,
             ca_file: None,
             secrets_manager: SecretsManagerConfig::default(),
             worker_threads: 0,

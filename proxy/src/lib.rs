@@ -16,6 +16,7 @@ pub(crate) mod app;
 pub(crate) mod batch_queue;
 pub(crate) mod budget;
 pub(crate) mod buffered_io;
+pub(crate) mod capture;
 pub(crate) mod clock;
 pub mod config;
 pub(crate) mod decisions;

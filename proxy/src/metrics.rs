@@ -35,6 +35,8 @@ pub struct ProxyMetrics {
     pub decisions_dropped: IntCounter,
     pub decisions_flush_failures: IntCounter,
     pub accept_failures: IntCounter,
+    pub payload_captures: IntCounterVec,
+    pub payload_capture_buffer: IntGauge,
     /// Each provider's series of `duration`, `tokens` and `cost_micros`, looked up once
     /// here rather than by label on every request.
     by_provider: Arc<[ProviderMetrics; 5]>,
@@ -151,6 +153,18 @@ impl ProxyMetrics {
                 ),
                 &["outcome"],
             )?,
+            payload_captures: IntCounterVec::new(
+                Opts::new(
+                    "warden_proxy_payload_captures_total",
+                    "Request bodies of tenants with payload capture, by outcome (captured; \
+                     too_large or buffer_full: recorded as omitted, with their size)",
+                ),
+                &["outcome"],
+            )?,
+            payload_capture_buffer: gauge(
+                "warden_proxy_payload_capture_buffer_bytes",
+                "Bytes of request bodies held for capture until their usage batch is written",
+            )?,
             by_provider: Arc::new(Provider::ALL.map(|provider| {
                 let name = provider.as_str();
                 ProviderMetrics {
@@ -179,12 +193,14 @@ impl ProxyMetrics {
         r.register(Box::new(self.tokens.clone()))?;
         r.register(Box::new(self.cost_micros.clone()))?;
         r.register(Box::new(self.managed_key_reads.clone()))?;
+        r.register(Box::new(self.payload_captures.clone()))?;
         for gauge in [
             &self.snapshot_version,
             &self.snapshot_age_seconds,
             &self.keys_loaded,
             &self.usage_queued,
             &self.usage_in_flight,
+            &self.payload_capture_buffer,
         ] {
             r.register(Box::new(gauge.clone()))?;
         }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::capture::CaptureBuffer;
 use crate::config::ProvidersConfig;
 use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::managed_keys::ManagedKeys;
@@ -19,6 +20,8 @@ pub struct Resources {
     /// This event loop's own provider connections (see `crate::app`).
     pub upstreams: Upstreams,
     pub usage: UsageSink,
+    /// Request bodies held for payload capture, bounded across the process.
+    pub captures: Arc<CaptureBuffer>,
     pub decisions: DecisionSink,
     /// Where a held request's approval is queued before its 403 is answered.
     pub approvals: ApprovalQueue,

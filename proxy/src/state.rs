@@ -18,6 +18,7 @@ use warden_shared::snapshot::{
 use warden_shared::policy::{sort_for_evaluation, Policy};
 
 use crate::budget::{Budgets, FigureSource};
+use crate::capture::TenantCapture;
 
 /// The enforcement state and when it last heard from the control plane.
 #[derive(Default)]
@@ -47,6 +48,8 @@ struct Maps {
     /// Each tenant's enabled budget limits, replaced whole on a change.
     budget_limits: FastMap<String, Arc<Vec<BudgetLimitState>>>,
     budget_limit_tenants: FastMap<String, String>,
+    /// Tenants that capture payloads, their rules compiled.
+    payload_captures: FastMap<String, Arc<TenantCapture>>,
 }
 
 type GrantKey = (String, i64, Provider, String);
@@ -123,6 +126,14 @@ impl EnforcementState {
             .filter(|limits| !limits.is_empty())
     }
 
+    /// The tenant's payload capture, when it has it enabled.
+    pub fn payload_capture(&self, tenant_id: &str) -> Option<Arc<TenantCapture>> {
+        self.maps()
+            .payload_captures
+            .get(tenant_id)
+            .map(|entry| entry.value().clone())
+    }
+
     /// Whether a reviewer's approval lets the agent's request through now.
     pub fn approval_granted(
         &self,
@@ -179,6 +190,9 @@ impl EnforcementState {
         }
         for limit in snapshot.budget_limits {
             maps.upsert(Entity::BudgetLimit(limit));
+        }
+        for capture in snapshot.payload_captures {
+            maps.upsert(Entity::PayloadCapture(capture));
         }
         let fresh = Arc::new(maps);
         match self.maps.write() {
@@ -255,6 +269,17 @@ impl Maps {
                 let tenant_id = limit.tenant_id.clone();
                 self.replace_budget_limit(&tenant_id, &limit.id.clone(), Some(limit));
             }
+            Entity::PayloadCapture(state) => match TenantCapture::compile(&state) {
+                Ok(capture) => {
+                    self.payload_captures
+                        .insert(state.tenant_id, Arc::new(capture));
+                }
+                Err(message) => {
+                    // Capturing without the rules would keep what they remove.
+                    tracing::error!(tenant_id = %state.tenant_id, %message, "redaction rules not understood; payloads not captured");
+                    self.payload_captures.remove(&state.tenant_id);
+                }
+            },
         }
     }
 
@@ -312,6 +337,9 @@ impl Maps {
                     self.replace_budget_limit(&tenant_id, &id, None);
                 }
             }
+            EntityRef::PayloadCapture(tenant_id) => {
+                self.payload_captures.remove(&tenant_id);
+            }
             EntityRef::ManagedKey(id) => {
                 if let Some((_, slot)) = self.managed_key_slots.remove(&id) {
                     // Only if that slot still holds this key (a newer one may replace it).
@@ -332,6 +360,7 @@ impl Maps {
                 self.policy_tenants.retain(|_, tenant| *tenant != id);
                 self.budget_limits.remove(&id);
                 self.budget_limit_tenants.retain(|_, tenant| *tenant != id);
+                self.payload_captures.remove(&id);
                 self.grant_keys.retain(|_, (tenant, key)| {
                     if *tenant == id {
                         self.grants.remove(key);

@@ -10,6 +10,7 @@ pub mod keys;
 pub mod managed;
 pub mod policy;
 pub mod pricing;
+pub mod redaction;
 pub mod registry;
 pub mod scopes;
 pub mod secret;

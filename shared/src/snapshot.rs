@@ -61,6 +61,9 @@ pub struct Snapshot {
     /// Every tenant's enabled budget limits.
     #[serde(default)]
     pub budget_limits: Vec<BudgetLimitState>,
+    /// The payload capture of every tenant that has it enabled.
+    #[serde(default)]
+    pub payload_captures: Vec<PayloadCaptureState>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -81,6 +84,7 @@ pub enum Entity {
     Policy(PolicyState),
     Grant(ApprovalGrant),
     BudgetLimit(BudgetLimitState),
+    PayloadCapture(PayloadCaptureState),
 }
 
 /// An entity that no longer exists. Removing a tenant removes everything of it.
@@ -97,6 +101,8 @@ pub enum EntityRef {
     Grant(String),
     /// A budget limit deleted or disabled (by its id).
     BudgetLimit(String),
+    /// A tenant's payload capture turned off (by the tenant's id).
+    PayloadCapture(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +196,29 @@ pub struct BudgetLimitState {
     pub monthly_limit_micros: i64,
     pub warn_threshold_pct: i64,
     pub block_threshold_pct: i64,
+}
+
+/// A tenant's enabled payload capture (spec 2.18): the proxy keeps a copy of each
+/// forwarded request's body with these rules applied, and sends it with the request's
+/// usage record. Rules were validated by the control plane; a proxy that cannot compile
+/// one captures nothing for the tenant rather than capture unredacted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadCaptureState {
+    pub tenant_id: String,
+    /// The configuration's version, recorded with each capture.
+    pub config_version: i64,
+    pub redaction_rules: Vec<RedactionRuleState>,
+}
+
+/// One redaction rule: the value at `field_path` (dot-separated member names; arrays on
+/// the way are entered element by element) is replaced whole, or, with a `pattern`, only
+/// the matches of the pattern in its strings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedactionRuleState {
+    pub id: String,
+    pub field_path: String,
+    #[serde(default)]
+    pub pattern: Option<String>,
 }
 
 #[cfg(test)]

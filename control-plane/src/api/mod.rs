@@ -32,7 +32,7 @@ mod openapi_errors;
 mod ops;
 mod oversight;
 mod owners;
-mod payload_capture;
+pub mod payload_capture;
 pub mod policies;
 mod posture;
 mod proxy_keys;

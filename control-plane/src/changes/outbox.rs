@@ -30,6 +30,8 @@ pub enum ChangeKind {
     Approval,
     /// A budget limit created, changed (enabled or not) or deleted.
     BudgetLimit,
+    /// A tenant's payload capture configured (the id is the tenant's).
+    PayloadCapture,
 }
 
 impl ChangeKind {
@@ -42,6 +44,7 @@ impl ChangeKind {
             ChangeKind::Policy => "policy",
             ChangeKind::Approval => "approval",
             ChangeKind::BudgetLimit => "budget_limit",
+            ChangeKind::PayloadCapture => "payload_capture",
         }
     }
 
@@ -54,6 +57,7 @@ impl ChangeKind {
             ChangeKind::Policy,
             ChangeKind::Approval,
             ChangeKind::BudgetLimit,
+            ChangeKind::PayloadCapture,
         ]
         .into_iter()
         .find(|kind| kind.as_str() == text)

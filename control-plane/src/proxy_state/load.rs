@@ -9,7 +9,8 @@ use warden_shared::policy::PolicyType;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, ApprovalGrant, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState,
-    PolicyState, ProxyKeyState, ScopeSpend, Snapshot, TenantState,
+    PayloadCaptureState, PolicyState, ProxyKeyState, RedactionRuleState, ScopeSpend, Snapshot,
+    TenantState,
 };
 
 use crate::changes::ChangeKind;
@@ -51,6 +52,13 @@ macro_rules! select_budget_limits {
     () => {
         "SELECT b.id, b.tenant_id, b.scope, b.monthly_limit_micros, b.warn_threshold_pct, \
          b.block_threshold_pct FROM budget_limits b WHERE b.enabled = 1"
+    };
+}
+
+macro_rules! select_payload_captures {
+    () => {
+        "SELECT c.tenant_id, c.config_version, c.redaction_rules \
+         FROM payload_capture_configs c WHERE c.enabled = 1"
     };
 }
 
@@ -120,6 +128,12 @@ pub async fn snapshot(pool: &AnyPool, month: i64, now_ms: i64) -> Result<Snapsho
             .await?
             .iter()
             .map(budget_limit_from_row)
+            .collect::<Result<_, _>>()?,
+        payload_captures: sqlx::query(select_payload_captures!())
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .filter_map(|row| payload_capture_from_row(row).transpose())
             .collect::<Result<_, _>>()?,
     })
 }
@@ -341,6 +355,23 @@ async fn add_current_state(
                 None => delta.removals.push(EntityRef::BudgetLimit(id.to_owned())),
             }
         }
+        ChangeKind::PayloadCapture => {
+            let row = sqlx::query(concat!(select_payload_captures!(), " AND c.tenant_id = $1"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            match row
+                .as_ref()
+                .map(payload_capture_from_row)
+                .transpose()?
+                .flatten()
+            {
+                Some(capture) => delta.upserts.push(Entity::PayloadCapture(capture)),
+                None => delta
+                    .removals
+                    .push(EntityRef::PayloadCapture(id.to_owned())),
+            }
+        }
         ChangeKind::ManagedKey => {
             let row = sqlx::query(concat!(select_managed_keys!(), " WHERE m.id = $1"))
                 .bind(id)
@@ -441,6 +472,25 @@ fn budget_limit_from_row(row: &AnyRow) -> Result<BudgetLimitState, sqlx::Error> 
         warn_threshold_pct: row.try_get("warn_threshold_pct")?,
         block_threshold_pct: row.try_get("block_threshold_pct")?,
     })
+}
+
+/// A tenant's enabled capture; `None` (captured nothing) when its stored rules do not
+/// read: capturing without them would keep what they were to remove.
+fn payload_capture_from_row(row: &AnyRow) -> Result<Option<PayloadCaptureState>, sqlx::Error> {
+    let tenant_id: String = row.try_get("tenant_id")?;
+    let rules = row.try_get::<String, _>("redaction_rules")?;
+    let Ok(redaction_rules) = serde_json::from_str::<Vec<RedactionRuleState>>(&rules) else {
+        tracing::error!(
+            tenant_id,
+            "stored redaction rules do not read; payloads not captured"
+        );
+        return Ok(None);
+    };
+    Ok(Some(PayloadCaptureState {
+        tenant_id,
+        config_version: row.try_get("config_version")?,
+        redaction_rules,
+    }))
 }
 
 fn managed_key_from_row(row: &AnyRow) -> Result<ManagedKeyState, sqlx::Error> {

@@ -369,6 +369,22 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         200,
     )
     .await;
+    // A captured payload, through the proxies' ingest as a proxy sends it.
+    let captured = json!({ "batch_id": format!("seed-capture-{tenant_id}"), "records": [{
+        "record_id": format!("seed-capture-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,
+        "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1, "output_tokens": 1,
+        "recorded_at": app.clock.now().to_string(),
+        "capture": { "config_version": 1, "bytes": 2, "body": {} } }] });
+    let ingested = app
+        .client
+        .post(format!("{}/internal/v1/usage-batches", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(&captured)
+        .send()
+        .await
+        .unwrap();
+    expect_status(ingested, 200).await;
+    assert_eq!(app.count_rows("payload_captures", &tenant_id).await, 1);
     // A checkout started, and a provider event applied (as the webhook records it).
     expect_status(
         app.post("/billing/checkout", &key, json!({ "plan": "professional" }))

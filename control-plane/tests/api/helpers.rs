@@ -119,6 +119,8 @@ impl TestApp {
             // lease is one per database); the tests that need them start their own.
             approval_expiry_interval_secs: 0,
             anomaly_detection_interval_secs: 0,
+            // Tests purge captured payloads by hand, on their own clock.
+            payload_purge_interval_secs: 0,
             billing: warden_control_plane::config::BillingConfig {
                 plan_change_interval_secs: 0,
                 ..Default::default()

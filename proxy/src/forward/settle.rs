@@ -53,6 +53,10 @@ pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed,
         recorded_at: Timestamp::from_millis(recorded_at),
         budget: admission.reservation.settle(cost_micros),
         evaluation: policies.decision_for_usage(),
+        capture: shared
+            .state
+            .payload_capture(&ready.view.key.tenant_id)
+            .map(|tenant| shared.captures.capture(tenant, ready.body)),
     });
     if let Some(exchange) = exchange.filter(|_| relayed.complete) {
         shared.upstreams.release(exchange).await;

@@ -16,6 +16,7 @@ use warden_shared::snapshot::ProxyKeyState;
 use warden_shared::timestamp::Timestamp;
 
 use crate::budget::BudgetHold;
+use crate::capture::Capture;
 use crate::decisions::{ApprovalAsk, DecisionReport, EvaluationReport, PolicyResults, ResultLists};
 
 /// One request's usage, as the control plane's internal batch endpoint takes it. The
@@ -39,6 +40,9 @@ pub struct UsageRecord {
     pub budget: Option<BudgetHold>,
     /// The policies' decision on the request, when the tenant has enabled policies.
     pub evaluation: Option<RecordEvaluation>,
+    /// The request's body, for a tenant with payload capture (`crate::capture`):
+    /// redacted as the batch is written, and dropped then.
+    pub capture: Option<Capture>,
 }
 
 /// The decision of the policies on a forwarded request, carried to the control plane by

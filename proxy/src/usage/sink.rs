@@ -165,6 +165,11 @@ pub fn start(
     Flusher { taker, sender }
 }
 
+/// The most a batch's captured payloads may carry, in bytes: a batch of records with
+/// captures is cut into several (the control plane takes up to 16 MiB per batch, and
+/// one capture is at most `payload_capture_max_bytes`).
+const MAX_CAPTURE_BYTES_PER_BATCH: usize = 4 << 20;
+
 /// Takes each batch from the queue, writes it to the spool and hands it to the sender,
 /// until every sender of the queue is gone and the queue is empty.
 async fn take_batches(
@@ -181,35 +186,89 @@ async fn take_batches(
         for hold in batch.iter_mut().filter_map(|record| record.budget.as_mut()) {
             hold.sending();
         }
-        let records = std::mem::replace(&mut batch, Vec::with_capacity(receiver.batch_size()));
-        let batch_id = new_id(IdKind::Usage, now_ms());
-        let Some(body) = super::batch_body(&batch_id, &records) else {
-            metrics.usage_dropped.inc_by(records.len() as u64);
-            records.iter().for_each(finished);
-            continue;
-        };
-        let spooled = match &spool {
-            Some(spool) => spool.write(&batch_id, &body).await,
-            None => false,
-        };
-        if spool.is_some() && !spooled {
-            metrics.usage_unspooled.inc_by(records.len() as u64);
-        }
-        let wanted = u32::try_from(records.len().max(1)).unwrap_or(u32::MAX);
-        let Ok(room) = room.clone().acquire_many_owned(wanted).await else {
-            return;
-        };
-        let taken = Taken {
-            batch_id,
-            body,
-            records,
-            spooled,
-            _room: room,
-        };
-        if batches.send(taken).is_err() {
-            return;
+        let taken = std::mem::replace(&mut batch, Vec::with_capacity(receiver.batch_size()));
+        for records in split_by_captures(taken) {
+            match take(records, spool.as_ref(), &room, &metrics).await {
+                Took::Batch(taken) => {
+                    if batches.send(taken).is_err() {
+                        return;
+                    }
+                }
+                Took::Unwritable => {}
+                Took::Stopped => return,
+            }
         }
     }
+}
+
+/// `records` in batches whose captures carry at most [`MAX_CAPTURE_BYTES_PER_BATCH`]
+/// (a record whose capture alone is larger goes alone); one batch when none has one.
+fn split_by_captures(records: Vec<UsageRecord>) -> Vec<Vec<UsageRecord>> {
+    if records.iter().all(|record| record.capture.is_none()) {
+        return vec![records];
+    }
+    let mut batches = vec![Vec::new()];
+    let mut bytes = 0;
+    for record in records {
+        let size = record.capture.as_ref().map_or(0, |c| c.wire_bytes());
+        let current = batches.last().map_or(0, Vec::len);
+        if current > 0 && bytes + size > MAX_CAPTURE_BYTES_PER_BATCH {
+            batches.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        if let Some(batch) = batches.last_mut() {
+            batch.push(record);
+        }
+    }
+    batches
+}
+
+enum Took {
+    Batch(Taken),
+    /// The batch could not be serialized (it cannot happen); its records are dropped.
+    Unwritable,
+    /// The sender is gone.
+    Stopped,
+}
+
+/// Gives `records` a batch id and their body, writes it to the spool and waits for room
+/// among the batches waiting to be sent. The records' captures are dropped once
+/// written: the batch body holds them, redacted.
+async fn take(
+    mut records: Vec<UsageRecord>,
+    spool: Option<&Arc<Spool>>,
+    room: &Arc<Semaphore>,
+    metrics: &ProxyMetrics,
+) -> Took {
+    let batch_id = new_id(IdKind::Usage, now_ms());
+    let body = super::batch_body(&batch_id, &records);
+    for record in &mut records {
+        record.capture = None;
+    }
+    let Some(body) = body else {
+        metrics.usage_dropped.inc_by(records.len() as u64);
+        records.iter().for_each(finished);
+        return Took::Unwritable;
+    };
+    let spooled = match spool {
+        Some(spool) => spool.write(&batch_id, &body).await,
+        None => false,
+    };
+    if spool.is_some() && !spooled {
+        metrics.usage_unspooled.inc_by(records.len() as u64);
+    }
+    let wanted = u32::try_from(records.len().max(1)).unwrap_or(u32::MAX);
+    let Ok(room) = room.clone().acquire_many_owned(wanted).await else {
+        return Took::Stopped;
+    };
+    Took::Batch(Taken {
+        batch_id,
+        body,
+        records,
+        spooled,
+        _room: room,
+    })
 }
 
 /// What the sender needs besides its batches.
@@ -359,7 +418,33 @@ mod tests {
                 evaluated_at: Timestamp::from_millis(1_000),
                 policy_results: results(&no_nvidia(), Outcome::Pass),
             }),
+            capture: None,
         }
+    }
+
+    #[test]
+    fn records_with_large_captures_go_in_several_batches() {
+        let key = key("ak_1", "ten_1", "agt_1");
+        let buffer = crate::capture::CaptureBuffer::new(
+            64 << 20,
+            2 << 20,
+            crate::capture::CaptureMetrics::unregistered(),
+        );
+        let tenant = crate::capture::tests::tenant(vec![]);
+        let body = Bytes::from(vec![b' '; 1 << 20]);
+        let records = |captured: bool| -> Vec<UsageRecord> {
+            (0..10)
+                .map(|i| UsageRecord {
+                    capture: captured.then(|| buffer.capture(tenant.clone(), &body)),
+                    ..record(&format!("usg_{i}"), &key)
+                })
+                .collect()
+        };
+        let sizes =
+            |batches: Vec<Vec<UsageRecord>>| batches.iter().map(Vec::len).collect::<Vec<_>>();
+        // A MiB each: three fit under the 4 MiB a batch may carry.
+        assert_eq!(sizes(split_by_captures(records(true))), [3, 3, 3, 1]);
+        assert_eq!(sizes(split_by_captures(records(false))), [10]);
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub fn record(out: &mut Vec<u8>, record: &UsageRecord, list: Option<usize>) {
         integer(out, i64::try_from(list).unwrap_or(i64::MAX));
         out.push(b'}');
     }
+    if let Some(capture) = &record.capture {
+        out.extend_from_slice(b",\"capture\":");
+        capture.write(out);
+    }
     out.push(b'}');
 }
 
@@ -98,6 +102,7 @@ mod tests {
                 evaluated_at: Timestamp::from_millis(951_782_400_000),
                 policy_results: results(&no_nvidia(), Outcome::Pass),
             }),
+            capture: None,
         }
     }
 

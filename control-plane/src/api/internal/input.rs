@@ -8,6 +8,7 @@ use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
 use crate::api::extract::{parse_json, parse_raw};
+use crate::api::payload_capture::RecordCapture;
 use crate::api::policies::{EvaluationReport, ReportedResult};
 use crate::api::validate::Text;
 use crate::error::ApiResult;
@@ -52,6 +53,9 @@ pub struct ProxyUsageRecord {
     /// `record_id`.
     #[serde(default)]
     pub evaluation: Option<RecordEvaluation>,
+    /// The request's body, redacted, for a tenant with payload capture enabled.
+    #[serde(default)]
+    pub capture: Option<RecordCapture>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -14,6 +14,7 @@ mod store;
 mod usage_batches;
 
 use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{FromRequestParts, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
@@ -39,7 +40,10 @@ pub use policy_decisions::{
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(ingest_usage_batch))
-        .routes(routes!(ingest_policy_decisions))
+        // Records carry captured payloads (a proxy cuts its batches at a few MiB of
+        // them): more than any management body, from the service token only.
+        .layer(DefaultBodyLimit::max(usage_batches::MAX_BATCH_BYTES))
+        .merge(OpenApiRouter::new().routes(routes!(ingest_policy_decisions)))
         .routes(routes!(stream_proxy_state))
         .routes(routes!(acknowledge_proxy_state))
 }

@@ -11,6 +11,7 @@ use warden_shared::timestamp::Timestamp;
 
 use super::input::{ParsedBatch, ProxyUsageRecord, RecordEvaluation};
 use super::BatchAck;
+use crate::api::payload_capture::{record_captures, RecordCapture};
 use crate::api::policies::{
     audit_violations, draw_decision_ids, result_set_ids, DecisionRow, ResultList, ResultLists,
 };
@@ -23,6 +24,8 @@ use crate::state::AppState;
 
 /// The largest batch the proxy may send.
 pub const MAX_RECORDS: usize = 1000;
+/// The largest batch body, in bytes: records with captured payloads are large.
+pub const MAX_BATCH_BYTES: usize = 16 << 20;
 /// How far in the future a record's time may be (clock skew between machines).
 const MAX_SKEW_MS: i64 = 300_000;
 
@@ -49,6 +52,7 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
     let mut entries = Vec::with_capacity(parsed.len());
     let mut indexes = Vec::with_capacity(parsed.len());
     let mut decided = Vec::with_capacity(parsed.len());
+    let mut captures = Vec::with_capacity(parsed.len());
     for (index, (keys, input), list) in &parsed {
         match usage_entry(
             &keys.tenant_id,
@@ -63,6 +67,7 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
                 indexes.push(*index);
                 let evaluation = keys.evaluation.as_ref().zip(*list);
                 decided.push(evaluation.map(|(evaluation, list)| (evaluation, lists.get(list))));
+                captures.push(keys.capture.as_ref());
             }
             Err(error) => ack.errors.push(ItemError::from_api_error(*index, error)),
         }
@@ -73,6 +78,7 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
     ack.spend = recorded.spend;
     let written = new_decisions(&entries, &decided, &recorded.outcomes);
     audit_violations(&mut tx, &written).await?;
+    record_captures(&mut tx, &entries, &captures, &recorded.outcomes).await?;
     count_outcomes(&mut ack, indexes, recorded.outcomes);
     ack.errors.sort_by_key(|error| error.index);
     tx.commit().await?;
@@ -206,6 +212,7 @@ struct RecordKeys {
     recorded_at: Timestamp,
     api_key_id: Option<Text<1, 100>>,
     evaluation: Option<RecordEvaluation>,
+    capture: Option<RecordCapture>,
 }
 
 impl ProxyUsageRecord {
@@ -217,6 +224,7 @@ impl ProxyUsageRecord {
                 recorded_at: self.recorded_at,
                 api_key_id: self.api_key_id,
                 evaluation: self.evaluation,
+                capture: self.capture,
             },
             UsageInput {
                 agent_id: self.agent_id,

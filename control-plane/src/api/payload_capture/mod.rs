@@ -11,10 +11,15 @@
 //! as one `payload_capture.configured` event. No endpoint reads, exports or deletes
 //! captured records.
 //!
-//! Capture itself (the proxy recording sanitized inputs) is not built yet: this
-//! configuration is stored and validated, and nothing is captured.
+//! Capture itself (`captures.rs`): while a tenant has it enabled, each proxy keeps the
+//! body of each request it forwards, redacted by these rules in the proxy, and sends it
+//! with the request's usage record; the ledger's ingest stores it in `payload_captures`
+//! (only while the tenant's capture is still enabled), where a background round deletes
+//! it after `retention_days` (or the plan's telemetry retention, if lower).
 
+mod captures;
 mod service;
+mod store;
 
 use axum::extract::State;
 use axum::response::Response;
@@ -30,6 +35,8 @@ use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+
+pub use captures::{purge_expired, purge_expired_every, record_captures};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(get_config, put_config))
@@ -54,6 +61,26 @@ pub struct RedactionRule {
     /// A regular expression of at most 500 characters; omitted: the whole field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
+}
+
+/// A captured request body, as a proxy sends it on the request's usage record.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordCapture {
+    /// The configuration version whose rules redacted it.
+    pub config_version: i64,
+    /// The size of the body the agent sent, in bytes.
+    pub bytes: i64,
+    /// How many values the redaction rules changed.
+    #[serde(default)]
+    pub redactions: i64,
+    /// The redacted body; absent when omitted.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub body: Option<Box<serde_json::value::RawValue>>,
+    /// Why the body is absent: `too_large`, `buffer_full` or `unreadable`.
+    #[serde(default)]
+    pub omitted: Option<Text<1, 32>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -1,25 +1,24 @@
-//! The rules of the capture configuration and its one-row SQL (tenant-filtered).
+//! The rules of the capture configuration.
 
 use std::collections::HashSet;
 
 use serde_json::json;
 use sqlx::Row;
+use warden_shared::redaction::{self, MAX_PATTERN_CHARS};
 use warden_shared::timestamp::Timestamp;
 
+use super::store;
 use super::{
     CaptureConfig, CaptureInput, RedactionRule, LEGAL_BASIS_NOTICE, MAXIMUM_RETENTION_DAYS,
 };
 use crate::auth::Caller;
-use crate::changes::{self, AuditEvent, Proxies};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::json_column;
 use crate::error::{ApiError, ApiResult};
 use crate::plans::Plan;
 use crate::state::AppState;
 
 const MAX_RULES: usize = 25;
-const MAX_PATTERN_CHARS: usize = 500;
-/// Compiled size limits: a pattern needing more is refused rather than run.
-const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 
 fn unconfigured() -> CaptureConfig {
     CaptureConfig {
@@ -42,14 +41,7 @@ pub async fn get(state: &AppState, caller: &Caller) -> ApiResult<CaptureConfig> 
 }
 
 async fn read(conn: &mut sqlx::AnyConnection, tenant_id: &str) -> ApiResult<CaptureConfig> {
-    let Some(row) = sqlx::query(
-        "SELECT enabled, retention_days, processing_purpose, redaction_rules, config_version, \
-         updated_by, created_at, updated_at FROM payload_capture_configs WHERE tenant_id = $1",
-    )
-    .bind(tenant_id)
-    .fetch_optional(&mut *conn)
-    .await?
-    else {
+    let Some(row) = store::read_config(conn, tenant_id).await? else {
         return Ok(unconfigured());
     };
     let rules: String = row.try_get("redaction_rules")?;
@@ -86,12 +78,7 @@ fn check_rules(rules: &[RedactionRule]) -> ApiResult<()> {
                 ),
             ));
         }
-        let path_ok = rule.field_path.as_str().split('.').all(|name| {
-            !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        });
+        let path_ok = redaction::field_path_is_valid(rule.field_path.as_str());
         if !path_ok {
             return Err(ApiError::validation(
                 format!("redaction_rules[{index}].field_path"),
@@ -109,16 +96,12 @@ fn check_rules(rules: &[RedactionRule]) -> ApiResult<()> {
                     format!("{field}: 1 to {MAX_PATTERN_CHARS} characters"),
                 ));
             }
-            regex::RegexBuilder::new(pattern)
-                .size_limit(PATTERN_SIZE_LIMIT)
-                .dfa_size_limit(PATTERN_SIZE_LIMIT)
-                .build()
-                .map_err(|error| {
-                    ApiError::validation(
-                        field.clone(),
-                        format!("{field}: not a usable regular expression: {error}"),
-                    )
-                })?;
+            redaction::compile_pattern(pattern).map_err(|error| {
+                ApiError::validation(
+                    field.clone(),
+                    format!("{field}: not a usable regular expression: {error}"),
+                )
+            })?;
         }
     }
     Ok(())
@@ -152,25 +135,14 @@ pub async fn put(
         ));
     }
     let rules = serde_json::to_string(&input.redaction_rules).unwrap_or_else(|_| "[]".to_owned());
-    let version: i64 = sqlx::query_scalar(
-        "INSERT INTO payload_capture_configs (tenant_id, enabled, retention_days, \
-         processing_purpose, redaction_rules, config_version, updated_by, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $7) \
-         ON CONFLICT (tenant_id) DO UPDATE SET enabled = excluded.enabled, \
-         retention_days = excluded.retention_days, processing_purpose = excluded.processing_purpose, \
-         redaction_rules = excluded.redaction_rules, \
-         config_version = payload_capture_configs.config_version + 1, \
-         updated_by = excluded.updated_by, updated_at = excluded.updated_at \
-         RETURNING config_version",
+    let version = store::upsert_config(
+        &mut tx,
+        &caller.tenant_id,
+        &input,
+        &rules,
+        &caller.actor,
+        now,
     )
-    .bind(&caller.tenant_id)
-    .bind(i64::from(input.enabled))
-    .bind(input.retention_days)
-    .bind(input.processing_purpose.as_str())
-    .bind(&rules)
-    .bind(&caller.actor)
-    .bind(now.as_millis())
-    .fetch_one(&mut *tx)
     .await?;
     changes::record(
         &mut tx,
@@ -188,7 +160,8 @@ pub async fn put(
                 "config_version": version,
             }),
         },
-        Proxies::Unaffected,
+        // The proxies capture (or stop capturing) from the answer on: read-your-writes.
+        Proxies::Reload(ChangeKind::PayloadCapture),
     )
     .await?;
     let config = read(&mut tx, &caller.tenant_id).await?;

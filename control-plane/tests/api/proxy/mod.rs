@@ -3,6 +3,7 @@
 
 mod bodies;
 mod budgets;
+mod capture;
 mod descriptors;
 mod enforcement;
 mod failures;
