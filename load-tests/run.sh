@@ -196,29 +196,50 @@ governed() { # on|off; the proxies have the change within a second
   sleep 2
 }
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-printf '\nwith and without 10 policies and a budget limit, %s alternating rounds:\n' "$ROUNDS"
-printf '%-28s %12s %10s %10s %9s %12s %12s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200" "proxy us/req" "cp us/req"
-for stream in 0 1; do
-  label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
-  without=(); with=()
-  for round in $(seq 1 "$ROUNDS"); do
-    for mode in off on; do
-      governed "$mode"
-      before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
-      read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
-      after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
-      name=$([ "$mode" = on ] && echo "with policies" || echo "without")
-      awk -v n="$name ($label) $round" -v r="$g_rps" -v p50="$g_p50" -v p99="$g_p99" -v b="$g_bad" -v t="$g_total" \
-          -v c="$((after - before))" -v cp="$((cp_after - cp_before))" -v hz="$(getconf CLK_TCK)" 'BEGIN {
-        printf "%-28s %12s %10s %10s %9s %12.1f %12.1f\n", n, r, p50, p99, b, (c / hz) / t * 1e6, (cp / hz) / t * 1e6 }'
-      if [ "$mode" = on ]; then with+=("$g_rps"); else without+=("$g_rps"); fi
+# alternate <what> <toggle>: ROUNDS rounds of Warden without and with <what> (turned
+# on and off by `<toggle> on|off`), plain and streamed; prints each round's pair and
+# the ratio of the medians.
+alternate() {
+  local what=$1 toggle=$2
+  printf '\nwith and without %s, %s alternating rounds:\n' "$what" "$ROUNDS"
+  printf '%-28s %12s %10s %10s %9s %12s %12s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200" "proxy us/req" "cp us/req"
+  for stream in 0 1; do
+    label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
+    without=(); with=()
+    for round in $(seq 1 "$ROUNDS"); do
+      for mode in off on; do
+        "$toggle" "$mode"
+        before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
+        read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
+        after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
+        name=$([ "$mode" = on ] && echo "with" || echo "without")
+        awk -v n="$name ($label) $round" -v r="$g_rps" -v p50="$g_p50" -v p99="$g_p99" -v b="$g_bad" -v t="$g_total" \
+            -v c="$((after - before))" -v cp="$((cp_after - cp_before))" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+          printf "%-28s %12s %10s %10s %9s %12.1f %12.1f\n", n, r, p50, p99, b, (c / hz) / t * 1e6, (cp / hz) / t * 1e6 }'
+        if [ "$mode" = on ]; then with+=("$g_rps"); else without+=("$g_rps"); fi
+      done
     done
+    w_med=$(echo "${without[*]}" | median); p_med=$(echo "${with[*]}" | median)
+    awk -v p="$p_med" -v w="$w_med" -v label="$label" -v what="$what" 'BEGIN {
+      printf "  with/without %s: throughput %.2f (medians %.0f / %.0f requests/s; target at least 0.90) (%s)\n", what, p / w, p, w, label }'
   done
-  w_med=$(echo "${without[*]}" | median); p_med=$(echo "${with[*]}" | median)
-  awk -v p="$p_med" -v w="$w_med" -v label="$label" 'BEGIN {
-    printf "  with/without policies throughput %.2f (medians %.0f / %.0f requests/s; target at least 0.90) (%s)\n", p / w, p, w, label }'
-done
+}
+alternate "10 policies and a budget limit" governed
 governed off
+
+# Payload capture of every request (the tenant's 5 redaction rules applied by the proxy,
+# the captures stored by the ledger) against none, in the same alternating rounds.
+RULES='[{"id":"email","field_path":"messages.content","pattern":"[\\w.+-]+@[\\w-]+\\.[\\w.]+"},
+{"id":"card","field_path":"messages.content","pattern":"\\b(?:\\d[ -]?){13,16}\\b"},
+{"id":"phone","field_path":"messages.content","pattern":"\\+?\\d[\\d ()-]{7,}\\d"},
+{"id":"user","field_path":"user"},{"id":"metadata","field_path":"metadata"}]'
+captured() { # on|off; in force on the proxy when the call answers
+  local enabled=false
+  [ "$1" = on ] && enabled=true
+  call PUT payload-capture/config "{\"enabled\":$enabled,\"retention_days\":30,\"processing_purpose\":\"load test of payload capture\",\"redaction_rules\":$RULES}" 200
+}
+alternate "payload capture (5 redaction rules)" captured
+captured off
 metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 sleep 2 # the last batches' flush
 echo "decision reports dropped by the proxy: $(metric warden_proxy_policy_decisions_dropped_total)"
