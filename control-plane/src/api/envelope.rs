@@ -28,7 +28,8 @@ pub struct PageMeta {
     pub page: i64,
     pub limit: i64,
     /// Present and true when `total` is a floor: a list whose exact count would cost
-    /// too much counts no further than that (the audit trail's filtered pages).
+    /// too much counts no further than that (the audit trail's filtered pages, the
+    /// policy evaluations).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub total_is_lower_bound: bool,
 }
@@ -61,6 +62,10 @@ pub fn created<T: Serialize>(data: T) -> Response {
 pub fn paged<T: Serialize>(data: Vec<T>, page: Page, total: i64) -> Response {
     paged_counted(data, page, total, false)
 }
+
+/// The most matches a filtered list counts: beyond, its `total` is this and says it is
+/// a floor (`total_is_lower_bound`), so a page of a filter matching millions stays fast.
+pub const COUNT_LIMIT: i64 = 10_000;
 
 /// As [`paged`], saying whether `total` is only a floor of the count.
 pub fn paged_counted<T: Serialize>(

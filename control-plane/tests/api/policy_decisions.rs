@@ -282,3 +282,105 @@ db_test!(
         assert_eq!(resent["evaluations_written"], json!(2), "{resent}");
     }
 );
+
+db_test!(pages_of_both_kinds_read_as_one_list_newest_first, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let mut agents = Vec::new();
+    for name in ["one", "two"] {
+        let agent = app.register_agent(key, json!({ "name": name })).await;
+        agents.push(agent["id"].as_str().unwrap().to_owned());
+    }
+    let results = json!([
+        { "policy_id": 1, "policy_name": "one", "policy_type": "model_allowlist", "result": "pass" },
+        { "policy_id": 2, "policy_name": "two", "policy_type": "rate_limit", "result": "pass" },
+    ]);
+    // Forwarded requests (decisions on usage records) and refused ones (decision
+    // rows), interleaved in time, alternating agents in another rhythm.
+    let start = app.clock.now().as_millis() - 3_600_000;
+    let at =
+        |i: i64| warden_shared::timestamp::Timestamp::from_millis(start + i * 1000).to_string();
+    let (mut records, mut refused) = (Vec::new(), Vec::new());
+    for i in 0..23_i64 {
+        let agent = &agents[(i % 3 == 0) as usize];
+        if i % 2 == 0 {
+            records.push(json!({ "record_id": format!("rec-{i}"), "tenant_id": tenant.id,
+                    "agent_id": agent, "model_provider": "openai", "model_name": "gpt-4o",
+                    "input_tokens": 1, "output_tokens": 1, "recorded_at": at(i),
+                    "evaluation": { "model": "gpt-4o", "evaluated_at": at(i), "results": results } }));
+        } else {
+            refused.push(json!({ "tenant_id": tenant.id, "evaluation": {
+                    "request_id": format!("ref-{i}"), "agent_id": agent, "provider": "openai",
+                    "model": "gpt-4o", "evaluated_at": at(i), "results": results } }));
+        }
+    }
+    let ingested = app
+        .client
+        .post(format!("{}/internal/v1/usage-batches", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(&json!({ "batch_id": format!("pages-{}", tenant.id), "records": records }))
+        .send()
+        .await
+        .unwrap();
+    expect_status(ingested, 200).await;
+    report_decisions(&app, &format!("pages-{}", tenant.id), &refused).await;
+
+    for filter in [String::new(), format!("&agent_id={}", agents[1])] {
+        let whole = expect_status(
+            app.get(&format!("/policy-evaluations?limit=100{filter}"), key)
+                .await,
+            200,
+        )
+        .await;
+        let whole: Vec<(String, i64)> = whole["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["request_id"].as_str().unwrap().to_owned(),
+                    e["policy_id"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        // Newest first, each decision's results in the policies' order.
+        let requests: Vec<i64> = whole
+            .iter()
+            .step_by(2)
+            .map(|(request, _)| request[4..].parse().unwrap())
+            .collect();
+        let expected: Vec<i64> = (0..23)
+            .filter(|i| filter.is_empty() || i % 3 == 0)
+            .rev()
+            .collect();
+        assert_eq!(requests, expected, "{filter}");
+        assert!(whole.chunks(2).all(|pair| pair[0].1 == 1 && pair[1].1 == 2));
+        // Every page of 3 (splitting decisions' results) is its slice of the whole.
+        let mut paged = Vec::new();
+        for page in 1.. {
+            let answer = expect_status(
+                app.get(
+                    &format!("/policy-evaluations?limit=3&page={page}{filter}"),
+                    key,
+                )
+                .await,
+                200,
+            )
+            .await;
+            assert_eq!(answer["meta"]["total"], json!(whole.len()), "{filter}");
+            // Exact below the counting limit: no floor flag.
+            assert_eq!(answer["meta"]["total_is_lower_bound"], Value::Null);
+            let rows = answer["data"].as_array().unwrap().clone();
+            if rows.is_empty() {
+                break;
+            }
+            paged.extend(rows.iter().map(|e| {
+                (
+                    e["request_id"].as_str().unwrap().to_owned(),
+                    e["policy_id"].as_i64().unwrap(),
+                )
+            }));
+        }
+        assert_eq!(paged, whole, "{filter}");
+    }
+});

@@ -6,6 +6,7 @@ use sqlx::{AnyPool, Row};
 use warden_shared::timestamp::Timestamp;
 
 use super::AuditEventView;
+use crate::api::envelope::COUNT_LIMIT;
 
 /// What a list or export is limited to. Absent filters are left out of the SQL, so
 /// each query uses the index its filters match.
@@ -83,9 +84,6 @@ pub async fn list(
         .await?;
     rows.iter().map(event_from_row).collect()
 }
-
-/// How far a filtered list counts its matches.
-pub const COUNT_LIMIT: i64 = 10_000;
 
 /// How many events match, and whether that is only a floor. The whole trail's count is
 /// its chain head's seq (a chain has no gaps), one row read; a filtered count stops at

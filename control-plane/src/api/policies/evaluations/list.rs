@@ -11,7 +11,7 @@ use warden_shared::policy::Outcome;
 use warden_shared::timestamp::Timestamp;
 
 use super::POSITIONS_PER_DECISION;
-use crate::api::envelope::{self, Page, PageQuery, Paged};
+use crate::api::envelope::{self, Page, PageQuery, Paged, COUNT_LIMIT};
 use crate::api::extract::ApiQuery;
 use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
@@ -73,34 +73,28 @@ pub async fn list_evaluations(
     .try_into()?;
     let filters = Filters::of(&query);
     let pool = state.db.pool();
-    let list = format!(
-        "SELECT d.id AS decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
-         r.result, r.reason, d.agent_id, d.provider, d.model, d.request_id, d.evaluated_at, \
-         d.evaluated_at AS ended_at {} \
-         UNION ALL \
-         SELECT u.decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
-         r.result, r.reason, u.agent_id, u.model_provider, \
-         COALESCE(u.requested_model, u.model_name), u.record_id, u.evaluated_at, \
-         u.recorded_at {} \
-         ORDER BY ended_at DESC, decision_id DESC, position LIMIT ${} OFFSET ${}",
-        filters.decisions_clause(),
-        filters.records_clause(),
-        filters.parameters() + 1,
-        filters.parameters() + 2,
-    );
-    let rows = filters
-        .bind(sqlx::query(&list), &caller.tenant_id)
+    let list = filters.page_query();
+    let mut rows_query = filters.bind(sqlx::query(&list), &caller.tenant_id);
+    if filters.by_decision_only() {
+        // Each side's newest decisions that can reach this page: a page's rows come from
+        // at most offset + limit decisions, each of one side or the other.
+        rows_query = rows_query.bind(page.offset() + page.limit);
+    }
+    let rows = rows_query
         .bind(page.limit)
         .bind(page.offset())
         .fetch_all(pool)
         .await?;
     let count = format!(
-        "SELECT (SELECT COUNT(*) {}) + (SELECT COUNT(*) {}) AS total",
+        "SELECT (SELECT COUNT(*) FROM (SELECT 1 {} LIMIT ${cap}) d) \
+         + (SELECT COUNT(*) FROM (SELECT 1 {} LIMIT ${cap}) u) AS total",
         filters.decisions_clause(),
         filters.records_clause(),
+        cap = filters.parameters() + 1,
     );
-    let total: i64 = filters
+    let counted: i64 = filters
         .bind(sqlx::query(&count), &caller.tenant_id)
+        .bind(COUNT_LIMIT + 1)
         .fetch_one(pool)
         .await?
         .try_get("total")?;
@@ -108,7 +102,12 @@ pub async fn list_evaluations(
         .iter()
         .map(evaluation_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(envelope::paged(evaluations, page, total))
+    Ok(envelope::paged_counted(
+        evaluations,
+        page,
+        counted.min(COUNT_LIMIT),
+        counted > COUNT_LIMIT,
+    ))
 }
 
 /// The filters a query gives, as SQL conditions on both kinds of decisions. Only the
@@ -127,6 +126,52 @@ impl<'q> Filters<'q> {
             agent_id: query.agent_id.as_ref().map(Text::as_str),
             result: query.result.map(Outcome::as_str),
         }
+    }
+
+    /// Whether every filter is a decision's own column (tenant, agent), not a result's:
+    /// then each decision's results all match, and a page can be read from each side's
+    /// newest decisions, through their time indexes, before the join.
+    fn by_decision_only(&self) -> bool {
+        self.policy_id.is_none() && self.result.is_none()
+    }
+
+    /// One page of evaluation records, newest first; its last two parameters are the
+    /// limit and the offset, after (when [`Filters::by_decision_only`]) the number of
+    /// each side's newest decisions to read.
+    fn page_query(&self) -> String {
+        let next = self.parameters() + 1;
+        let (decisions, records, limit) = if self.by_decision_only() {
+            (
+                format!(
+                    "FROM (SELECT d.* FROM policy_decisions d WHERE d.tenant_id = $1{} \
+                     ORDER BY d.evaluated_at DESC, d.id DESC LIMIT ${next}) d \
+                     JOIN policy_result_set_members r ON r.set_id = d.result_set_id",
+                    self.conditions("d")
+                ),
+                format!(
+                    "FROM (SELECT u.* FROM usage_records u \
+                     WHERE u.tenant_id = $1 AND u.decision_set_id IS NOT NULL{} \
+                     ORDER BY u.recorded_at DESC, u.decision_id DESC LIMIT ${next}) u \
+                     JOIN policy_result_set_members r ON r.set_id = u.decision_set_id",
+                    self.conditions("u")
+                ),
+                next + 1,
+            )
+        } else {
+            (self.decisions_clause(), self.records_clause(), next)
+        };
+        format!(
+            "SELECT d.id AS decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
+             r.result, r.reason, d.agent_id, d.provider, d.model, d.request_id, d.evaluated_at, \
+             d.evaluated_at AS ended_at {decisions} \
+             UNION ALL \
+             SELECT u.decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
+             r.result, r.reason, u.agent_id, u.model_provider, \
+             COALESCE(u.requested_model, u.model_name), u.record_id, u.evaluated_at, \
+             u.recorded_at {records} \
+             ORDER BY ended_at DESC, decision_id DESC, position LIMIT ${limit} OFFSET ${}",
+            limit + 1
+        )
     }
 
     /// How many parameters the conditions bind, the tenant included.
