@@ -244,6 +244,7 @@ metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}';
 sleep 2 # the last batches' flush
 echo "decision reports dropped by the proxy: $(metric warden_proxy_policy_decisions_dropped_total)"
 dropped=$(metric warden_proxy_usage_dropped_total); buffered=$(metric warden_proxy_usage_buffer_depth)
+echo "payload captures by outcome: $(curl -s "http://$PROXY/metrics" | awk '/^warden_proxy_payload_captures_total/ {printf "%s ", $0}')"
 echo "usage records dropped by the proxy: $dropped; still buffered: $buffered; flushed: $(metric warden_proxy_usage_flushed_total)"
 if [ "$dropped" != 0 ] || [ "$buffered" != 0 ]; then
   echo "the control plane did not keep up with the proxy's usage" >&2

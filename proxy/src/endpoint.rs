@@ -5,6 +5,9 @@
 pub enum Endpoint {
     ChatCompletions,
     Embeddings,
+    /// OpenAI's Responses API (`POST /v1/responses`), the default of agent frameworks
+    /// such as the OpenAI Agents SDK.
+    Responses,
 }
 
 impl Endpoint {
@@ -13,6 +16,7 @@ impl Endpoint {
         match self {
             Endpoint::ChatCompletions => "/chat/completions",
             Endpoint::Embeddings => "/embeddings",
+            Endpoint::Responses => "/responses",
         }
     }
 
@@ -21,6 +25,19 @@ impl Endpoint {
         match self {
             Endpoint::ChatCompletions => "chat.completions",
             Endpoint::Embeddings => "embeddings",
+            Endpoint::Responses => "responses",
         }
+    }
+
+    /// Whether the client may ask for the answer as server-sent events (`stream: true`).
+    pub fn streams(self) -> bool {
+        matches!(self, Endpoint::ChatCompletions | Endpoint::Responses)
+    }
+
+    /// Whether a stream reports usage only when asked (`stream_options.include_usage`,
+    /// which the proxy adds): chat completions. The Responses API reports it in its
+    /// `response.completed` event always.
+    pub fn usage_on_request(self) -> bool {
+        self == Endpoint::ChatCompletions
     }
 }

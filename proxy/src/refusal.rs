@@ -204,7 +204,9 @@ impl Refusal {
             Refusal::ApprovalRequired { policy_id } => {
                 format!("policy {policy_id} requires a human approval of this request")
             }
-            Refusal::NotFound => "no such endpoint on the Warden proxy".into(),
+            Refusal::NotFound => "no such endpoint on the Warden proxy; it serves POST \
+                /v1/chat/completions, POST /v1/responses, POST /v1/embeddings and GET /v1/models"
+                .into(),
             Refusal::MethodNotAllowed => "method not allowed on this endpoint".into(),
             Refusal::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
             Refusal::UnsupportedMediaType => "send the body as application/json".into(),

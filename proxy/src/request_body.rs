@@ -27,6 +27,9 @@ pub struct Peek<'a> {
     pub max_tokens: Option<i64>,
     #[serde(default)]
     pub max_completion_tokens: Option<i64>,
+    /// The Responses API's bound on generated tokens.
+    #[serde(default)]
+    pub max_output_tokens: Option<i64>,
 }
 
 #[derive(Deserialize)]

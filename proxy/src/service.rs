@@ -122,9 +122,18 @@ impl ProxyService {
                 let view = self.authenticate(session)?;
                 forward::forward(shared, session, view, Endpoint::Embeddings).await
             }
+            ("POST", "/v1/responses") => {
+                let view = self.authenticate(session)?;
+                forward::forward(shared, session, view, Endpoint::Responses).await
+            }
             (
                 _,
-                "/v1/chat/completions" | "/v1/embeddings" | "/v1/models" | "/healthz" | "/metrics",
+                "/v1/chat/completions"
+                | "/v1/embeddings"
+                | "/v1/responses"
+                | "/v1/models"
+                | "/healthz"
+                | "/metrics",
             ) => Err(Refusal::MethodNotAllowed.into()),
             _ => Err(Refusal::NotFound.into()),
         }

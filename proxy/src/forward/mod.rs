@@ -71,7 +71,7 @@ struct Ready<'a> {
     endpoint: Endpoint,
     body: &'a Bytes,
     admitted: Admitted,
-    /// A chat completion the client asked to have streamed.
+    /// A chat completion or response the client asked to have streamed.
     streaming: bool,
     /// A stream whose client did not ask for usage: the provider is asked for it
     /// (`stream_options.include_usage`) and the relay strips it from the answer.
@@ -103,13 +103,15 @@ fn admit(
         .filter(|m| !m.is_empty())
         .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?;
     let admitted = admission::admit(&view, model)?;
-    let streaming = endpoint == Endpoint::ChatCompletions && peek.stream == Some(true);
+    let streaming = endpoint.streams() && peek.stream == Some(true);
     let client_wants_usage =
         peek.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
     let estimate_micros = budget::estimate_micros(
         admitted.price,
         body.len(),
-        peek.max_completion_tokens.or(peek.max_tokens),
+        peek.max_completion_tokens
+            .or(peek.max_output_tokens)
+            .or(peek.max_tokens),
     );
     Ok(Ready {
         view,
@@ -117,7 +119,7 @@ fn admit(
         body,
         admitted,
         streaming,
-        inject_usage: streaming && !client_wants_usage,
+        inject_usage: streaming && endpoint.usage_on_request() && !client_wants_usage,
         estimate_micros,
         started,
         work,

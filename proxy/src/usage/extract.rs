@@ -1,5 +1,9 @@
 //! Token usage from a provider's answer: the `usage` object of a JSON response, or of the
-//! final chunk of a server-sent-events stream.
+//! final chunk of a server-sent-events stream (a chat completion's usage chunk, or the
+//! Responses API's `response.completed` event, whose `response` carries it).
+//!
+//! Cached input tokens are part of the input and reasoning tokens part of the output, as
+//! both APIs count them; they are recorded in those totals.
 
 use std::borrow::Cow;
 
@@ -60,6 +64,21 @@ struct Chunk<'a> {
     usage: Option<UsageField>,
     #[serde(borrow, default)]
     choices: Option<Vec<Choice<'a>>>,
+    /// The Responses API: the response, with its usage once completed (or incomplete,
+    /// or failed).
+    #[serde(default)]
+    response: Option<WithUsage>,
+    /// The Responses API: the text of a `response.output_text.delta` event.
+    #[serde(borrow, default)]
+    delta: Option<EventDelta<'a>>,
+}
+
+/// An event's `delta`: text (Responses' output text), or anything else, ignored.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum EventDelta<'a> {
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Other(serde::de::IgnoredAny),
 }
 
 #[derive(Deserialize)]
@@ -87,14 +106,22 @@ pub struct ChunkFacts {
 /// Reads an event's `data:` payload (JSON); `None` for `[DONE]` or anything unparsable.
 pub fn chunk_facts(data: &[u8]) -> Option<ChunkFacts> {
     let chunk: Chunk = serde_json::from_slice(data).ok()?;
+    let delta_chars = match &chunk.delta {
+        Some(EventDelta::Text(text)) => text.chars().count(),
+        _ => 0,
+    };
     let content_chars = chunk
         .choices
         .iter()
         .flatten()
         .filter_map(|c| c.delta.as_ref()?.content.as_ref())
         .map(|text| text.chars().count())
-        .sum();
-    let usage = chunk.usage.map(|u| u.tokens());
+        .sum::<usize>()
+        + delta_chars;
+    let usage = chunk
+        .usage
+        .or_else(|| chunk.response?.usage)
+        .map(|u| u.tokens());
     Some(ChunkFacts {
         usage_only: usage.is_some() && chunk.choices.as_ref().is_none_or(Vec::is_empty),
         usage,
@@ -161,5 +188,36 @@ mod tests {
         let escaped = chunk_facts(br#"{"choices":[{"delta":{"content":"a\"b\u00e9"}}]}"#);
         assert_eq!(escaped.map(|facts| facts.content_chars), Some(4));
         assert_eq!(chunk_facts(b"[DONE]"), None);
+    }
+
+    #[test]
+    fn responses_events_tell_usage_and_text() {
+        let created = chunk_facts(
+            br#"{"type":"response.created","response":{"id":"resp_1","status":"in_progress","usage":null}}"#,
+        );
+        assert_eq!(created.map(|facts| facts.usage), Some(None));
+        let delta = chunk_facts(
+            br#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hel\u00e9"}"#,
+        );
+        assert_eq!(delta.map(|facts| facts.content_chars), Some(4));
+        let completed = chunk_facts(
+            br#"{"type":"response.completed","response":{"id":"resp_1","output":[{"type":"message","content":[{"type":"output_text","text":"Hello"}]}],"usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":4},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":18}}}"#,
+        );
+        assert_eq!(
+            completed.and_then(|facts| facts.usage),
+            Some(Tokens {
+                input: 11,
+                output: 7
+            })
+        );
+        // A plain response's usage reads like a chat completion's.
+        let plain = br#"{"id":"resp_1","object":"response","output":[],"usage":{"input_tokens":5,"output_tokens":2,"total_tokens":7}}"#;
+        assert_eq!(
+            from_json(plain),
+            Some(Tokens {
+                input: 5,
+                output: 2
+            })
+        );
     }
 }

@@ -6,11 +6,9 @@ use sqlx::{AnyConnection, Row};
 use warden_shared::timestamp::Timestamp;
 
 use super::CaptureInput;
-use crate::db::bulk::{for_backend, placeholders};
+use crate::db::bulk::{for_backend, placeholders, rows_per_statement};
 use crate::db::WriteTx;
 
-/// Rows of captures per insert: each carries a body of up to a MiB.
-const CAPTURES_PER_STATEMENT: usize = 50;
 const CAPTURE_COLUMNS: usize = 13;
 
 pub async fn read_config(
@@ -85,17 +83,18 @@ pub struct CaptureRow<'a> {
     pub captured_at: Timestamp,
 }
 
-/// Inserts `rows`; a record's capture already stored is kept as it is.
+/// Inserts `rows` (the captures of records new to the ledger), in multi-row statements:
+/// their bodies are in memory already, bounded by the batch's size.
 pub async fn insert_captures(tx: &mut WriteTx, rows: &[CaptureRow<'_>]) -> Result<(), sqlx::Error> {
-    for chunk in rows.chunks(CAPTURES_PER_STATEMENT) {
+    let per_statement = rows_per_statement(tx, CAPTURE_COLUMNS);
+    for chunk in rows.chunks(per_statement) {
         let values = placeholders(tx, chunk.len(), CAPTURE_COLUMNS, 1);
         let sql = for_backend(
             tx,
             format!(
                 "INSERT INTO payload_captures (tenant_id, record_id, agent_id, api_key_id, \
                  request_type, provider, model, config_version, body_bytes, redactions, body, \
-                 omitted, captured_at) VALUES {values} \
-                 ON CONFLICT (tenant_id, record_id) DO NOTHING"
+                 omitted, captured_at) VALUES {values}"
             ),
         );
         let mut query = sqlx::query(&sql);

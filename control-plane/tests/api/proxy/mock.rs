@@ -96,6 +96,7 @@ fn router() -> (Router, MockState) {
     let router = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/responses", post(responses))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state.clone());
     (router, state)
@@ -211,4 +212,58 @@ async fn embeddings(State(state): State<MockState>, headers: HeaderMap, body: By
         "usage": { "prompt_tokens": 5, "total_tokens": 5 },
     }))
     .into_response()
+}
+
+/// Tokens the mock reports for every response of the Responses API (input, cached
+/// input, output, reasoning).
+pub const RESPONSE_TOKENS: (i64, i64, i64, i64) = (23, 5, 13, 4);
+
+/// OpenAI's Responses API: a whole response, or its typed events when streamed (usage in
+/// `response.completed`, as OpenAI always sends it).
+async fn responses(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -> Response {
+    note(&state.received, "/v1/responses", headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let (input, cached, output, reasoning) = RESPONSE_TOKENS;
+    let message = |status: &str, text: &str| {
+        json!({ "type": "message", "id": "msg_mock", "status": status, "role": "assistant",
+                "content": [{ "type": "output_text", "text": text, "annotations": [] }] })
+    };
+    let response = |status: &str, output_items: Value, usage: Value| {
+        json!({ "id": "resp_mock", "object": "response", "created_at": 0, "status": status,
+                "model": request["model"], "output": output_items, "parallel_tool_calls": true,
+                "tool_choice": "auto", "tools": [], "usage": usage,
+                "previous_response_id": request["previous_response_id"] })
+    };
+    let usage = json!({ "input_tokens": input, "input_tokens_details": { "cached_tokens": cached },
+        "output_tokens": output, "output_tokens_details": { "reasoning_tokens": reasoning },
+        "total_tokens": input + output });
+    if request["stream"] != json!(true) {
+        let answer = response(
+            "completed",
+            json!([message("completed", "Hello from the mock")]),
+            usage,
+        );
+        return axum::Json(answer).into_response();
+    }
+    let mut events = Vec::new();
+    events.push(json!({ "type": "response.created", "sequence_number": 0,
+        "response": response("in_progress", json!([]), Value::Null) }));
+    for word in ["Hello", " from", " the mock"] {
+        events.push(
+            json!({ "type": "response.output_text.delta", "sequence_number": events.len(),
+            "item_id": "msg_mock", "output_index": 0, "content_index": 0, "delta": word }),
+        );
+    }
+    events.push(json!({ "type": "response.completed", "sequence_number": events.len(),
+        "response": response("completed", json!([message("completed", "Hello from the mock")]), usage) }));
+    let text: String = events
+        .iter()
+        .map(|event| {
+            format!(
+                "event: {}\ndata: {event}\n\n",
+                event["type"].as_str().unwrap()
+            )
+        })
+        .collect();
+    ([("content-type", "text/event-stream")], text).into_response()
 }

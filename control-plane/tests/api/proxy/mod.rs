@@ -16,6 +16,7 @@ mod openai_client;
 mod outage;
 mod policies;
 mod read_your_writes;
+mod responses_api;
 mod stats;
 mod tls;
 mod tls_upstream;

@@ -1,0 +1,173 @@
+//! The OpenAI Responses API through the proxy, driven by the official OpenAI Python SDK
+//! (`openai` from PyPI, `openai_sdk.py`): plain and streamed responses, usage in the
+//! ledger to the token, refusals as the SDK's typed errors, and the same body limits as
+//! chat completions.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::mock::RESPONSE_TOKENS;
+use super::{eventually, MockProvider, TestProxy, UPSTREAM_KEY};
+use crate::helpers::{expect_status, TestApp};
+use crate::python::venv_python;
+
+/// Runs `openai_sdk.py` against `proxy` with `key`; its printed JSON.
+async fn sdk(proxy: &TestProxy, key: &str, scenario: &str) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/api/proxy/openai_sdk.py");
+    let (base, key, scenario) = (
+        format!("{}/v1", proxy.base),
+        key.to_owned(),
+        scenario.to_owned(),
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        let python = venv_python("openai-sdk", &["openai==1.*"]);
+        std::process::Command::new(python)
+            .args([script, &base, &key, &scenario])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The tenant's recorded tokens of `request_type` once `count` records are in.
+async fn recorded(app: &TestApp, tenant_id: &str, request_type: &str, count: i64) -> (i64, i64) {
+    eventually(Duration::from_secs(10), || async {
+        let (records, input, output): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT) \
+             FROM usage_records WHERE tenant_id = $1 AND request_type = $2",
+        )
+        .bind(tenant_id)
+        .bind(request_type)
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+        (records == count).then(|| (input.unwrap_or(0), output.unwrap_or(0)))
+    })
+    .await
+}
+
+db_test!(the_openai_sdks_responses_are_forwarded_and_costed, |app| {
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (tenant, key, created) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "responses" }))
+        .await;
+    let (input, cached, output, reasoning) = RESPONSE_TOKENS;
+    let usage = json!({ "input_tokens": input, "cached_tokens": cached,
+                        "output_tokens": output, "reasoning_tokens": reasoning });
+    let answer = sdk(&proxy, &key, "responses").await;
+    assert_eq!(answer["plain_text"], "Hello from the mock");
+    assert_eq!(answer["plain_usage"], usage);
+    assert_eq!(answer["stream_text"], "Hello from the mock");
+    assert_eq!(answer["stream_usage"], usage);
+    assert_eq!(
+        answer["stream_types"],
+        json!([
+            "response.created",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.completed"
+        ])
+    );
+    // The provider got the agent's body under its own credential, unchanged: no
+    // `stream_options` (the Responses API reports usage by itself).
+    let seen = provider.last();
+    assert_eq!(seen.path, "/v1/responses");
+    assert_eq!(
+        seen.headers["authorization"],
+        format!("Bearer {UPSTREAM_KEY}")
+    );
+    let body: Value = serde_json::from_slice(&seen.body).unwrap();
+    assert_eq!(body["stream"], true);
+    assert!(body.get("stream_options").is_none(), "{body}");
+
+    // Costed to the token, cached and reasoning tokens inside the input and output.
+    assert_eq!(
+        recorded(&app, &tenant.id, "responses", 2).await,
+        (2 * input, 2 * output)
+    );
+    let by_agent = expect_status(app.get("/cost/by-agent", &tenant.admin_key).await, 200).await;
+    assert!(
+        by_agent
+            .to_string()
+            .contains(&format!("\"input_tokens\":{}", 2 * input)),
+        "{by_agent}"
+    );
+
+    // Refusals reach the SDK as its typed errors, with Warden's code.
+    let agent_id = created["agent_id"].as_str().unwrap();
+    let blocked = app
+        .post(
+            &format!("/agents/{agent_id}/block"),
+            &tenant.admin_key,
+            json!({}),
+        )
+        .await;
+    assert_eq!(blocked.status().as_u16(), 204);
+    assert_eq!(
+        sdk(&proxy, &key, "refused").await,
+        json!({ "error": "PermissionDeniedError", "status": 403, "code": "agent_blocked" })
+    );
+    let (_, other, _) = proxy
+        .tenant_with_key(
+            &app,
+            json!({ "developer_label": "narrow", "allowed_models": ["gpt-4o"] }),
+        )
+        .await;
+    assert_eq!(
+        sdk(&proxy, &other, "refused").await,
+        json!({ "error": "PermissionDeniedError", "status": 403, "code": "model_not_allowed" })
+    );
+});
+
+db_test!(responses_bodies_are_checked_like_chat_bodies, |app| {
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (_, key, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "sizes" }))
+        .await;
+    let post = |body: Vec<u8>| {
+        proxy
+            .client
+            .post(format!("{}/v1/responses", proxy.base))
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // 1 KiB, 65 KiB and 10 MiB reach the provider whole (the limit is 32 MiB).
+    for size in [1024, 65 * 1024, 10 * 1024 * 1024] {
+        let body =
+            serde_json::to_vec(&json!({ "model": "gpt-4o-mini", "input": "x".repeat(size) }))
+                .unwrap();
+        let response = post(body.clone()).await.unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{size} bytes");
+        assert_eq!(provider.last().body.len(), body.len(), "{size} bytes");
+    }
+    let array = post(b"[\"gpt-4o-mini\"]".to_vec()).await.unwrap();
+    assert_eq!(array.status().as_u16(), 400);
+    // The legacy completions endpoint is not served: a 404 naming what is.
+    let legacy = proxy
+        .client
+        .post(format!("{}/v1/completions", proxy.base))
+        .bearer_auth(&key)
+        .json(&json!({ "model": "gpt-3.5-turbo-instruct", "prompt": "hi" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(legacy.status().as_u16(), 404);
+    let error: Value = legacy.json().await.unwrap();
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/v1/responses"));
+});
