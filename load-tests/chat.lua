@@ -1,11 +1,13 @@
--- wrk script: POST a small chat completion, rotating through the proxy keys in $KEYS
--- (one per line) when given; "STREAM=1" asks for a streamed answer.
+-- wrk script: POST a small chat completion (or with API=responses, the same request to
+-- the Responses API), rotating through the proxy keys in $KEYS (one per line) when
+-- given; "STREAM=1" asks for a streamed answer.
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-if os.getenv("STREAM") == "1" then
-  wrk.body = '{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"}]}'
+local stream = os.getenv("STREAM") == "1" and '"stream":true,' or ''
+if os.getenv("API") == "responses" then
+  wrk.body = '{"model":"gpt-4o-mini",' .. stream .. '"input":"Say hello"}'
 else
-  wrk.body = '{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hello"}]}'
+  wrk.body = '{"model":"gpt-4o-mini",' .. stream .. '"messages":[{"role":"user","content":"Say hello"}]}'
 end
 
 local keys = {}

@@ -107,10 +107,12 @@ for _ in $(seq 1 300); do
 done
 echo "proxy loaded $KEYS_COUNT keys; resident memory $(rss_mib $PROXY_PID) MiB"
 
-# run NAME URL STREAM -> "rps p50_ms p99_ms requests non_200"
+# run NAME URL STREAM [KEYS] -> "rps p50_ms p99_ms requests non_200"; a URL ending in
+# /responses gets Responses API bodies.
 run() {
-  local out
-  out=$(STREAM=$3 KEYS=${4:-} wrk -t"$THREADS" -c"$CONCURRENCY" -d"${DURATION}s" --latency \
+  local out api=chat
+  case "$2" in */responses) api=responses ;; esac
+  out=$(API=$api STREAM=$3 KEYS=${4:-} wrk -t"$THREADS" -c"$CONCURRENCY" -d"${DURATION}s" --latency \
         -s load-tests/chat.lua "$2" 2>&1)
   local rps p50 p99 total bad
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
@@ -196,11 +198,12 @@ governed() { # on|off; the proxies have the change within a second
   sleep 2
 }
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# alternate <what> <toggle>: ROUNDS rounds of Warden without and with <what> (turned
-# on and off by `<toggle> on|off`), plain and streamed; prints each round's pair and
-# the ratio of the medians.
+# alternate <what> <toggle> [<path with>]: ROUNDS rounds of Warden without and with
+# <what> (turned on and off by `<toggle> on|off`; with, requests go to <path with>,
+# chat completions by default), plain and streamed; prints each round's pair and the
+# ratio of the medians.
 alternate() {
-  local what=$1 toggle=$2
+  local what=$1 toggle=$2 path_with=${3:-/v1/chat/completions} path
   printf '\nwith and without %s, %s alternating rounds:\n' "$what" "$ROUNDS"
   printf '%-28s %12s %10s %10s %9s %12s %12s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200" "proxy us/req" "cp us/req"
   for stream in 0 1; do
@@ -209,8 +212,9 @@ alternate() {
     for round in $(seq 1 "$ROUNDS"); do
       for mode in off on; do
         "$toggle" "$mode"
+        path=$([ "$mode" = on ] && echo "$path_with" || echo /v1/chat/completions)
         before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
-        read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$PROXY/v1/chat/completions" "$stream" "$WORK/keys.txt")
+        read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$PROXY$path" "$stream" "$WORK/keys.txt")
         after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
         name=$([ "$mode" = on ] && echo "with" || echo "without")
         awk -v n="$name ($label) $round" -v r="$g_rps" -v p50="$g_p50" -v p99="$g_p99" -v b="$g_bad" -v t="$g_total" \
@@ -240,6 +244,11 @@ captured() { # on|off; in force on the proxy when the call answers
 }
 alternate "payload capture (5 redaction rules)" captured
 captured off
+
+# The Responses API (the same small request as a response, plain and streamed) against
+# chat completions, on the same Warden.
+unchanged() { :; }
+alternate "the Responses API instead of chat completions" unchanged /v1/responses
 metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 sleep 2 # the last batches' flush
 echo "decision reports dropped by the proxy: $(metric warden_proxy_policy_decisions_dropped_total)"

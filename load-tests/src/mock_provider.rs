@@ -2,6 +2,8 @@
 //! a fixed chat completion, or (when the body asks for `"stream": true`) a fixed stream
 //! of five chunks, then a usage chunk when the body asks for it
 //! (`"stream_options": {"include_usage": true}`, as the proxy does), then `[DONE]`.
+//! `POST /v1/responses` gets the Responses API's equivalents: a fixed response, or its
+//! typed events (created, five text deltas, completed with usage).
 //! Hyper directly, one task per connection, no logging.
 //!
 //! A stream goes out whole with a `Content-Length` by default. With `--chunked` it goes
@@ -39,6 +41,28 @@ fn stream_events(with_usage: bool) -> Vec<String> {
         events.push("data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":8,\"total_tokens\":20}}\n\n".to_owned());
     }
     events.push("data: [DONE]\n\n".to_owned());
+    events
+}
+
+const RESPONSE: &str = r#"{"id":"resp_load","object":"response","created_at":0,"status":"completed","model":"gpt-4o-mini","output":[{"type":"message","id":"msg_load","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello from the load-test mock.","annotations":[]}]}],"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":8,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":20}}"#;
+
+/// A streamed response's events, each with its blank line.
+fn response_events() -> Vec<String> {
+    let mut events = vec![
+        "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_load\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n".to_owned(),
+    ];
+    for (n, word) in ["Hello", " from", " the", " load-test", " mock."]
+        .iter()
+        .enumerate()
+    {
+        events.push(format!(
+            "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":{},\"item_id\":\"msg_load\",\"output_index\":0,\"content_index\":0,\"delta\":\"{word}\"}}\n\n",
+            n + 1
+        ));
+    }
+    events.push(format!(
+        "event: response.completed\ndata: {{\"type\":\"response.completed\",\"sequence_number\":6,\"response\":{RESPONSE}}}\n\n"
+    ));
     events
 }
 
@@ -93,12 +117,13 @@ struct Stream {
 
 impl Stream {
     fn new(with_usage: bool) -> Stream {
+        Stream::of(stream_events(with_usage))
+    }
+
+    fn of(events: Vec<String>) -> Stream {
         Stream {
-            whole: Bytes::from(stream_body(with_usage)),
-            events: stream_events(with_usage)
-                .into_iter()
-                .map(Bytes::from)
-                .collect(),
+            whole: Bytes::from(events.concat()),
+            events: events.into_iter().map(Bytes::from).collect(),
         }
     }
 
@@ -135,8 +160,12 @@ async fn main() {
         .parse()
         .expect("an address such as 127.0.0.1:9100");
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-    // Without and with the usage chunk.
-    let streams = std::sync::Arc::new([Stream::new(false), Stream::new(true)]);
+    // Without and with the usage chunk; a streamed response.
+    let streams = std::sync::Arc::new([
+        Stream::new(false),
+        Stream::new(true),
+        Stream::of(response_events()),
+    ]);
     println!(
         "mock provider on http://{}/v1",
         listener.local_addr().unwrap()
@@ -150,6 +179,7 @@ async fn main() {
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
                 let streams = streams.clone();
+                let responses_api = request.uri().path().ends_with("/responses");
                 async move {
                     let body = request
                         .into_body()
@@ -158,12 +188,17 @@ async fn main() {
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
                     let (content_type, payload) = if flag(&body, STREAM) {
-                        let stream = &streams[usize::from(flag(&body, INCLUDE_USAGE))];
+                        let stream = if responses_api {
+                            &streams[2]
+                        } else {
+                            &streams[usize::from(flag(&body, INCLUDE_USAGE))]
+                        };
                         ("text/event-stream", stream.answer(chunked))
                     } else {
+                        let whole = if responses_api { RESPONSE } else { COMPLETION };
                         (
                             "application/json",
-                            Answer::Whole(Some(Bytes::from_static(COMPLETION.as_bytes()))),
+                            Answer::Whole(Some(Bytes::from_static(whole.as_bytes()))),
                         )
                     };
                     Ok::<_, Infallible>(
@@ -186,7 +221,7 @@ mod tests {
     use http_body_util::BodyExt;
     use hyper::body::Body;
 
-    use super::{flag, stream_body, Stream, INCLUDE_USAGE, STREAM};
+    use super::{flag, response_events, stream_body, Stream, INCLUDE_USAGE, RESPONSE, STREAM};
 
     #[test]
     fn streams_when_asked_and_sends_usage_only_when_asked() {
@@ -200,6 +235,24 @@ mod tests {
         assert!(!stream_body(false).contains("usage"));
         assert!(stream_body(true).contains("\"usage\""));
         assert!(stream_body(false).ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn responses_are_valid_json_with_usage_at_the_end() {
+        let plain: serde_json::Value = serde_json::from_str(RESPONSE).unwrap();
+        assert_eq!(plain["usage"]["input_tokens"], 12);
+        let events = response_events();
+        for event in &events {
+            let data = event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            let _: serde_json::Value = serde_json::from_str(data).unwrap();
+        }
+        assert!(events
+            .last()
+            .unwrap()
+            .starts_with("event: response.completed\n"));
     }
 
     #[tokio::test]
