@@ -66,6 +66,7 @@ fn response_events() -> Vec<String> {
     events
 }
 
+#[cfg(test)]
 fn stream_body(with_usage: bool) -> String {
     stream_events(with_usage).concat()
 }

@@ -8,6 +8,10 @@ pub enum Endpoint {
     /// OpenAI's Responses API (`POST /v1/responses`), the default of agent frameworks
     /// such as the OpenAI Agents SDK.
     Responses,
+    /// Anthropic's Messages API (`POST /v1/messages`), as the Anthropic SDKs call it.
+    Messages,
+    /// Anthropic's token count of a Messages request (free; recorded with no tokens).
+    MessagesCountTokens,
 }
 
 impl Endpoint {
@@ -17,6 +21,8 @@ impl Endpoint {
             Endpoint::ChatCompletions => "/chat/completions",
             Endpoint::Embeddings => "/embeddings",
             Endpoint::Responses => "/responses",
+            Endpoint::Messages => "/messages",
+            Endpoint::MessagesCountTokens => "/messages/count_tokens",
         }
     }
 
@@ -26,12 +32,23 @@ impl Endpoint {
             Endpoint::ChatCompletions => "chat.completions",
             Endpoint::Embeddings => "embeddings",
             Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+            Endpoint::MessagesCountTokens => "messages.count_tokens",
         }
+    }
+
+    /// Whether the endpoint is Anthropic's: served for Anthropic's models only, its
+    /// refusals in Anthropic's error shape.
+    pub fn is_anthropic(self) -> bool {
+        matches!(self, Endpoint::Messages | Endpoint::MessagesCountTokens)
     }
 
     /// Whether the client may ask for the answer as server-sent events (`stream: true`).
     pub fn streams(self) -> bool {
-        matches!(self, Endpoint::ChatCompletions | Endpoint::Responses)
+        matches!(
+            self,
+            Endpoint::ChatCompletions | Endpoint::Responses | Endpoint::Messages
+        )
     }
 
     /// Whether a stream reports usage only when asked (`stream_options.include_usage`,

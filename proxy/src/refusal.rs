@@ -140,9 +140,9 @@ impl Refusal {
 
     pub fn message(&self) -> String {
         match self {
-            Refusal::MissingKey => {
-                "send your Warden proxy key as `Authorization: Bearer <key>`".into()
-            }
+            Refusal::MissingKey => "send your Warden proxy key as `Authorization: Bearer <key>` \
+                (or, to the Messages API, as `x-api-key`)"
+                .into(),
             Refusal::InvalidKey => "the proxy key is not valid (unknown or revoked)".into(),
             Refusal::KeyExpired => "the proxy key has expired".into(),
             Refusal::PlanWithoutProxy => "the tenant's plan does not include the proxy".into(),
@@ -205,7 +205,8 @@ impl Refusal {
                 format!("policy {policy_id} requires a human approval of this request")
             }
             Refusal::NotFound => "no such endpoint on the Warden proxy; it serves POST \
-                /v1/chat/completions, POST /v1/responses, POST /v1/embeddings and GET /v1/models"
+                /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST \
+                /v1/messages/count_tokens, POST /v1/embeddings and GET /v1/models"
                 .into(),
             Refusal::MethodNotAllowed => "method not allowed on this endpoint".into(),
             Refusal::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),
@@ -248,6 +249,33 @@ impl Refusal {
         })
         .to_string()
         .into_bytes()
+    }
+}
+
+impl Refusal {
+    /// The JSON body in Anthropic's error shape, for the Messages API: the SDKs raise
+    /// their typed error from the status and read `error.type` and `error.message`;
+    /// Warden's `code` (and a held request's policy) ride beside them.
+    pub fn anthropic_body(&self) -> Vec<u8> {
+        let error_type = match self.status() {
+            400 | 405 | 415 => "invalid_request_error",
+            401 => "authentication_error",
+            402 => "billing_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        };
+        let mut error =
+            json!({ "type": error_type, "message": self.message(), "code": self.code() });
+        if let Refusal::ApprovalRequired { policy_id } = self {
+            error["approval_policy_id"] = json!(policy_id);
+        }
+        json!({ "type": "error", "error": error })
+            .to_string()
+            .into_bytes()
     }
 }
 
@@ -311,6 +339,25 @@ mod tests {
         assert_eq!(
             (limited.status(), limited.retry_after_secs()),
             (429, Some(12))
+        );
+    }
+
+    #[test]
+    fn the_messages_api_gets_anthropics_error_shape() {
+        let body: serde_json::Value =
+            serde_json::from_slice(&Refusal::AgentBlocked.anthropic_body()).unwrap_or_default();
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "permission_error");
+        assert_eq!(body["error"]["code"], "agent_blocked");
+        let held: serde_json::Value =
+            serde_json::from_slice(&Refusal::ApprovalRequired { policy_id: 3 }.anthropic_body())
+                .unwrap_or_default();
+        assert_eq!(
+            (
+                held["error"]["code"].clone(),
+                held["error"]["approval_policy_id"].clone()
+            ),
+            (json!("approval_required"), json!(3))
         );
     }
 }

@@ -48,7 +48,7 @@ pub async fn relay_stream(
     let mut relay = SseRelay::new(strip_usage);
     let outcome = |relay: &SseRelay, complete: bool| Relayed {
         complete,
-        usage: relay.usage,
+        usage: relay.usage(),
         generated_chars: relay.content_chars,
     };
     let Some(header) = downstream_header(exchange, None, budget_warning) else {

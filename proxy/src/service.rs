@@ -34,6 +34,8 @@ impl ProxyHttp for ProxyService {
 
     /// Answers the request completely; `Ok(true)` tells pingora that the response is sent.
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> pingora::Result<bool> {
+        // Anthropic's SDKs read refusals in Anthropic's error shape.
+        let anthropic = session.req_header().uri.path().starts_with("/v1/messages");
         if let Err(Refused { refusal, labels }) = self.route(session).await {
             let (provider, model) = labels.map_or(("none", "none"), |labels| {
                 (labels.provider.as_str(), labels.model)
@@ -57,7 +59,11 @@ impl ProxyHttp for ProxyService {
                 decision = refusal.code(),
                 "refused"
             );
-            let body = Bytes::from(refusal.body());
+            let body = Bytes::from(if anthropic {
+                refusal.anthropic_body()
+            } else {
+                refusal.body()
+            });
             respond_refusal(session, refusal.status(), body, refusal.retry_after_secs()).await;
         }
         Ok(true)
@@ -126,11 +132,21 @@ impl ProxyService {
                 let view = self.authenticate(session)?;
                 forward::forward(shared, session, view, Endpoint::Responses).await
             }
+            ("POST", "/v1/messages") => {
+                let view = self.authenticate(session)?;
+                forward::forward(shared, session, view, Endpoint::Messages).await
+            }
+            ("POST", "/v1/messages/count_tokens") => {
+                let view = self.authenticate(session)?;
+                forward::forward(shared, session, view, Endpoint::MessagesCountTokens).await
+            }
             (
                 _,
                 "/v1/chat/completions"
                 | "/v1/embeddings"
                 | "/v1/responses"
+                | "/v1/messages"
+                | "/v1/messages/count_tokens"
                 | "/v1/models"
                 | "/healthz"
                 | "/metrics",
@@ -139,20 +155,23 @@ impl ProxyService {
         }
     }
 
-    /// The key behind `Authorization: Bearer ...`, from memory.
+    /// The key behind `Authorization: Bearer ...` (or `x-api-key`, as Anthropic's SDKs
+    /// send it), from memory.
     fn authenticate(&self, session: &Session) -> Result<KeyView, Refusal> {
         let state = &self.resources.state;
         if !state.is_loaded() {
             return Err(Refusal::NotReady);
         }
-        let token = session
-            .req_header()
-            .headers
+        let headers = &session.req_header().headers;
+        let bearer = headers
             .get(http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
+            .map(|(_, token)| token);
+        let token = bearer
+            .or_else(|| headers.get("x-api-key")?.to_str().ok())
+            .map(str::trim)
             .filter(|token| !token.is_empty())
             .ok_or(Refusal::MissingKey)?;
         // Looked up by its SHA-256, like the control plane stores it: the map holds no

@@ -16,6 +16,26 @@ use crate::refusal::Refusal;
 use crate::state::{EnforcementState, KeyView};
 use crate::upstream::{Target, Upstreams, INLINE_BODY};
 
+/// The agent's headers passed on to the provider.
+#[derive(Debug, Default)]
+pub struct ClientHeaders {
+    pub user_agent: Option<HeaderValue>,
+    /// The Anthropic API version and beta features the agent's SDK asked for; the
+    /// provider gets `2023-06-01` when it names no version.
+    pub anthropic_version: Option<HeaderValue>,
+    pub anthropic_beta: Option<HeaderValue>,
+}
+
+impl ClientHeaders {
+    pub fn of(headers: &http::HeaderMap) -> ClientHeaders {
+        ClientHeaders {
+            user_agent: headers.get(http::header::USER_AGENT).cloned(),
+            anthropic_version: headers.get("anthropic-version").cloned(),
+            anthropic_beta: headers.get("anthropic-beta").cloned(),
+        }
+    }
+}
+
 /// What the upstream header says of the body.
 pub struct UpstreamBody {
     pub length: usize,
@@ -31,7 +51,7 @@ pub struct UpstreamBody {
 /// are lowercase, as pingora wrote them for a map built without case.
 pub fn upstream_header(
     upstreams: &Upstreams,
-    user_agent: Option<&HeaderValue>,
+    client: &ClientHeaders,
     provider: Provider,
     endpoint: Endpoint,
     body: &UpstreamBody,
@@ -43,7 +63,7 @@ pub fn upstream_header(
     // Both sources of credentials refuse values a header cannot carry (the proxy's
     // configuration at startup, managed keys when read), so this is a last guard
     // against header injection, not a path a request is expected to take.
-    request_head(target, provider, endpoint, body, user_agent, credential)
+    request_head(target, provider, endpoint, body, client, credential)
         .ok_or(Refusal::ProviderNotConfigured(provider))
 }
 
@@ -54,7 +74,7 @@ fn request_head(
     provider: Provider,
     endpoint: Endpoint,
     &UpstreamBody { length, streaming }: &UpstreamBody,
-    user_agent: Option<&HeaderValue>,
+    client: &ClientHeaders,
     credential: &str,
 ) -> Option<BytesMut> {
     if !is_header_value(credential.as_bytes()) {
@@ -86,7 +106,7 @@ fn request_head(
             b"application/json"
         },
     );
-    if let Some(agent) = user_agent {
+    if let Some(agent) = &client.user_agent {
         line(b"user-agent", agent.as_bytes());
     }
     match provider {
@@ -94,7 +114,14 @@ fn request_head(
             if !credential.is_empty() {
                 line(b"x-api-key", credential.as_bytes());
             }
-            line(b"anthropic-version", b"2023-06-01");
+            let version = client.anthropic_version.as_ref();
+            line(
+                b"anthropic-version",
+                version.map_or(b"2023-06-01".as_slice(), HeaderValue::as_bytes),
+            );
+            if let Some(beta) = &client.anthropic_beta {
+                line(b"anthropic-beta", beta.as_bytes());
+            }
         }
         // A keyless server gets no authorization header at all.
         _ if credential.is_empty() => {}
@@ -161,13 +188,16 @@ mod tests {
 
     fn head(provider: Provider, body: UpstreamBody, agent: Option<&str>, key: &str) -> String {
         let target = Target::parse("https://api.example.com:8443/v1beta/openai/").expect("url");
-        let agent = agent.map(|a| HeaderValue::from_str(a).expect("value"));
+        let client = ClientHeaders {
+            user_agent: agent.map(|a| HeaderValue::from_str(a).expect("value")),
+            ..ClientHeaders::default()
+        };
         let head = request_head(
             &target,
             provider,
             Endpoint::ChatCompletions,
             &body,
-            agent.as_ref(),
+            &client,
             key,
         )
         .expect("head");
@@ -219,10 +249,36 @@ mod tests {
                 Provider::Openai,
                 Endpoint::Embeddings,
                 &body,
-                None,
+                &ClientHeaders::default(),
                 key,
             );
             assert!(head.is_none(), "{key:?}");
         }
+    }
+
+    #[test]
+    fn the_messages_api_carries_the_agents_anthropic_version_and_betas() {
+        let target = Target::parse("https://api.anthropic.com/v1").expect("url");
+        let client = ClientHeaders {
+            user_agent: None,
+            anthropic_version: Some(HeaderValue::from_static("2024-01-01")),
+            anthropic_beta: Some(HeaderValue::from_static("prompt-caching-2024-07-31")),
+        };
+        let body = UpstreamBody {
+            length: 2,
+            streaming: false,
+        };
+        let head = request_head(
+            &target,
+            Provider::Anthropic,
+            Endpoint::Messages,
+            &body,
+            &client,
+            "sk-ant",
+        )
+        .expect("head");
+        let head = String::from_utf8(head.to_vec()).expect("ascii");
+        assert!(head.starts_with("POST /v1/messages HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("x-api-key: sk-ant\r\nanthropic-version: 2024-01-01\r\nanthropic-beta: prompt-caching-2024-07-31\r\n"), "{head}");
     }
 }

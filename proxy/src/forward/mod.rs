@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
+use warden_shared::registry::Provider;
 
 use crate::admission::{self, Admitted};
 use crate::budget;
@@ -103,6 +104,14 @@ fn admit(
         .filter(|m| !m.is_empty())
         .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?;
     let admitted = admission::admit(&view, model)?;
+    let provider = admitted.route.provider;
+    if endpoint.is_anthropic() && provider != Provider::Anthropic {
+        // Only Anthropic speaks its Messages API among the providers.
+        return Err(Refusal::BadRequest(format!(
+            "the Messages API is served for Anthropic's models; `{model}` goes to {}",
+            provider.as_str()
+        )));
+    }
     let streaming = endpoint.streams() && peek.stream == Some(true);
     let client_wants_usage =
         peek.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);

@@ -14,7 +14,7 @@ use crate::relay::{relay_stream, relay_whole, Relayed};
 use crate::request_body::rewrite;
 use crate::resources::Resources;
 use crate::upstream::Exchange;
-use crate::upstream_request::{credential, upstream_header, UpstreamBody};
+use crate::upstream_request::{credential, upstream_header, ClientHeaders, UpstreamBody};
 
 /// The status recorded (metrics only: nothing is sent) for a request whose client hung
 /// up before the provider answered; nginx's convention.
@@ -69,11 +69,7 @@ pub(super) async fn send(
         provider,
     )
     .await?;
-    let user_agent = session
-        .req_header()
-        .headers
-        .get(http::header::USER_AGENT)
-        .cloned();
+    let client = ClientHeaders::of(&session.req_header().headers);
     let body_facts = UpstreamBody {
         length: body.len(),
         streaming: ready.streaming,
@@ -81,7 +77,7 @@ pub(super) async fn send(
     let build_header = || {
         upstream_header(
             &shared.upstreams,
-            user_agent.as_ref(),
+            &client,
             provider,
             ready.endpoint,
             &body_facts,

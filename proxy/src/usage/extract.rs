@@ -2,8 +2,13 @@
 //! final chunk of a server-sent-events stream (a chat completion's usage chunk, or the
 //! Responses API's `response.completed` event, whose `response` carries it).
 //!
-//! Cached input tokens are part of the input and reasoning tokens part of the output, as
-//! both APIs count them; they are recorded in those totals.
+//! Anthropic's Messages API reports a stream's usage in two parts: the input in
+//! `message_start` (under `message`), the output, cumulative, in `message_delta`; each
+//! event's usage is [`UsageParts`], merged as the stream goes.
+//!
+//! Cached input tokens are recorded within the input tokens and reasoning tokens within
+//! the output tokens: OpenAI counts them so; Anthropic reports cache writes and reads
+//! beside `input_tokens`, and they are added to it.
 
 use std::borrow::Cow;
 
@@ -22,23 +27,59 @@ struct UsageField {
     prompt_tokens: Option<i64>,
     #[serde(default)]
     completion_tokens: Option<i64>,
-    /// Some compatible endpoints name them as Anthropic does.
+    /// The Responses API and Anthropic name them so.
     #[serde(default)]
     input_tokens: Option<i64>,
     #[serde(default)]
     output_tokens: Option<i64>,
+    /// Anthropic: input written to and read from the prompt cache, beside
+    /// `input_tokens`.
+    #[serde(default)]
+    cache_creation_input_tokens: Option<i64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<i64>,
+}
+
+/// The parts of usage one event reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageParts {
+    pub input: Option<i64>,
+    pub output: Option<i64>,
+}
+
+impl UsageParts {
+    /// `self` with the parts `later` reports replacing its own (an event's figures are
+    /// totals so far, never increments).
+    pub fn merged(self, later: UsageParts) -> UsageParts {
+        UsageParts {
+            input: later.input.or(self.input),
+            output: later.output.or(self.output),
+        }
+    }
+
+    pub fn tokens(self) -> Tokens {
+        Tokens {
+            input: self.input.unwrap_or(0).max(0),
+            output: self.output.unwrap_or(0).max(0),
+        }
+    }
 }
 
 impl UsageField {
-    fn tokens(&self) -> Tokens {
-        Tokens {
-            input: self.prompt_tokens.or(self.input_tokens).unwrap_or(0).max(0),
-            output: self
-                .completion_tokens
-                .or(self.output_tokens)
-                .unwrap_or(0)
-                .max(0),
+    fn parts(&self) -> UsageParts {
+        let cached = self.cache_creation_input_tokens.unwrap_or(0).max(0)
+            + self.cache_read_input_tokens.unwrap_or(0).max(0);
+        let input = self
+            .prompt_tokens
+            .or(self.input_tokens.map(|input| input.max(0) + cached));
+        UsageParts {
+            input,
+            output: self.completion_tokens.or(self.output_tokens),
         }
+    }
+
+    fn tokens(&self) -> Tokens {
+        self.parts().tokens()
     }
 }
 
@@ -68,16 +109,25 @@ struct Chunk<'a> {
     /// or failed).
     #[serde(default)]
     response: Option<WithUsage>,
-    /// The Responses API: the text of a `response.output_text.delta` event.
+    /// Anthropic's `message_start`: the message, with the input's usage.
+    #[serde(default)]
+    message: Option<WithUsage>,
+    /// The text of a Responses `response.output_text.delta` event, or of an Anthropic
+    /// `content_block_delta`.
     #[serde(borrow, default)]
     delta: Option<EventDelta<'a>>,
 }
 
-/// An event's `delta`: text (Responses' output text), or anything else, ignored.
+/// An event's `delta`: text (Responses' output text), an object with text (Anthropic's
+/// text deltas), or anything else, ignored.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum EventDelta<'a> {
     Text(#[serde(borrow)] Cow<'a, str>),
+    Block {
+        #[serde(borrow)]
+        text: Cow<'a, str>,
+    },
     Other(serde::de::IgnoredAny),
 }
 
@@ -96,7 +146,7 @@ struct ChoiceDelta<'a> {
 /// What one stream event says.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ChunkFacts {
-    pub usage: Option<Tokens>,
+    pub usage: Option<UsageParts>,
     /// The chunk has no choices: the usage-only chunk `include_usage` adds.
     pub usage_only: bool,
     /// Characters of generated text, for an estimate when the stream is cut short.
@@ -107,7 +157,7 @@ pub struct ChunkFacts {
 pub fn chunk_facts(data: &[u8]) -> Option<ChunkFacts> {
     let chunk: Chunk = serde_json::from_slice(data).ok()?;
     let delta_chars = match &chunk.delta {
-        Some(EventDelta::Text(text)) => text.chars().count(),
+        Some(EventDelta::Text(text) | EventDelta::Block { text }) => text.chars().count(),
         _ => 0,
     };
     let content_chars = chunk
@@ -121,7 +171,8 @@ pub fn chunk_facts(data: &[u8]) -> Option<ChunkFacts> {
     let usage = chunk
         .usage
         .or_else(|| chunk.response?.usage)
-        .map(|u| u.tokens());
+        .or_else(|| chunk.message?.usage)
+        .map(|u| u.parts());
     Some(ChunkFacts {
         usage_only: usage.is_some() && chunk.choices.as_ref().is_none_or(Vec::is_empty),
         usage,
@@ -177,9 +228,9 @@ mod tests {
         assert_eq!(
             last,
             Some(ChunkFacts {
-                usage: Some(Tokens {
-                    input: 3,
-                    output: 2
+                usage: Some(UsageParts {
+                    input: Some(3),
+                    output: Some(2)
                 }),
                 usage_only: true,
                 content_chars: 0
@@ -204,7 +255,9 @@ mod tests {
             br#"{"type":"response.completed","response":{"id":"resp_1","output":[{"type":"message","content":[{"type":"output_text","text":"Hello"}]}],"usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":4},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":18}}}"#,
         );
         assert_eq!(
-            completed.and_then(|facts| facts.usage),
+            completed
+                .and_then(|facts| facts.usage)
+                .map(UsageParts::tokens),
             Some(Tokens {
                 input: 11,
                 output: 7
@@ -217,6 +270,40 @@ mod tests {
             Some(Tokens {
                 input: 5,
                 output: 2
+            })
+        );
+    }
+
+    #[test]
+    fn anthropic_streams_report_input_first_and_output_last() {
+        let start = chunk_facts(
+            br#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":25,"cache_creation_input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}}"#,
+        )
+        .and_then(|facts| facts.usage)
+        .unwrap_or_default();
+        let text = chunk_facts(
+            br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+        );
+        assert_eq!(text.map(|facts| facts.content_chars), Some(5));
+        let delta = chunk_facts(
+            br#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}"#,
+        )
+        .and_then(|facts| facts.usage)
+        .unwrap_or_default();
+        assert_eq!(
+            start.merged(delta).tokens(),
+            Tokens {
+                input: 40,
+                output: 15
+            }
+        );
+        // A whole message: cache reads and writes join the input.
+        let plain = br#"{"id":"msg_1","type":"message","content":[],"usage":{"input_tokens":20,"cache_read_input_tokens":100,"output_tokens":9}}"#;
+        assert_eq!(
+            from_json(plain),
+            Some(Tokens {
+                input: 120,
+                output: 9
             })
         );
     }

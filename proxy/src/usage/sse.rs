@@ -4,15 +4,15 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::extract::{chunk_facts, Tokens};
+use super::extract::{chunk_facts, Tokens, UsageParts};
 
 /// Holds the unfinished tail of the stream between reads.
 #[derive(Debug, Default)]
 pub struct SseRelay {
     pending: BytesMut,
     strip_usage_chunk: bool,
-    /// The usage the stream reported, if it did.
-    pub usage: Option<Tokens>,
+    /// The usage the stream reported so far, if it did.
+    usage_parts: Option<UsageParts>,
     /// Generated characters seen, for an estimate if usage never comes.
     pub content_chars: usize,
 }
@@ -54,6 +54,11 @@ impl SseRelay {
         gathered.map_or_else(|| input.slice(..at), BytesMut::freeze)
     }
 
+    /// The usage the stream reported, if it did.
+    pub fn usage(&self) -> Option<Tokens> {
+        self.usage_parts.map(UsageParts::tokens)
+    }
+
     /// The rest at the end of the stream (an event without its final blank line).
     pub fn finish(&mut self) -> Bytes {
         let rest = self.pending.split();
@@ -75,7 +80,7 @@ impl SseRelay {
             };
             self.content_chars += facts.content_chars;
             if let Some(usage) = facts.usage {
-                self.usage = Some(usage);
+                self.usage_parts = Some(self.usage_parts.unwrap_or_default().merged(usage));
                 if self.strip_usage_chunk && facts.usage_only {
                     keep = false;
                 }
@@ -126,7 +131,7 @@ mod tests {
             let mut relay = SseRelay::new(false);
             assert_eq!(relay_in_pieces(&mut relay, size), STREAM.as_bytes());
             assert_eq!(
-                relay.usage,
+                relay.usage(),
                 Some(Tokens {
                     input: 7,
                     output: 2
@@ -148,7 +153,7 @@ mod tests {
                 STREAM.len() - STREAM.lines().nth(4).map_or(0, |l| l.len() + 2)
             );
             assert_eq!(
-                relay.usage,
+                relay.usage(),
                 Some(Tokens {
                     input: 7,
                     output: 2
@@ -180,6 +185,6 @@ mod tests {
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\r\n\r\ndata: [DONE]\r\n\r\n",
         ));
         assert_eq!(&out[..], b"data: [DONE]\r\n\r\n");
-        assert!(relay.usage.is_some());
+        assert!(relay.usage().is_some());
     }
 }

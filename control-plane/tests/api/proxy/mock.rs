@@ -97,6 +97,8 @@ fn router() -> (Router, MockState) {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state.clone());
     (router, state)
@@ -266,4 +268,67 @@ async fn responses(State(state): State<MockState>, headers: HeaderMap, body: Byt
         })
         .collect();
     ([("content-type", "text/event-stream")], text).into_response()
+}
+
+/// Tokens the mock reports for every Anthropic message (input, cache writes, cache
+/// reads, output).
+pub const MESSAGE_TOKENS: (i64, i64, i64, i64) = (17, 3, 8, 9);
+
+/// Anthropic's Messages API: a whole message, or its events when streamed (the input's
+/// usage in `message_start`, the output's in `message_delta`).
+async fn messages(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -> Response {
+    note(&state.received, "/v1/messages", headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let (input, written, read, output) = MESSAGE_TOKENS;
+    let message = |content: Value, usage: Value| {
+        json!({ "id": "msg_mock", "type": "message", "role": "assistant", "model": request["model"],
+                "content": content, "stop_reason": "end_turn", "stop_sequence": null, "usage": usage })
+    };
+    if request["stream"] != json!(true) {
+        let usage = json!({ "input_tokens": input, "cache_creation_input_tokens": written,
+                            "cache_read_input_tokens": read, "output_tokens": output });
+        let content = json!([{ "type": "text", "text": "Hello from the mock" }]);
+        return axum::Json(message(content, usage)).into_response();
+    }
+    let mut events = vec![
+        (
+            "message_start",
+            json!({ "type": "message_start", "message": message(json!([]), json!({
+            "input_tokens": input, "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read, "output_tokens": 1 })) }),
+        ),
+        (
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": 0,
+            "content_block": { "type": "text", "text": "" } }),
+        ),
+    ];
+    for word in ["Hello", " from", " the mock"] {
+        events.push((
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 0,
+            "delta": { "type": "text_delta", "text": word } }),
+        ));
+    }
+    events.push((
+        "content_block_stop",
+        json!({ "type": "content_block_stop", "index": 0 }),
+    ));
+    events.push((
+        "message_delta",
+        json!({ "type": "message_delta",
+        "delta": { "stop_reason": "end_turn", "stop_sequence": null },
+        "usage": { "output_tokens": output } }),
+    ));
+    events.push(("message_stop", json!({ "type": "message_stop" })));
+    let text: String = events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect();
+    ([("content-type", "text/event-stream")], text).into_response()
+}
+
+async fn count_tokens(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -> Response {
+    note(&state.received, "/v1/messages/count_tokens", headers, &body);
+    axum::Json(json!({ "input_tokens": 42 })).into_response()
 }

@@ -10,35 +10,26 @@ use serde_json::{json, Value};
 use super::mock::RESPONSE_TOKENS;
 use super::{eventually, MockProvider, TestProxy, UPSTREAM_KEY};
 use crate::helpers::{expect_status, TestApp};
-use crate::python::venv_python;
 
 /// Runs `openai_sdk.py` against `proxy` with `key`; its printed JSON.
 async fn sdk(proxy: &TestProxy, key: &str, scenario: &str) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/api/proxy/openai_sdk.py");
-    let (base, key, scenario) = (
-        format!("{}/v1", proxy.base),
-        key.to_owned(),
-        scenario.to_owned(),
-    );
-    let output = tokio::task::spawn_blocking(move || {
-        let python = venv_python("openai-sdk", &["openai==1.*"]);
-        std::process::Command::new(python)
-            .args([script, &base, &key, &scenario])
-            .output()
-            .unwrap()
-    })
+    let base = format!("{}/v1", proxy.base);
+    super::sdk::run(
+        "openai-sdk",
+        "openai==1.*",
+        "openai_sdk.py",
+        &[&base, key, scenario],
+    )
     .await
-    .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 /// The tenant's recorded tokens of `request_type` once `count` records are in.
-async fn recorded(app: &TestApp, tenant_id: &str, request_type: &str, count: i64) -> (i64, i64) {
+pub(super) async fn recorded(
+    app: &TestApp,
+    tenant_id: &str,
+    request_type: &str,
+    count: i64,
+) -> (i64, i64) {
     eventually(Duration::from_secs(10), || async {
         let (records, input, output): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
             "SELECT COUNT(*), CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT) \

@@ -1,0 +1,63 @@
+"""The official Anthropic Python SDK against Warden's proxy, as an agent uses it.
+
+Usage: anthropic_sdk.py BASE_URL KEY SCENARIO; prints one JSON object.
+  messages  messages.create, messages.stream and messages.count_tokens
+  refused   one messages.create that the proxy refuses: the SDK's typed error
+"""
+
+import json
+import sys
+
+import anthropic
+
+MESSAGES = [{"role": "user", "content": "Say hello"}]
+MODEL = "claude-sonnet-4-5"
+
+
+def usage_of(usage):
+    return {
+        "input_tokens": usage.input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+
+
+def messages(client):
+    plain = client.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES)
+    with client.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
+        streamed_text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    counted = client.messages.count_tokens(model=MODEL, messages=MESSAGES)
+    return {
+        "plain_text": plain.content[0].text,
+        "plain_usage": usage_of(plain.usage),
+        "stream_text": streamed_text,
+        "stream_usage": usage_of(final.usage),
+        "counted": counted.input_tokens,
+    }
+
+
+def refused(client):
+    try:
+        client.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES)
+    except anthropic.APIStatusError as error:
+        body = error.body if isinstance(error.body, dict) else {}
+        inner = body.get("error", {})
+        return {
+            "error": type(error).__name__,
+            "status": error.status_code,
+            "type": inner.get("type"),
+            "code": inner.get("code"),
+        }
+    return {"error": None}
+
+
+def main():
+    base_url, key, scenario = sys.argv[1:4]
+    client = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0, timeout=20)
+    print(json.dumps({"messages": messages, "refused": refused}[scenario](client)))
+
+
+if __name__ == "__main__":
+    main()
