@@ -1,11 +1,14 @@
--- wrk script: POST a small chat completion (or with API=responses, the same request to
--- the Responses API), rotating through the proxy keys in $KEYS (one per line) when
--- given; "STREAM=1" asks for a streamed answer.
+-- wrk script: POST a small chat completion (or, with API=responses or API=messages, the
+-- same request to the Responses or Messages API), rotating through the proxy keys in
+-- $KEYS (one per line) when given; "STREAM=1" asks for a streamed answer.
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local stream = os.getenv("STREAM") == "1" and '"stream":true,' or ''
 if os.getenv("API") == "responses" then
   wrk.body = '{"model":"gpt-4o-mini",' .. stream .. '"input":"Say hello"}'
+elseif os.getenv("API") == "messages" then
+  wrk.headers["anthropic-version"] = "2023-06-01"
+  wrk.body = '{"model":"claude-sonnet-4-5","max_tokens":64,' .. stream .. '"messages":[{"role":"user","content":"Say hello"}]}'
 else
   wrk.body = '{"model":"gpt-4o-mini",' .. stream .. '"messages":[{"role":"user","content":"Say hello"}]}'
 end

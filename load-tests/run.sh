@@ -97,6 +97,7 @@ if [ -n "${PROXY_LOOPS:-}" ]; then export WARDEN_PROXY__EVENT_LOOPS=$PROXY_LOOPS
 WARDEN_PROXY__WORKER_THREADS=${PROXY_THREADS:-0} WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool" \
 WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
   WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
+  WARDEN_PROVIDERS__ANTHROPIC__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__ANTHROPIC__API_KEY=sk-ant-load \
   "$BIN/warden" proxy >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
 for _ in $(seq 1 300); do
   curl -s "http://$PROXY/healthz" | grep -q '"ok"' && break; sleep 0.1
@@ -111,7 +112,7 @@ echo "proxy loaded $KEYS_COUNT keys; resident memory $(rss_mib $PROXY_PID) MiB"
 # /responses gets Responses API bodies.
 run() {
   local out api=chat
-  case "$2" in */responses) api=responses ;; esac
+  case "$2" in */responses) api=responses ;; */messages) api=messages ;; esac
   out=$(API=$api STREAM=$3 KEYS=${4:-} wrk -t"$THREADS" -c"$CONCURRENCY" -d"${DURATION}s" --latency \
         -s load-tests/chat.lua "$2" 2>&1)
   local rps p50 p99 total bad
@@ -249,6 +250,7 @@ captured off
 # chat completions, on the same Warden.
 unchanged() { :; }
 alternate "the Responses API instead of chat completions" unchanged /v1/responses
+alternate "Anthropic's Messages API instead of chat completions" unchanged /v1/messages
 metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 sleep 2 # the last batches' flush
 echo "decision reports dropped by the proxy: $(metric warden_proxy_policy_decisions_dropped_total)"

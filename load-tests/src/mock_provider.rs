@@ -3,7 +3,9 @@
 //! of five chunks, then a usage chunk when the body asks for it
 //! (`"stream_options": {"include_usage": true}`, as the proxy does), then `[DONE]`.
 //! `POST /v1/responses` gets the Responses API's equivalents: a fixed response, or its
-//! typed events (created, five text deltas, completed with usage).
+//! typed events (created, five text deltas, completed with usage); `POST /v1/messages`
+//! Anthropic's (a message, or message_start, five text deltas, message_delta with the
+//! output's usage, message_stop).
 //! Hyper directly, one task per connection, no logging.
 //!
 //! A stream goes out whole with a `Content-Length` by default. With `--chunked` it goes
@@ -45,6 +47,28 @@ fn stream_events(with_usage: bool) -> Vec<String> {
 }
 
 const RESPONSE: &str = r#"{"id":"resp_load","object":"response","created_at":0,"status":"completed","model":"gpt-4o-mini","output":[{"type":"message","id":"msg_load","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello from the load-test mock.","annotations":[]}]}],"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":8,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":20}}"#;
+
+const MESSAGE: &str = r#"{"id":"msg_load","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello from the load-test mock."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":8}}"#;
+
+/// A streamed message's events, each with its blank line.
+fn message_events() -> Vec<String> {
+    let mut events = vec![
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_load\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n".to_owned(),
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_owned(),
+    ];
+    for word in ["Hello", " from", " the", " load-test", " mock."] {
+        events.push(format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{word}\"}}}}\n\n"
+        ));
+    }
+    events.push(
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+            .to_owned(),
+    );
+    events.push("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":8}}\n\n".to_owned());
+    events.push("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".to_owned());
+    events
+}
 
 /// A streamed response's events, each with its blank line.
 fn response_events() -> Vec<String> {
@@ -166,6 +190,7 @@ async fn main() {
         Stream::new(false),
         Stream::new(true),
         Stream::of(response_events()),
+        Stream::of(message_events()),
     ]);
     println!(
         "mock provider on http://{}/v1",
@@ -180,7 +205,9 @@ async fn main() {
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
                 let streams = streams.clone();
-                let responses_api = request.uri().path().ends_with("/responses");
+                let path = request.uri().path();
+                let (responses_api, messages_api) =
+                    (path.ends_with("/responses"), path.ends_with("/messages"));
                 async move {
                     let body = request
                         .into_body()
@@ -191,12 +218,20 @@ async fn main() {
                     let (content_type, payload) = if flag(&body, STREAM) {
                         let stream = if responses_api {
                             &streams[2]
+                        } else if messages_api {
+                            &streams[3]
                         } else {
                             &streams[usize::from(flag(&body, INCLUDE_USAGE))]
                         };
                         ("text/event-stream", stream.answer(chunked))
                     } else {
-                        let whole = if responses_api { RESPONSE } else { COMPLETION };
+                        let whole = if responses_api {
+                            RESPONSE
+                        } else if messages_api {
+                            MESSAGE
+                        } else {
+                            COMPLETION
+                        };
                         (
                             "application/json",
                             Answer::Whole(Some(Bytes::from_static(whole.as_bytes()))),
@@ -222,7 +257,10 @@ mod tests {
     use http_body_util::BodyExt;
     use hyper::body::Body;
 
-    use super::{flag, response_events, stream_body, Stream, INCLUDE_USAGE, RESPONSE, STREAM};
+    use super::{
+        flag, message_events, response_events, stream_body, Stream, INCLUDE_USAGE, MESSAGE,
+        RESPONSE, STREAM,
+    };
 
     #[test]
     fn streams_when_asked_and_sends_usage_only_when_asked() {
@@ -254,6 +292,15 @@ mod tests {
             .last()
             .unwrap()
             .starts_with("event: response.completed\n"));
+        let message: serde_json::Value = serde_json::from_str(MESSAGE).unwrap();
+        assert_eq!(message["usage"]["output_tokens"], 8);
+        for event in message_events() {
+            let data = event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            let _: serde_json::Value = serde_json::from_str(data).unwrap();
+        }
     }
 
     #[tokio::test]
