@@ -73,7 +73,9 @@ pub fn admit(view: &KeyView, model: &str) -> Result<Admitted, Refusal> {
     })
 }
 
-/// `GET /v1/models`: the models this key may use, in OpenAI's list shape.
+/// `GET /v1/models`: the models this key may use, in a list both SDK families read:
+/// OpenAI's (`object`, `data[].{id, object, created, owned_by}`) and Anthropic's
+/// (`data[].{id, type, display_name, created_at}`, `has_more`, `first_id`, `last_id`).
 pub fn model_list(view: &KeyView) -> String {
     let providers = allowed_providers(view);
     let models: Vec<(String, &str)> = if view.key.allowed_models.is_empty() {
@@ -93,11 +95,20 @@ pub fn model_list(view: &KeyView) -> String {
             })
             .collect()
     };
+    let (first_id, last_id) = (
+        models.first().map(|(id, _)| id.clone()),
+        models.last().map(|(id, _)| id.clone()),
+    );
     let data: Vec<Value> = models
         .into_iter()
-        .map(|(id, owner)| json!({ "id": id, "object": "model", "created": 0, "owned_by": owner }))
+        .map(|(id, owner)| {
+            json!({ "id": id, "object": "model", "created": 0, "owned_by": owner,
+                    "type": "model", "display_name": id, "created_at": "1970-01-01T00:00:00Z" })
+        })
         .collect();
-    json!({ "object": "list", "data": data }).to_string()
+    json!({ "object": "list", "data": data, "has_more": false,
+            "first_id": first_id, "last_id": last_id })
+    .to_string()
 }
 
 /// The providers a key may use, for `/v1/models`.

@@ -3,6 +3,7 @@
 Usage: anthropic_sdk.py BASE_URL KEY SCENARIO; prints one JSON object.
   messages  messages.create, messages.stream and messages.count_tokens
   refused   one messages.create that the proxy refuses: the SDK's typed error
+  models    models.list: the ids
 """
 
 import json
@@ -40,7 +41,8 @@ def messages(client):
 
 def refused(client):
     try:
-        client.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES)
+        # A large output bound: a budget with little room refuses it up front.
+        client.messages.create(model=MODEL, max_tokens=100000, messages=MESSAGES)
     except anthropic.APIStatusError as error:
         body = error.body if isinstance(error.body, dict) else {}
         inner = body.get("error", {})
@@ -53,10 +55,14 @@ def refused(client):
     return {"error": None}
 
 
+def models(client):
+    return {"ids": [model.id for model in client.models.list()]}
+
+
 def main():
     base_url, key, scenario = sys.argv[1:4]
     client = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0, timeout=20)
-    print(json.dumps({"messages": messages, "refused": refused}[scenario](client)))
+    print(json.dumps({"messages": messages, "refused": refused, "models": models}[scenario](client)))
 
 
 if __name__ == "__main__":

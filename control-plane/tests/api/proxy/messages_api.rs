@@ -103,6 +103,38 @@ db_test!(the_anthropic_sdk_gets_refusals_as_its_typed_errors, |app| {
         json!({ "error": "PermissionDeniedError", "status": 403,
                 "type": "permission_error", "code": "agent_blocked" })
     );
+    // Quarantined, another agent of the tenant.
+    let (quarantined_key, created) = proxy
+        .new_key(&app, &admin, json!({ "developer_label": "quarantined" }))
+        .await;
+    let quarantined = created["agent_id"].as_str().unwrap().to_owned();
+    let answer = app
+        .post(
+            &format!("/agents/{quarantined}/quarantine"),
+            &admin,
+            json!({ "reason": "investigation" }),
+        )
+        .await;
+    assert_eq!(answer.status().as_u16(), 204);
+    assert_eq!(
+        sdk(&proxy, &quarantined_key, "refused").await,
+        json!({ "error": "PermissionDeniedError", "status": 403,
+                "type": "permission_error", "code": "agent_quarantined" })
+    );
+    // A budget with little room refuses the request's estimate (402, which Anthropic's
+    // SDK raises as its payment error).
+    let (budgeted, _) = proxy
+        .new_key(
+            &app,
+            &admin,
+            json!({ "developer_label": "budgeted", "budget_limit_usd": 0.001 }),
+        )
+        .await;
+    assert_eq!(
+        sdk(&proxy, &budgeted, "refused").await,
+        json!({ "error": "PaymentRequiredError", "status": 402,
+                "type": "billing_error", "code": "budget_exceeded" })
+    );
     // A key that is not Warden's.
     assert_eq!(
         sdk(&proxy, "wk_not-a-key", "refused").await,
@@ -110,10 +142,20 @@ db_test!(the_anthropic_sdk_gets_refusals_as_its_typed_errors, |app| {
                 "type": "authentication_error", "code": "invalid_api_key" })
     );
 
-    // A model of another provider is not served by the Messages API.
-    let (_, other, _) = proxy
-        .tenant_with_key(&app, json!({ "developer_label": "gpt" }))
+    // The models a key may use, as Anthropic's SDK lists them.
+    let (other, _) = proxy
+        .new_key(
+            &app,
+            &admin,
+            json!({ "developer_label": "claude only",
+                                       "allowed_models": ["claude-sonnet-4-5", "gpt-4o"] }),
+        )
         .await;
+    assert_eq!(
+        sdk(&proxy, &other, "models").await,
+        json!({ "ids": ["claude-sonnet-4-5", "gpt-4o"] })
+    );
+    // A model of another provider is not served by the Messages API.
     let refused = proxy
         .client
         .post(format!("{}/v1/messages", proxy.base))
@@ -132,4 +174,29 @@ db_test!(the_anthropic_sdk_gets_refusals_as_its_typed_errors, |app| {
         .as_str()
         .unwrap()
         .contains("openai"));
+});
+
+db_test!(messages_bodies_of_every_size_reach_anthropic_whole, |app| {
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (_, key, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "sizes" }))
+        .await;
+    for size in [1024, 65 * 1024, 10 * 1024 * 1024] {
+        let body = serde_json::to_vec(&json!({ "model": "claude-sonnet-4-5", "max_tokens": 16,
+            "messages": [{ "role": "user", "content": "x".repeat(size) }] }))
+        .unwrap();
+        let response = proxy
+            .client
+            .post(format!("{}/v1/messages", proxy.base))
+            .header("x-api-key", &key)
+            .header("anthropic-version", "2023-06-01")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{size} bytes");
+        assert_eq!(provider.last().body.len(), body.len(), "{size} bytes");
+    }
 });

@@ -3,6 +3,9 @@
 Usage: openai_sdk.py BASE_URL KEY SCENARIO; prints one JSON object.
   responses  responses.create plain and with stream=True: text, event types, usage
   refused    one responses.create that the proxy refuses: the SDK's typed error
+  models     models.list: the ids
+  agent      an agent of the OpenAI Agents SDK (`openai-agents`), on its defaults (the
+             Responses API), run once: its final output, or the error a refusal raised
 """
 
 import json
@@ -40,16 +43,41 @@ def responses(client):
 
 def refused(client):
     try:
-        client.responses.create(model="gpt-4o-mini", input="Say hello")
+        # A large output bound: a budget with little room refuses it up front.
+        client.responses.create(model="gpt-4o-mini", input="Say hello", max_output_tokens=100000)
     except openai.APIStatusError as error:
         return {"error": type(error).__name__, "status": error.status_code, "code": error.code}
     return {"error": None}
 
 
+def models(client):
+    return {"ids": [model.id for model in client.models.list()]}
+
+
+def agent(base_url, key):
+    # Imported here: only the `openai-agents` environment has it.
+    from agents import Agent, Runner, set_default_openai_client, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    set_default_openai_client(
+        openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=20),
+        use_for_tracing=False,
+    )
+    support = Agent(name="support", instructions="Answer briefly.", model="gpt-4o-mini")
+    try:
+        return {"final_output": Runner.run_sync(support, "Say hello").final_output}
+    except openai.APIStatusError as error:
+        return {"error": type(error).__name__, "status": error.status_code, "code": error.code}
+
+
 def main():
     base_url, key, scenario = sys.argv[1:4]
+    if scenario == "agent":
+        print(json.dumps(agent(base_url, key)))
+        return
     client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=20)
-    print(json.dumps({"responses": responses, "refused": refused}[scenario](client)))
+    scenarios = {"responses": responses, "refused": refused, "models": models}
+    print(json.dumps(scenarios[scenario](client)))
 
 
 if __name__ == "__main__":

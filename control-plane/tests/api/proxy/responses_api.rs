@@ -118,6 +118,22 @@ db_test!(the_openai_sdks_responses_are_forwarded_and_costed, |app| {
         sdk(&proxy, &other, "refused").await,
         json!({ "error": "PermissionDeniedError", "status": 403, "code": "model_not_allowed" })
     );
+    assert_eq!(
+        sdk(&proxy, &other, "models").await,
+        json!({ "ids": ["gpt-4o"] })
+    );
+    // A budget with little room refuses the request's estimate: 402, which the SDK
+    // raises as its status error.
+    let (_, budgeted, _) = proxy
+        .tenant_with_key(
+            &app,
+            json!({ "developer_label": "budgeted", "budget_limit_usd": 0.001 }),
+        )
+        .await;
+    assert_eq!(
+        sdk(&proxy, &budgeted, "refused").await,
+        json!({ "error": "APIStatusError", "status": 402, "code": "budget_exceeded" })
+    );
 });
 
 db_test!(responses_bodies_are_checked_like_chat_bodies, |app| {
@@ -162,3 +178,46 @@ db_test!(responses_bodies_are_checked_like_chat_bodies, |app| {
         .unwrap()
         .contains("/v1/responses"));
 });
+
+db_test!(
+    an_openai_agents_sdk_agent_is_governed_like_a_chat_agent,
+    |app| {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start(&app, &provider).await;
+        let (tenant, key, created) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "agents-sdk" }))
+            .await;
+        let base = format!("{}/v1", proxy.base);
+        let run = |key: &str| {
+            let args = [base.clone(), key.to_owned()];
+            async move {
+                let args = [args[0].as_str(), args[1].as_str(), "agent"];
+                crate::proxy::sdk::run("openai-agents", "openai-agents", "openai_sdk.py", &args).await
+            }
+        };
+        // On its defaults the Agents SDK calls the Responses API.
+        assert_eq!(
+            run(&key).await,
+            json!({ "final_output": "Hello from the mock" })
+        );
+        assert_eq!(provider.last().path, "/v1/responses");
+        let (input, _, output, _) = RESPONSE_TOKENS;
+        assert_eq!(
+            recorded(&app, &tenant.id, "responses", 1).await,
+            (input, output)
+        );
+        let agent_id = created["agent_id"].as_str().unwrap();
+        let quarantined = app
+            .post(
+                &format!("/agents/{agent_id}/quarantine"),
+                &tenant.admin_key,
+                json!({ "reason": "investigation" }),
+            )
+            .await;
+        assert_eq!(quarantined.status().as_u16(), 204);
+        assert_eq!(
+            run(&key).await,
+            json!({ "error": "PermissionDeniedError", "status": 403, "code": "agent_quarantined" })
+        );
+    }
+);
