@@ -291,10 +291,14 @@ db_test!(pages_of_both_kinds_read_as_one_list_newest_first, |app| {
         let agent = app.register_agent(key, json!({ "name": name })).await;
         agents.push(agent["id"].as_str().unwrap().to_owned());
     }
-    let results = json!([
-        { "policy_id": 1, "policy_name": "one", "policy_type": "model_allowlist", "result": "pass" },
-        { "policy_id": 2, "policy_name": "two", "policy_type": "rate_limit", "result": "pass" },
-    ]);
+    // One decision in four fails the second policy.
+    let results = |i: i64| {
+        let second = if i % 4 == 1 { "fail" } else { "pass" };
+        json!([
+            { "policy_id": 1, "policy_name": "one", "policy_type": "model_allowlist", "result": "pass" },
+            { "policy_id": 2, "policy_name": "two", "policy_type": "rate_limit", "result": second },
+        ])
+    };
     // Forwarded requests (decisions on usage records) and refused ones (decision
     // rows), interleaved in time, alternating agents in another rhythm.
     let start = app.clock.now().as_millis() - 3_600_000;
@@ -307,11 +311,11 @@ db_test!(pages_of_both_kinds_read_as_one_list_newest_first, |app| {
             records.push(json!({ "record_id": format!("rec-{i}"), "tenant_id": tenant.id,
                     "agent_id": agent, "model_provider": "openai", "model_name": "gpt-4o",
                     "input_tokens": 1, "output_tokens": 1, "recorded_at": at(i),
-                    "evaluation": { "model": "gpt-4o", "evaluated_at": at(i), "results": results } }));
+                    "evaluation": { "model": "gpt-4o", "evaluated_at": at(i), "results": results(i) } }));
         } else {
             refused.push(json!({ "tenant_id": tenant.id, "evaluation": {
                     "request_id": format!("ref-{i}"), "agent_id": agent, "provider": "openai",
-                    "model": "gpt-4o", "evaluated_at": at(i), "results": results } }));
+                    "model": "gpt-4o", "evaluated_at": at(i), "results": results(i) } }));
         }
     }
     let ingested = app
@@ -325,7 +329,39 @@ db_test!(pages_of_both_kinds_read_as_one_list_newest_first, |app| {
     expect_status(ingested, 200).await;
     report_decisions(&app, &format!("pages-{}", tenant.id), &refused).await;
 
-    for filter in [String::new(), format!("&agent_id={}", agents[1])] {
+    // Each filter with the rows it must give, newest first, each decision's results in
+    // the policies' order.
+    let request = |i: i64| format!("{}-{i}", if i % 2 == 0 { "rec" } else { "ref" });
+    let rows = |agent_only: bool, policies: &[i64], failing: bool| -> Vec<(String, i64)> {
+        (0..23_i64)
+            .rev()
+            .filter(|i| !agent_only || i % 3 == 0)
+            .flat_map(|i| {
+                policies
+                    .iter()
+                    .filter(move |policy| !failing || (**policy == 2 && i % 4 == 1))
+                    .map(move |policy| (request(i), *policy))
+            })
+            .collect()
+    };
+    let cases = [
+        (String::new(), rows(false, &[1, 2], false)),
+        (
+            format!("&agent_id={}", agents[1]),
+            rows(true, &[1, 2], false),
+        ),
+        ("&result=fail".to_owned(), rows(false, &[1, 2], true)),
+        (
+            "&policy_id=2&result=fail".to_owned(),
+            rows(false, &[2], true),
+        ),
+        ("&policy_id=1".to_owned(), rows(false, &[1], false)),
+        (
+            format!("&policy_id=2&agent_id={}&result=fail", agents[1]),
+            rows(true, &[2], true),
+        ),
+    ];
+    for (filter, expected) in cases {
         let whole = expect_status(
             app.get(&format!("/policy-evaluations?limit=100{filter}"), key)
                 .await,
@@ -343,18 +379,7 @@ db_test!(pages_of_both_kinds_read_as_one_list_newest_first, |app| {
                 )
             })
             .collect();
-        // Newest first, each decision's results in the policies' order.
-        let requests: Vec<i64> = whole
-            .iter()
-            .step_by(2)
-            .map(|(request, _)| request[4..].parse().unwrap())
-            .collect();
-        let expected: Vec<i64> = (0..23)
-            .filter(|i| filter.is_empty() || i % 3 == 0)
-            .rev()
-            .collect();
-        assert_eq!(requests, expected, "{filter}");
-        assert!(whole.chunks(2).all(|pair| pair[0].1 == 1 && pair[1].1 == 2));
+        assert_eq!(whole, expected, "{filter}");
         // Every page of 3 (splitting decisions' results) is its slice of the whole.
         let mut paged = Vec::new();
         for page in 1.. {

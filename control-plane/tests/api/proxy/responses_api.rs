@@ -192,7 +192,8 @@ db_test!(
             let args = [base.clone(), key.to_owned()];
             async move {
                 let args = [args[0].as_str(), args[1].as_str(), "agent"];
-                crate::proxy::sdk::run("openai-agents", "openai-agents", "openai_sdk.py", &args).await
+                crate::proxy::sdk::run("openai-agents", "openai-agents", "openai_sdk.py", &args)
+                    .await
             }
         };
         // On its defaults the Agents SDK calls the Responses API.

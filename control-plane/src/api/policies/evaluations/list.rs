@@ -74,13 +74,11 @@ pub async fn list_evaluations(
     let filters = Filters::of(&query);
     let pool = state.db.pool();
     let list = filters.page_query();
-    let mut rows_query = filters.bind(sqlx::query(&list), &caller.tenant_id);
-    if filters.by_decision_only() {
-        // Each side's newest decisions that can reach this page: a page's rows come from
-        // at most offset + limit decisions, each of one side or the other.
-        rows_query = rows_query.bind(page.offset() + page.limit);
-    }
-    let rows = rows_query
+    // Each side's newest matching decisions that can reach this page: a page's rows come
+    // from at most offset + limit decisions, each of one side or the other.
+    let rows = filters
+        .bind(sqlx::query(&list), &caller.tenant_id)
+        .bind(page.offset() + page.limit)
         .bind(page.limit)
         .bind(page.offset())
         .fetch_all(pool)
@@ -111,8 +109,14 @@ pub async fn list_evaluations(
 }
 
 /// The filters a query gives, as SQL conditions on both kinds of decisions. Only the
-/// filters given are written (`$1` is the tenant), so each side's planner picks the
-/// index they match: an agent's decisions by its own index, not a scan of the tenant's.
+/// filters given are written (`$1` is the tenant, then each given filter in the order
+/// policy, agent, result), so each side's planner picks the index they match.
+///
+/// A decision matches when it is the agent's (if given) and its result set holds a
+/// matching result (if a policy or result is given): the sets are few and small, so
+/// that is a short list of set ids, and each side's newest matching decisions are read
+/// through its time index (its agent's, with an agent) before their results are joined
+/// and filtered.
 struct Filters<'q> {
     policy_id: Option<i64>,
     agent_id: Option<&'q str>,
@@ -128,52 +132,6 @@ impl<'q> Filters<'q> {
         }
     }
 
-    /// Whether every filter is a decision's own column (tenant, agent), not a result's:
-    /// then each decision's results all match, and a page can be read from each side's
-    /// newest decisions, through their time indexes, before the join.
-    fn by_decision_only(&self) -> bool {
-        self.policy_id.is_none() && self.result.is_none()
-    }
-
-    /// One page of evaluation records, newest first; its last two parameters are the
-    /// limit and the offset, after (when [`Filters::by_decision_only`]) the number of
-    /// each side's newest decisions to read.
-    fn page_query(&self) -> String {
-        let next = self.parameters() + 1;
-        let (decisions, records, limit) = if self.by_decision_only() {
-            (
-                format!(
-                    "FROM (SELECT d.* FROM policy_decisions d WHERE d.tenant_id = $1{} \
-                     ORDER BY d.evaluated_at DESC, d.id DESC LIMIT ${next}) d \
-                     JOIN policy_result_set_members r ON r.set_id = d.result_set_id",
-                    self.conditions("d")
-                ),
-                format!(
-                    "FROM (SELECT u.* FROM usage_records u \
-                     WHERE u.tenant_id = $1 AND u.decision_set_id IS NOT NULL{} \
-                     ORDER BY u.recorded_at DESC, u.decision_id DESC LIMIT ${next}) u \
-                     JOIN policy_result_set_members r ON r.set_id = u.decision_set_id",
-                    self.conditions("u")
-                ),
-                next + 1,
-            )
-        } else {
-            (self.decisions_clause(), self.records_clause(), next)
-        };
-        format!(
-            "SELECT d.id AS decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
-             r.result, r.reason, d.agent_id, d.provider, d.model, d.request_id, d.evaluated_at, \
-             d.evaluated_at AS ended_at {decisions} \
-             UNION ALL \
-             SELECT u.decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
-             r.result, r.reason, u.agent_id, u.model_provider, \
-             COALESCE(u.requested_model, u.model_name), u.record_id, u.evaluated_at, \
-             u.recorded_at {records} \
-             ORDER BY ended_at DESC, decision_id DESC, position LIMIT ${limit} OFFSET ${}",
-            limit + 1
-        )
-    }
-
     /// How many parameters the conditions bind, the tenant included.
     fn parameters(&self) -> usize {
         1 + usize::from(self.policy_id.is_some())
@@ -181,39 +139,109 @@ impl<'q> Filters<'q> {
             + usize::from(self.result.is_some())
     }
 
-    /// `FROM ... WHERE ...` over `policy_decisions` as `d`, joined to the results as `r`.
+    /// The parameter numbers of the policy, agent and result filters given.
+    fn numbers(&self) -> (Option<usize>, Option<usize>, Option<usize>) {
+        let policy = self.policy_id.map(|_| 2);
+        let agent = self.agent_id.map(|_| 2 + usize::from(policy.is_some()));
+        let result = self
+            .result
+            .map(|_| 2 + usize::from(policy.is_some()) + usize::from(agent.is_some()));
+        (policy, agent, result)
+    }
+
+    /// Conditions on a decision of side `alias` (whose result set is `set_column`): its
+    /// agent, and a result set holding a matching result.
+    fn decision_conditions(&self, alias: &str, set_column: &str) -> String {
+        let (policy, agent, result) = self.numbers();
+        let mut conditions = String::new();
+        if let Some(agent) = agent {
+            conditions.push_str(&format!(" AND {alias}.agent_id = ${agent}"));
+        }
+        if policy.is_some() || result.is_some() {
+            conditions.push_str(&format!(
+                " AND {alias}.{set_column} IN (SELECT m.set_id FROM policy_result_set_members m \
+                 WHERE m.tenant_id = $1{})",
+                Self::result_conditions("m", policy, result)
+            ));
+        }
+        conditions
+    }
+
+    /// Conditions on the joined results `alias`.
+    fn result_conditions(alias: &str, policy: Option<usize>, result: Option<usize>) -> String {
+        let mut conditions = String::new();
+        if let Some(policy) = policy {
+            conditions.push_str(&format!(" AND {alias}.policy_id = ${policy}"));
+        }
+        if let Some(result) = result {
+            conditions.push_str(&format!(" AND {alias}.result = ${result}"));
+        }
+        conditions
+    }
+
+    /// One page of evaluation records, newest first; its last three parameters are the
+    /// number of each side's newest matching decisions to read, the limit and the offset.
+    fn page_query(&self) -> String {
+        let (policy, _, result) = self.numbers();
+        let next = self.parameters() + 1;
+        let joined = Self::result_conditions("r", policy, result);
+        format!(
+            "SELECT d.id AS decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
+             r.result, r.reason, d.agent_id, d.provider, d.model, d.request_id, d.evaluated_at, \
+             d.evaluated_at AS ended_at \
+             FROM (SELECT d.* FROM policy_decisions d WHERE d.tenant_id = $1{decisions} \
+             ORDER BY d.evaluated_at DESC, d.id DESC LIMIT ${next}) d \
+             JOIN policy_result_set_members r ON r.set_id = d.result_set_id{where_joined} \
+             UNION ALL \
+             SELECT u.decision_id, r.position, r.policy_id, r.policy_name, r.policy_type, \
+             r.result, r.reason, u.agent_id, u.model_provider, \
+             COALESCE(u.requested_model, u.model_name), u.record_id, u.evaluated_at, \
+             u.recorded_at \
+             FROM (SELECT u.* FROM usage_records u \
+             WHERE u.tenant_id = $1 AND u.decision_set_id IS NOT NULL{records} \
+             ORDER BY u.recorded_at DESC, u.decision_id DESC LIMIT ${next}) u \
+             JOIN policy_result_set_members r ON r.set_id = u.decision_set_id{where_joined} \
+             ORDER BY ended_at DESC, decision_id DESC, position LIMIT ${} OFFSET ${}",
+            next + 1,
+            next + 2,
+            decisions = self.decision_conditions("d", "result_set_id"),
+            records = self.decision_conditions("u", "decision_set_id"),
+            where_joined = Self::where_clause(&joined),
+        )
+    }
+
+    /// ` WHERE ...` of `conditions` (each starting ` AND `), or nothing.
+    fn where_clause(conditions: &str) -> String {
+        conditions
+            .strip_prefix(" AND ")
+            .map_or_else(String::new, |first| format!(" WHERE {first}"))
+    }
+
+    /// `FROM ... WHERE ...` over `policy_decisions` as `d`, joined to the matching results
+    /// as `r`, for counting.
     fn decisions_clause(&self) -> String {
+        let (policy, _, result) = self.numbers();
         format!(
             "FROM policy_decisions d \
              JOIN policy_result_set_members r ON r.set_id = d.result_set_id \
-             WHERE d.tenant_id = $1{}",
-            self.conditions("d")
+             WHERE d.tenant_id = $1{}{}",
+            self.decision_conditions("d", "result_set_id"),
+            Self::result_conditions("r", policy, result)
         )
     }
 
-    /// `FROM ... WHERE ...` over decided usage records as `u`, joined to the results as
-    /// `r`. The explicit `IS NOT NULL` lets SQLite use the partial index of them.
+    /// `FROM ... WHERE ...` over decided usage records as `u`, joined to the matching
+    /// results as `r`, for counting. The explicit `IS NOT NULL` lets SQLite use the
+    /// partial index of them.
     fn records_clause(&self) -> String {
+        let (policy, _, result) = self.numbers();
         format!(
             "FROM usage_records u \
              JOIN policy_result_set_members r ON r.set_id = u.decision_set_id \
-             WHERE u.tenant_id = $1 AND u.decision_set_id IS NOT NULL{}",
-            self.conditions("u")
+             WHERE u.tenant_id = $1 AND u.decision_set_id IS NOT NULL{}{}",
+            self.decision_conditions("u", "decision_set_id"),
+            Self::result_conditions("r", policy, result)
         )
-    }
-
-    fn conditions(&self, decision: &str) -> String {
-        let given = [
-            self.policy_id.map(|_| "r.policy_id".to_owned()),
-            self.agent_id.map(|_| format!("{decision}.agent_id")),
-            self.result.map(|_| "r.result".to_owned()),
-        ];
-        given
-            .into_iter()
-            .flatten()
-            .zip(2..)
-            .map(|(column, parameter)| format!(" AND {column} = ${parameter}"))
-            .collect()
     }
 
     /// Binds the tenant and the filters given, in the order `conditions` numbers them.
