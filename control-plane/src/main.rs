@@ -258,6 +258,7 @@ fn print_welcome(app: &Application, proxy: &ProxyApp, data_dir: &std::path::Path
     println!("  Health           {base}/healthz  {base}/readyz");
     println!("  Metrics          {base}/metrics");
     println!("  Proxy (OpenAI)   {proxy_base}/v1   (metrics: {proxy_base}/metrics)");
+    println!("  Proxy (Claude)   {proxy_base}   (the Anthropic SDKs' base URL: no /v1)");
     println!();
     match &app.bootstrap {
         BootstrapOutcome::GeneratedKey(key) => {

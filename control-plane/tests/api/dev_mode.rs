@@ -113,6 +113,13 @@ async fn warden_dev_prints_what_a_newcomer_needs_and_stops_cleanly() {
     let proxy_v1 = proxy_line.split_whitespace().nth(2).unwrap();
     assert!(proxy_v1.ends_with("/v1"), "{proxy_line}");
     let proxy_base = proxy_v1.trim_end_matches("/v1");
+    // Anthropic's SDKs take the proxy's base without `/v1`.
+    let claude_line = first
+        .output
+        .iter()
+        .find(|l| l.contains("Proxy (Claude)"))
+        .expect("the Anthropic SDKs' base URL is printed");
+    assert_eq!(claude_line.split_whitespace().nth(2), Some(proxy_base));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let health: serde_json::Value = client
