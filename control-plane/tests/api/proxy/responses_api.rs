@@ -207,6 +207,35 @@ db_test!(
             recorded(&app, &tenant.id, "responses", 1).await,
             (input, output)
         );
+        // Held for a human, as a chat agent is, and through once approved. (A held request's
+        // body is the spec's `{"error": "approval_required", ...}`: the SDK finds no code.)
+        let admin = tenant.admin_key.clone();
+        let policy = crate::helpers::create_policy(
+            &app,
+            &admin,
+            json!({ "name": "approve mini", "policy_type": "require_approval",
+                    "config": { "models": ["gpt-4o-mini"] } }),
+        )
+        .await;
+        assert_eq!(
+            run(&key).await,
+            json!({ "error": "PermissionDeniedError", "status": 403, "code": null })
+        );
+        let pending = expect_status(app.get("/approvals?status=pending", &admin).await, 200).await;
+        assert_eq!(pending["data"][0]["policy_id"], policy["id"]);
+        let approval = pending["data"][0]["id"].clone();
+        let decided = app
+            .post(
+                &format!("/approvals/{approval}/decide"),
+                &admin,
+                json!({ "reviewer_id": "ana", "decision": "approved" }),
+            )
+            .await;
+        assert_eq!(decided.status().as_u16(), 204);
+        assert_eq!(
+            run(&key).await,
+            json!({ "final_output": "Hello from the mock" })
+        );
         let agent_id = created["agent_id"].as_str().unwrap();
         let quarantined = app
             .post(
