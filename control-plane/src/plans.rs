@@ -73,7 +73,7 @@ impl Plan {
 pub struct Features {
     pub anomaly_detection: bool,
     /// A number of policies, or `"unlimited"`.
-    #[schema(value_type = Object)]
+    #[schema(schema_with = policy_allowance_schema)]
     pub governance_policies: PolicyAllowance,
     pub hitl_approvals: bool,
     pub risk_classification: bool,
@@ -83,6 +83,25 @@ pub struct Features {
     pub fria_support: bool,
     pub incident_reporting: bool,
     pub sso: bool,
+}
+
+/// `governance_policies` in the OpenAPI document: an integer or `"unlimited"`.
+fn policy_allowance_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0)),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["unlimited"])),
+            )
+            .build(),
+    )
 }
 
 /// `governance_policies`: a count or unlimited.

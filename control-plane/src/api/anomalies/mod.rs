@@ -139,6 +139,7 @@ pub struct AnomalyQuery {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = AnomalySummary)]
 pub struct Summary {
     pub total: i64,
     #[schema(value_type = Object)]

@@ -111,7 +111,8 @@ async fn create_rule(
 #[utoipa::path(patch, path = "/anomaly-rules/{rule_id}", tag = "anomalies",
     params(("rule_id" = i64, Path)), request_body = UpdateRuleInput,
     security(("bearer" = ["anomaly:write"])),
-    responses((status = 200, description = "The updated rule", body = Envelope<AnomalyRule>)))]
+    responses((status = 200, description = "The updated rule", body = Envelope<AnomalyRule>),
+        (status = 409, description = "Another rule has the type it is changed to (`anomaly_rule_exists`)")))]
 async fn update_rule(
     caller: Authorized<require::AnomalyWrite>,
     State(state): State<AppState>,

@@ -58,12 +58,12 @@ pub struct Billing {
     pub monthly_cost_usd: f64,
     pub features: Features,
     /// `{type, last_four, expiry}` as the provider reported it, or null.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub payment_method: Value,
     /// `current`, `past_due` (a payment failed; the plan stays) or `canceled`.
     pub payment_status: String,
     /// A change waiting for the end of the period: `{plan, effective_date}`, or null.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub pending_change: Value,
     /// On the free plan, the one agent whose telemetry is recorded.
     pub free_agent_id: Option<String>,

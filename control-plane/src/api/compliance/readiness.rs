@@ -40,6 +40,7 @@ pub struct Readiness {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = ReadinessComponent)]
 pub struct Component {
     pub name: &'static str,
     pub score: i64,

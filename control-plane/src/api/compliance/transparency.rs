@@ -35,7 +35,7 @@ pub struct TransparencyCard {
     /// The Art. 50 disclosure to show the people the agent interacts with, or null.
     pub disclosure: Option<String>,
     /// The assessment the card draws on: `{id, version, status}`, or null.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub fria: Value,
     #[schema(value_type = String, format = DateTime)]
     pub generated_at: Timestamp,

@@ -33,13 +33,13 @@ pub struct EvidencePack {
     #[schema(value_type = Object)]
     pub incident: Value,
     /// The agent's registry record (null when it was deleted since).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub agent: Value,
     /// Its current EU AI Act classification, or null.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub risk_classification: Value,
     /// Its newest impact assessment, or null.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub fria: Value,
     #[schema(value_type = Object)]
     pub window: Value,

@@ -47,6 +47,7 @@ pub struct WindowQuery {
 
 /// The tenant's oversight over a window.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = OversightSummary)]
 pub struct Summary {
     #[schema(value_type = String, format = DateTime)]
     pub start: Timestamp,

@@ -49,7 +49,8 @@ pub struct DryRunInput {
 
 #[utoipa::path(post, path = "/policies/evaluate", tag = "governance", request_body = DryRunInput,
     security(("bearer" = ["governance:read"])),
-    responses((status = 200, description = "Each enabled policy's result, in evaluation order", body = Envelope<Vec<Object>>)))]
+    responses((status = 200, description = "Each enabled policy's result, in evaluation order", body = Envelope<Vec<Object>>),
+        (status = 404, description = "The `agent_id` names no agent of the tenant (`not_found`)")))]
 pub async fn evaluate_policies(
     caller: Authorized<require::GovernanceRead>,
     State(state): State<AppState>,

@@ -39,7 +39,10 @@ pub struct Posture {
     pub assessed_at: Timestamp,
 }
 
+/// One of the posture's six components (named apart from the readiness components in
+/// the OpenAPI document).
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = PostureComponent)]
 pub struct Component {
     pub name: &'static str,
     pub max_score: i64,
