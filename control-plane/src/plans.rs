@@ -21,6 +21,14 @@ pub enum Plan {
 }
 
 impl Plan {
+    pub const ALL: [Plan; 5] = [
+        Plan::Free,
+        Plan::Starter,
+        Plan::Professional,
+        Plan::Enterprise,
+        Plan::EnterprisePlus,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Plan::Free => "free",
@@ -32,15 +40,7 @@ impl Plan {
     }
 
     pub fn parse(text: &str) -> Option<Plan> {
-        [
-            Plan::Free,
-            Plan::Starter,
-            Plan::Professional,
-            Plan::Enterprise,
-            Plan::EnterprisePlus,
-        ]
-        .into_iter()
-        .find(|plan| plan.as_str() == text)
+        Plan::ALL.into_iter().find(|plan| plan.as_str() == text)
     }
 
     /// Active agents a tenant on this plan may have unless an operator set a limit.

@@ -28,6 +28,8 @@ pub mod internal;
 mod managed_keys;
 mod monitoring;
 mod notification_channels;
+mod openapi_bodies;
+mod openapi_enums;
 mod openapi_errors;
 mod ops;
 mod oversight;
@@ -93,6 +95,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .split_for_parts();
     SecurityAddon.modify(&mut openapi);
     openapi_errors::ErrorResponses.modify(&mut openapi);
+    openapi_bodies::OptionalBodies.modify(&mut openapi);
     let router = router
         .merge(ops::openapi_router(openapi.clone()))
         .fallback(route_not_found)

@@ -73,7 +73,7 @@ pub struct CreateTenantInput {
     pub company_name: Text<1, 200>,
     pub owner_email: Email,
     /// `free`, `starter`, `professional`, `enterprise` or `enterprise_plus`.
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::plan)]
     pub plan: Plan,
     /// 1 to 1,000,000 active agents; defaults to the plan's limit.
     #[serde(default)]

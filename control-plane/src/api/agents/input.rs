@@ -52,7 +52,7 @@ pub struct CreateAgentInput {
     pub framework: Option<ShortText>,
     /// `openai`, `anthropic`, `google`, `nvidia` or `bedrock`.
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = crate::api::openapi_enums::optional_provider)]
     pub model_provider: Option<Provider>,
     #[serde(default)]
     pub model_name: Option<ModelName>,
@@ -104,7 +104,7 @@ pub struct UpdateAgentInput {
     #[schema(value_type = Option<String>)]
     pub framework: Option<Option<ShortText>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = crate::api::openapi_enums::optional_provider)]
     pub model_provider: Option<Option<Provider>>,
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]

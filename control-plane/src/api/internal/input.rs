@@ -33,7 +33,7 @@ pub struct ProxyUsageRecord {
     pub record_id: Text<1, 100>,
     pub tenant_id: String,
     pub agent_id: String,
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::provider)]
     pub model_provider: Provider,
     pub model_name: Text<1, 200>,
     #[serde(default)]

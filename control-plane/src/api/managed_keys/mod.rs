@@ -32,7 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateManagedKeyInput {
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::provider)]
     pub provider: Provider,
     pub label: Text<1, 100>,
     /// `warden/managed/<tenant_id>/<name>`, or the ARN of such a secret. Never returned.

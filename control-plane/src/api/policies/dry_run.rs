@@ -33,7 +33,7 @@ use crate::state::AppState;
 #[serde(deny_unknown_fields)]
 pub struct DryRunInput {
     pub agent_id: Text<1, 100>,
-    #[schema(value_type = String, example = "openai")]
+    #[schema(schema_with = crate::api::openapi_enums::provider)]
     pub provider: Provider,
     pub model: Text<1, 200>,
     /// Default: the agent's own environment.

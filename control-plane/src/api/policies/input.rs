@@ -21,7 +21,7 @@ pub struct CreatePolicyInput {
     pub name: PolicyName,
     #[serde(default)]
     pub description: Option<Description>,
-    #[schema(value_type = String, example = "model_allowlist")]
+    #[schema(schema_with = crate::api::openapi_enums::policy_type)]
     pub policy_type: PolicyType,
     /// The type's configuration (see the policy documentation).
     #[schema(value_type = Object)]

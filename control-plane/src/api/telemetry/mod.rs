@@ -72,7 +72,7 @@ pub struct HeartbeatRecorded {
 pub struct BatchItem {
     pub agent_id: String,
     /// `healthy`, `degraded`, `down` or `unknown`; taken as sent.
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::agent_status)]
     pub status: AgentStatus,
     #[serde(default)]
     pub latency_ms: Option<i64>,
@@ -103,7 +103,7 @@ pub struct BatchRecorded {
 pub struct UsageInput {
     pub agent_id: String,
     /// `openai`, `anthropic`, `google`, `nvidia` or `bedrock`.
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::provider)]
     pub model_provider: Provider,
     pub model_name: Text<1, 200>,
     pub input_tokens: i64,

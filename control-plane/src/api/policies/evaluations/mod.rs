@@ -40,7 +40,7 @@ const POSITIONS_PER_DECISION: i64 = 1 << 20;
 pub struct EvaluationReport {
     pub request_id: Text<1, 100>,
     pub agent_id: Text<1, 100>,
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::provider)]
     pub provider: Provider,
     pub model: Text<1, 200>,
     #[schema(value_type = String, format = DateTime)]
@@ -141,9 +141,9 @@ fn item_error(error: ApiError) -> ItemError {
 pub struct ReportedResult {
     pub policy_id: i64,
     pub policy_name: Text<1, 200>,
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::policy_type)]
     pub policy_type: PolicyType,
-    #[schema(value_type = String)]
+    #[schema(schema_with = crate::api::openapi_enums::outcome)]
     pub result: Outcome,
     #[serde(default)]
     pub reason: Option<Text<0, 1000>>,
