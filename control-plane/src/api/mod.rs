@@ -47,7 +47,7 @@ pub mod telemetry;
 use axum::Router;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::OpenApi;
-use utoipa::Modify;
+use utoipa::{Modify, PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::{ApiError, ErrorCode};
@@ -112,6 +112,27 @@ fn base_document() -> OpenApi {
         include_str!("openapi_intro.md"),
         ErrorCode::markdown_table()
     ));
+    // Enums that only query parameters name: the router collects the schemas of bodies
+    // and responses, not those of parameters, which would refer to nothing.
+    let schemas = &mut doc.components.get_or_insert_with(Default::default).schemas;
+    for (name, schema) in [
+        (
+            anomalies::AnomalyStatus::name(),
+            anomalies::AnomalyStatus::schema(),
+        ),
+        (anomalies::Severity::name(), anomalies::Severity::schema()),
+        (
+            approvals::ApprovalStatus::name(),
+            approvals::ApprovalStatus::schema(),
+        ),
+        (
+            audit_trail::ExportFormat::name(),
+            audit_trail::ExportFormat::schema(),
+        ),
+        (crate::plans::Plan::name(), crate::plans::Plan::schema()),
+    ] {
+        schemas.insert(name.into_owned(), schema);
+    }
     doc
 }
 

@@ -2,7 +2,7 @@
 //! ids and the envelope on framework-level errors.
 
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::helpers::{expect_error, expect_status};
 
@@ -259,4 +259,47 @@ async fn the_document_declares_the_error_answers_of_every_operation() {
         }
     }
     assert!(checked > 300, "{checked}");
+}
+
+/// The document refers only to schemas it has, lists the shared enums' names, and
+/// describes an optional body as absent or an object (never `null`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_is_whole_and_names_what_it_accepts() {
+    let app = crate::helpers::TestApp::spawn_with(crate::helpers::Backend::Sqlite, |_| {}).await;
+    let doc = app.openapi().await;
+    fn refs<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(members) => {
+                if let Some(Value::String(target)) = members.get("$ref") {
+                    found.push(target);
+                }
+                members.values().for_each(|v| refs(v, found));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    refs(&doc, &mut found);
+    assert!(found.len() > 100, "{}", found.len());
+    for target in found {
+        let name = target
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("an unexpected reference {target}"));
+        assert!(
+            doc["components"]["schemas"].get(name).is_some(),
+            "{target} refers to nothing"
+        );
+    }
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["CreateManagedKeyInput"]["properties"]["provider"]["enum"],
+        json!(["openai", "anthropic", "google", "nvidia", "bedrock"])
+    );
+    let block = &doc["paths"]["/api/v1/agents/{agent_id}/block"]["post"]["requestBody"];
+    assert_eq!(block.get("required"), None);
+    assert_eq!(
+        block["content"]["application/json"]["schema"],
+        json!({ "$ref": "#/components/schemas/BlockInput" })
+    );
 }
