@@ -43,6 +43,12 @@ impl Plan {
         Plan::ALL.into_iter().find(|plan| plan.as_str() == text)
     }
 
+    /// A tenant's stored plan; one this build does not know (written by a newer
+    /// control plane, say) counts as the lowest, so it unlocks nothing.
+    pub fn of_tenant(stored: &str) -> Plan {
+        Plan::parse(stored).unwrap_or(Plan::Free)
+    }
+
     /// Active agents a tenant on this plan may have unless an operator set a limit.
     /// Starter's 25 comes from the spec; the others are Warden's choice.
     pub const fn default_agent_limit(self) -> i64 {
@@ -240,9 +246,14 @@ pub async fn require(
     feature: Feature,
     what: &str,
 ) -> ApiResult<()> {
-    let plan: String = sqlx::query_scalar("SELECT plan FROM tenants WHERE id = $1")
+    let plan = tenant_plan(tx, tenant_id).await?;
+    gate(&plan, feature, &format!("{what} need"))
+}
+
+/// The tenant's plan as stored, read in the write's transaction.
+pub async fn tenant_plan(tx: &mut WriteTx, tenant_id: &str) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT plan FROM tenants WHERE id = $1")
         .bind(tenant_id)
         .fetch_one(&mut **tx)
-        .await?;
-    gate(&plan, feature, &format!("{what} need"))
+        .await
 }

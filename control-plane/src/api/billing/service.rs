@@ -24,7 +24,7 @@ pub async fn billing(state: &AppState, caller: &Caller) -> ApiResult<Billing> {
     let account = store::account(state.db.pool(), &caller.tenant_id)
         .await?
         .ok_or_else(|| ApiError::not_found("tenant"))?;
-    let plan = Plan::parse(&account.plan).unwrap_or(Plan::Free);
+    let plan = Plan::of_tenant(&account.plan);
     let (start, end) = period::of(state.clock.now());
     let free_agent_id = if plan == Plan::Free {
         let mut conn = state.db.pool().acquire().await?;
@@ -153,7 +153,7 @@ pub async fn checkout(state: &AppState, caller: &Caller, plan: &str) -> ApiResul
     let account = store::account(&mut *tx, &caller.tenant_id)
         .await?
         .ok_or_else(|| ApiError::not_found("tenant"))?;
-    let from = Plan::parse(&account.plan).unwrap_or(Plan::Free);
+    let from = Plan::of_tenant(&account.plan);
     if from == to {
         return Err(ApiError::new(
             ErrorCode::PlanUnchanged,
@@ -287,7 +287,7 @@ pub async fn apply_due_plan_changes(db: &Db, now: Timestamp) -> Result<usize, sq
     let due = store::due_changes(db.pool(), now.as_millis()).await?;
     for (tenant_id, plan) in &due {
         let mut tx = db.begin_write().await?;
-        let plan = Plan::parse(plan).unwrap_or(Plan::Free);
+        let plan = Plan::of_tenant(plan);
         change_plan(
             &mut tx,
             tenant_id,

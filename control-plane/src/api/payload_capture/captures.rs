@@ -69,9 +69,7 @@ pub async fn purge_expired(db: &Db, now: Timestamp) -> Result<u64, sqlx::Error> 
     let tenants = store::retentions(&mut *db.pool().acquire().await?).await?;
     let mut deleted = 0;
     for (tenant_id, retention_days, plan) in tenants {
-        let plan_days = Plan::parse(&plan)
-            .unwrap_or(Plan::Free)
-            .telemetry_retention_days();
+        let plan_days = Plan::of_tenant(&plan).telemetry_retention_days();
         let days = retention_days.min(plan_days);
         let before = Timestamp::from_millis(now.as_millis().saturating_sub(days * DAY_MS));
         let mut tx = db.begin_write().await?;

@@ -15,7 +15,7 @@ use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::json_column;
 use crate::error::{ApiError, ApiResult};
-use crate::plans::Plan;
+use crate::plans::{self, Plan};
 use crate::state::AppState;
 
 const MAX_RULES: usize = 25;
@@ -121,13 +121,8 @@ pub async fn put(
     check_rules(&input.redaction_rules)?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
-    let plan: String = sqlx::query_scalar("SELECT plan FROM tenants WHERE id = $1")
-        .bind(&caller.tenant_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    let allowed = Plan::parse(&plan)
-        .unwrap_or(Plan::Free)
-        .telemetry_retention_days();
+    let plan = plans::tenant_plan(&mut tx, &caller.tenant_id).await?;
+    let allowed = Plan::of_tenant(&plan).telemetry_retention_days();
     if input.retention_days > allowed {
         return Err(ApiError::validation(
             "retention_days",
