@@ -8,21 +8,14 @@ use utoipa::openapi::schema::{Schema, Type};
 use utoipa::openapi::{OpenApi, RefOr};
 use utoipa::Modify;
 
+use super::openapi_errors::operations;
+
 pub struct OptionalBodies;
 
 impl Modify for OptionalBodies {
     fn modify(&self, openapi: &mut OpenApi) {
         for item in openapi.paths.paths.values_mut() {
-            for operation in [
-                &mut item.get,
-                &mut item.post,
-                &mut item.put,
-                &mut item.patch,
-                &mut item.delete,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for operation in operations(item) {
                 let Some(body) = operation.request_body.as_mut() else {
                     continue;
                 };

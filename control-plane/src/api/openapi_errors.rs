@@ -4,7 +4,7 @@
 //! 413, 415 and 422 for a body; 422 for query parameters; 429 for the throttled signup
 //! and login. Each refers to one `ErrorBody` schema whose `code` lists every error code.
 
-use utoipa::openapi::path::Operation;
+use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
 use utoipa::Modify;
@@ -41,20 +41,24 @@ impl Modify for ErrorResponses {
         for (path, item) in &mut openapi.paths.paths {
             let names_something = path.contains('{');
             let throttled = path.ends_with("/auth/signup") || path.ends_with("/auth/login");
-            for operation in [
-                &mut item.get,
-                &mut item.post,
-                &mut item.put,
-                &mut item.patch,
-                &mut item.delete,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for operation in operations(item) {
                 declare(operation, names_something, throttled);
             }
         }
     }
+}
+
+/// The operations of a path, whatever their methods (the API uses these five).
+pub(super) fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.post,
+        &mut item.put,
+        &mut item.patch,
+        &mut item.delete,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 fn declare(operation: &mut Operation, names_something: bool, throttled: bool) {
