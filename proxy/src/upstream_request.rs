@@ -27,11 +27,18 @@ pub struct ClientHeaders {
 }
 
 impl ClientHeaders {
-    pub fn of(headers: &http::HeaderMap) -> ClientHeaders {
+    /// The headers of the agent's request `provider` is sent: Anthropic's own are looked
+    /// up only for Anthropic.
+    pub fn of(headers: &http::HeaderMap, provider: Provider) -> ClientHeaders {
+        let anthropic = |name: &str| {
+            (provider == Provider::Anthropic)
+                .then(|| headers.get(name).cloned())
+                .flatten()
+        };
         ClientHeaders {
             user_agent: headers.get(http::header::USER_AGENT).cloned(),
-            anthropic_version: headers.get("anthropic-version").cloned(),
-            anthropic_beta: headers.get("anthropic-beta").cloned(),
+            anthropic_version: anthropic("anthropic-version"),
+            anthropic_beta: anthropic("anthropic-beta"),
         }
     }
 }

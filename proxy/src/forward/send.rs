@@ -69,7 +69,7 @@ pub(super) async fn send(
         provider,
     )
     .await?;
-    let client = ClientHeaders::of(&session.req_header().headers);
+    let client = ClientHeaders::of(&session.req_header().headers, provider);
     let body_facts = UpstreamBody {
         length: body.len(),
         streaming: ready.streaming,
