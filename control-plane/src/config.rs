@@ -270,6 +270,48 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)]
+    fn declared_providers_come_from_the_file_and_variables() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "warden.toml",
+                "[providers.custom.vllm]\n\
+                 base_url = \"http://10.0.0.5:8000/v1\"\n\
+                 models = [\"meta-llama/Llama-3.1-8B-Instruct\"]\n\
+                 prices = [{ model = \"meta-llama\", input_per_million_usd = 0.05, \
+                 output_per_million_usd = 0.1 }]\n",
+            )?;
+            jail.set_env("WARDEN_PROVIDERS__CUSTOM__VLLM__API_KEY", "sk-local");
+            jail.set_env(
+                "WARDEN_PROVIDERS__CUSTOM__OLLAMA__BASE_URL",
+                "http://127.0.0.1:11434/v1",
+            );
+            let config = Config::load(Some(Path::new("warden.toml"))).map_err(|e| e.to_string())?;
+            let custom = &config.providers.custom;
+            assert_eq!(custom.keys().collect::<Vec<_>>(), ["ollama", "vllm"]);
+            assert_eq!(custom["ollama"].base_url, "http://127.0.0.1:11434/v1");
+            assert_eq!(
+                custom["vllm"].api_key.as_ref().map(Secret::expose),
+                Some("sk-local")
+            );
+            let catalog = config.providers.catalog()?;
+            let vllm = warden_shared::registry::Provider::parse("vllm");
+            assert_eq!(
+                catalog.provider_serving("meta-llama/Llama-3.1-8B-Instruct"),
+                vllm
+            );
+            // A declaration under a built-in's name, or a malformed one, stops the start.
+            jail.set_env(
+                "WARDEN_PROVIDERS__CUSTOM__OPENAI__BASE_URL",
+                "http://127.0.0.1:1/v1",
+            );
+            let config = Config::load(Some(Path::new("warden.toml"))).map_err(|e| e.to_string())?;
+            assert!(config.providers.catalog().is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
     fn secrets_do_not_print() {
         let config = Config {
             bootstrap_platform_key: Some(Secret::new("wdn_supersecret")),

@@ -59,6 +59,8 @@ pub enum StartupError {
     Metrics(#[from] prometheus::Error),
     #[error("invalid configuration: {0}")]
     Outbound(String),
+    #[error("invalid provider configuration: {0}")]
+    Providers(String),
     #[error("cannot chain the audit trail's earlier events: {0}")]
     AuditChain(#[source] sqlx::Error),
 }
@@ -66,6 +68,12 @@ pub enum StartupError {
 /// Connects the database, applies migrations, bootstraps the platform-admin key and binds
 /// the listener (port 0 picks a free port). Serving starts with [`Application::serve`].
 pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupError> {
+    let providers = Arc::new(
+        config
+            .providers
+            .catalog()
+            .map_err(StartupError::Providers)?,
+    );
     let db = Db::connect(
         config.database_url.expose(),
         config.database_max_connections,
@@ -210,6 +218,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         throttle: Arc::new(Throttle::new(config.auth.throttle_window_secs)),
         metrics,
         health_cache: Arc::default(),
+        providers,
         config: Arc::new(config),
     };
     let router = app_router(state.clone());

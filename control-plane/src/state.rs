@@ -1,6 +1,7 @@
 //! The state every handler shares.
 
 use std::sync::Arc;
+use warden_shared::catalog::ProviderCatalog;
 
 use crate::api::health::HealthCache;
 use crate::auth::throttle::Throttle;
@@ -18,6 +19,9 @@ pub struct AppState {
     pub db: Db,
     pub clock: Clock,
     pub config: Arc<Config>,
+    /// The providers the API accepts beyond the built-ins, their models and prices
+    /// (`providers.custom`).
+    pub providers: Arc<ProviderCatalog>,
     pub metrics: Arc<HttpMetrics>,
     pub throttle: Arc<Throttle>,
     pub health_cache: Arc<HealthCache>,

@@ -2,6 +2,7 @@
 //! the route, and the key's model list (which `GET /v1/models` lists).
 
 use serde_json::{json, Value};
+use warden_shared::catalog::ProviderCatalog;
 use warden_shared::pricing::{self, ModelPrice};
 use warden_shared::registry::Provider;
 
@@ -57,17 +58,17 @@ pub fn check_key(view: &KeyView, now_ms: i64) -> Result<(), Refusal> {
 
 /// Admits a request for `model` by a key that passed [`check_key`], or says why not.
 /// The key is checked first and apart, before the body (and so the model) is read.
-pub fn admit(view: &KeyView, model: &str) -> Result<Admitted, Refusal> {
+pub fn admit(view: &KeyView, model: &str, catalog: &ProviderCatalog) -> Result<Admitted, Refusal> {
     let key = &view.key;
     if !key.allowed_models.is_empty() && !key.allowed_models.iter().any(|m| m == model) {
         return Err(Refusal::ModelNotAllowed(model.to_owned()));
     }
     let overridden = key.model_overrides.get(model).map_or(model, String::as_str);
-    let route = routing::route(overridden, &key.allowed_providers).map_err(
+    let route = routing::route(overridden, &key.allowed_providers, catalog).map_err(
         |RouteError::ProviderNotAllowed(provider)| Refusal::ProviderNotAllowed(provider),
     )?;
     Ok(Admitted {
-        price: pricing::find_price(route.provider, &route.upstream_model),
+        price: catalog.find_price(route.provider, &route.upstream_model),
         route,
         requested_model: model.to_owned(),
     })
@@ -76,21 +77,37 @@ pub fn admit(view: &KeyView, model: &str) -> Result<Admitted, Refusal> {
 /// `GET /v1/models`: the models this key may use, in a list both SDK families read:
 /// OpenAI's (`object`, `data[].{id, object, created, owned_by}`) and Anthropic's
 /// (`data[].{id, type, display_name, created_at}`, `has_more`, `first_id`, `last_id`).
-pub fn model_list(view: &KeyView) -> String {
-    let providers = allowed_providers(view);
-    let models: Vec<(String, &str)> = if view.key.allowed_models.is_empty() {
-        pricing::PRICES
+///
+/// Without a model list of its own, a key lists the priced models of its providers and
+/// the models declared providers name (prices' families, listed models).
+pub fn model_list(view: &KeyView, catalog: &ProviderCatalog) -> String {
+    let providers = allowed_providers(view, catalog);
+    let models: Vec<(String, String)> = if view.key.allowed_models.is_empty() {
+        let built_in = pricing::PRICES
             .iter()
             .filter(|price| providers.contains(&price.provider))
-            .map(|price| (price.model.to_owned(), price.provider.as_str()))
-            .collect()
+            .map(|price| (price.model.to_owned(), price.provider.to_string()));
+        let declared = catalog
+            .declared()
+            .iter()
+            .filter(|declared| providers.contains(&declared.provider))
+            .flat_map(|declared| {
+                let owner = declared.provider.to_string();
+                let listed = declared.models.iter().cloned();
+                let priced = declared.prices.iter().map(|p| p.model.to_owned());
+                let mut names: Vec<String> = listed.chain(priced).collect();
+                names.sort();
+                names.dedup();
+                names.into_iter().map(move |name| (name, owner.clone()))
+            });
+        built_in.chain(declared).collect()
     } else {
         view.key
             .allowed_models
             .iter()
             .map(|model| {
-                let owner = routing::route(model, &providers)
-                    .map_or("unknown", |route| route.provider.as_str());
+                let owner = routing::route(model, &providers, catalog)
+                    .map_or_else(|_| "unknown".to_owned(), |route| route.provider.to_string());
                 (model.clone(), owner)
             })
             .collect()
@@ -112,9 +129,10 @@ pub fn model_list(view: &KeyView) -> String {
 }
 
 /// The providers a key may use, for `/v1/models`.
-fn allowed_providers(view: &KeyView) -> Vec<Provider> {
+fn allowed_providers(view: &KeyView, catalog: &ProviderCatalog) -> Vec<Provider> {
     if view.key.allowed_providers.is_empty() {
-        Provider::ALL.to_vec()
+        let declared = catalog.declared().iter().map(|d| d.provider);
+        Provider::BUILT_IN.into_iter().chain(declared).collect()
     } else {
         view.key.allowed_providers.clone()
     }
@@ -176,7 +194,12 @@ mod tests {
             Some(Refusal::KeyExpired)
         );
         assert_eq!(
-            admit(&view(false, false), "claude-sonnet-4-5").err(),
+            admit(
+                &view(false, false),
+                "claude-sonnet-4-5",
+                &ProviderCatalog::default()
+            )
+            .err(),
             Some(Refusal::ModelNotAllowed("claude-sonnet-4-5".into()))
         );
         assert_eq!(
@@ -191,7 +214,7 @@ mod tests {
 
     #[test]
     fn overrides_apply_after_the_allowlist() {
-        let admitted = admit(&view(false, false), "gpt-4o").ok();
+        let admitted = admit(&view(false, false), "gpt-4o", &ProviderCatalog::default()).ok();
         assert_eq!(
             admitted.as_ref().map(|a| a.route.upstream_model.as_str()),
             Some("gpt-4o-mini")

@@ -100,7 +100,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         providers,
         service_token,
     } = settings;
-    let metrics = ProxyMetrics::new()?;
+    let catalog = Arc::new(providers.catalog().map_err(ProxyStartupError::Providers)?);
+    let metrics = ProxyMetrics::new(providers.all())?;
     let state = Arc::new(EnforcementState::default());
     if config.event_loops > MAX_EVENT_LOOPS {
         return Err(ProxyStartupError::EventLoops(config.event_loops));
@@ -167,6 +168,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             rates: rates.clone(),
             metrics: metrics.clone(),
             providers: providers.clone(),
+            catalog: catalog.clone(),
             managed_keys: managed_keys.clone(),
             max_body_bytes: config.max_body_bytes,
         });
@@ -289,14 +291,14 @@ impl ProxyApp {
 /// forwarded to without a key, or no provider usable at all.
 fn warn_about_credentials(providers: &ProvidersConfig) {
     let mut usable = 0;
-    for provider in warden_shared::registry::Provider::ALL {
+    for provider in providers.all() {
         match providers.own_credential(provider) {
             OwnCredential::Key(_) => usable += 1,
             OwnCredential::Keyless => {
                 usable += 1;
                 tracing::warn!(
                     provider = provider.as_str(),
-                    base_url = %providers.endpoint(provider).base_url,
+                    base_url = providers.base_url(provider).unwrap_or_default(),
                     "no credential for this provider: requests to its base URL are sent without one \
                      (right for a local model server; set its api_key otherwise)"
                 );

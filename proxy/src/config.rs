@@ -1,10 +1,12 @@
 //! The proxy's settings. The `warden` binary reads them (file and `WARDEN_` variables)
 //! with the rest of its configuration; this crate only defines them.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use warden_shared::catalog::{DeclaredPrice, ProviderCatalog};
 use warden_shared::registry::Provider;
 use warden_shared::secret::Secret;
 
@@ -79,7 +81,8 @@ pub struct SecretsManagerConfig {
     pub secret_access_key: Option<Secret>,
 }
 
-/// The five providers' endpoints and the proxy's own credentials for them.
+/// The five built-in providers' endpoints and the proxy's own credentials for them, and
+/// the providers the operator declares.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProvidersConfig {
@@ -88,6 +91,43 @@ pub struct ProvidersConfig {
     pub google: ProviderEndpoint,
     pub nvidia: ProviderEndpoint,
     pub bedrock: ProviderEndpoint,
+    /// Providers beyond the built-ins, by name (`[providers.custom.vllm]`,
+    /// `WARDEN_PROVIDERS__CUSTOM__VLLM__BASE_URL`: a variable's key is the lowercased
+    /// name, so a name set through variables uses `_`, never `-`): OpenAI-compatible
+    /// servers such as vLLM, llama.cpp, Ollama or a company gateway. Both planes need the same declarations: the proxy forwards to
+    /// them, the control plane accepts their names and prices their usage.
+    pub custom: BTreeMap<String, CustomProvider>,
+}
+
+/// A provider the operator declares. It speaks OpenAI's protocol (chat completions,
+/// embeddings, and the Responses API where the server serves it); agents reach it with
+/// `<name>/<model>` or, for the models listed in `models`, by the model's name alone.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomProvider {
+    /// Base URL up to and including the API version (`http://10.0.0.5:8000/v1`).
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer`; none: requests go without one (a local server).
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Model names routed here without the `<name>/` prefix (exact names; listed by
+    /// `GET /v1/models`).
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Prices per million tokens, matched like the built-in table (the longest `model`
+    /// the requested name starts with); usage of a model without one is recorded
+    /// unpriced, at cost 0.
+    #[serde(default)]
+    pub prices: Vec<CustomPrice>,
+}
+
+/// One model's price at a declared provider, in US dollars per million tokens.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomPrice {
+    pub model: String,
+    pub input_per_million_usd: f64,
+    pub output_per_million_usd: f64,
 }
 
 /// One provider's OpenAI-compatible endpoint.
@@ -141,6 +181,7 @@ impl Default for SecretsManagerConfig {
 /// Each provider's own OpenAI-compatible endpoint: the default `base_url`.
 const fn default_base_url(provider: Provider) -> &'static str {
     match provider {
+        Provider::Operator(_) => "",
         Provider::Openai => "https://api.openai.com/v1",
         Provider::Anthropic => "https://api.anthropic.com/v1",
         Provider::Google => "https://generativelanguage.googleapis.com/v1beta/openai",
@@ -161,19 +202,87 @@ impl Default for ProvidersConfig {
             google: endpoint(Provider::Google),
             nvidia: endpoint(Provider::Nvidia),
             bedrock: endpoint(Provider::Bedrock),
+            custom: BTreeMap::new(),
         }
     }
 }
 
 impl ProvidersConfig {
-    pub fn endpoint(&self, provider: Provider) -> &ProviderEndpoint {
+    /// Every provider configured here: the built-ins, then the declared ones with a
+    /// well-formed name (see [`ProvidersConfig::catalog`] for the check).
+    pub fn all(&self) -> impl Iterator<Item = Provider> + '_ {
+        Provider::BUILT_IN.into_iter().chain(
+            self.custom
+                .keys()
+                .filter_map(|name| declared_name(name).ok()),
+        )
+    }
+
+    /// The base URL requests to `provider` go to, if it is configured.
+    pub fn base_url(&self, provider: Provider) -> Option<&str> {
         match provider {
-            Provider::Openai => &self.openai,
+            Provider::Operator(name) => self.custom.get(name.as_str()).map(|c| &*c.base_url),
+            built_in => Some(&self.built_in(built_in).base_url),
+        }
+    }
+
+    /// The proxy's own key for `provider`, if it has one.
+    pub fn api_key(&self, provider: Provider) -> Option<&Secret> {
+        match provider {
+            Provider::Operator(name) => self.custom.get(name.as_str())?.api_key.as_ref(),
+            built_in => self.built_in(built_in).api_key.as_ref(),
+        }
+    }
+
+    fn built_in(&self, provider: Provider) -> &ProviderEndpoint {
+        match provider {
             Provider::Anthropic => &self.anthropic,
             Provider::Google => &self.google,
             Provider::Nvidia => &self.nvidia,
             Provider::Bedrock => &self.bedrock,
+            Provider::Openai | Provider::Operator(_) => &self.openai,
         }
+    }
+
+    /// The declared providers' names, routed models and prices, checked: what both planes
+    /// route, accept and price by. An error names the declaration at fault.
+    pub fn catalog(&self) -> Result<ProviderCatalog, String> {
+        let mut declarations = Vec::with_capacity(self.custom.len());
+        for (name, custom) in &self.custom {
+            let provider = declared_name(name)?;
+            if let Some(model) = custom.models.iter().find(|m| m.is_empty() || m.len() > 200) {
+                return Err(format!(
+                    "providers.custom.{name}.models: `{model}` is not a model name (1 to 200 characters)"
+                ));
+            }
+            let prices = custom
+                .prices
+                .iter()
+                .map(|p| DeclaredPrice {
+                    model: p.model.clone(),
+                    input_per_million_usd: p.input_per_million_usd,
+                    output_per_million_usd: p.output_per_million_usd,
+                })
+                .collect();
+            declarations.push((provider, custom.models.clone(), prices));
+        }
+        let catalog =
+            ProviderCatalog::new(declarations).map_err(|e| format!("providers.custom: {e}"))?;
+        for (name, custom) in &self.custom {
+            for model in &custom.models {
+                if catalog
+                    .provider_serving(model)
+                    .map(|p| p.to_string())
+                    .as_deref()
+                    != Some(name)
+                {
+                    return Err(format!(
+                        "providers.custom: `{model}` is listed by more than one provider"
+                    ));
+                }
+            }
+        }
+        Ok(catalog)
     }
 
     /// How the proxy authenticates to `provider` with its own configuration: with its
@@ -181,12 +290,29 @@ impl ProvidersConfig {
     /// vLLM, llama.cpp or Ollama needs no key); or not at all (a provider's own
     /// endpoint without a key refuses every request).
     pub fn own_credential(&self, provider: Provider) -> OwnCredential<'_> {
-        let endpoint = self.endpoint(provider);
-        match &endpoint.api_key {
+        let Some(base_url) = self.base_url(provider) else {
+            return OwnCredential::Missing;
+        };
+        match self.api_key(provider) {
             Some(key) => OwnCredential::Key(key),
-            None if endpoint.base_url != default_base_url(provider) => OwnCredential::Keyless,
+            // A declared provider's base URL is always the operator's own.
+            None if !provider.is_built_in() || base_url != default_base_url(provider) => {
+                OwnCredential::Keyless
+            }
             None => OwnCredential::Missing,
         }
+    }
+}
+
+/// The provider a `providers.custom` key declares.
+fn declared_name(name: &str) -> Result<Provider, String> {
+    match Provider::parse(name) {
+        Some(provider @ Provider::Operator(_)) => Ok(provider),
+        _ => Err(format!(
+            "providers.custom.{name}: a declared provider's name is 1 to {} lowercase letters, \
+             digits, `-` or `_`, starting with a letter, and not a built-in provider's",
+            warden_shared::registry::ProviderName::MAX_LEN
+        )),
     }
 }
 

@@ -39,7 +39,7 @@ pub struct ProxyMetrics {
     pub payload_capture_buffer: IntGauge,
     /// Each provider's series of `duration`, `tokens` and `cost_micros`, looked up once
     /// here rather than by label on every request.
-    by_provider: Arc<[ProviderMetrics; 5]>,
+    by_provider: Arc<Vec<(Provider, ProviderMetrics)>>,
 }
 
 /// One provider's children of the per-provider metric families.
@@ -51,7 +51,11 @@ pub struct ProviderMetrics {
 }
 
 impl ProxyMetrics {
-    pub fn new() -> Result<ProxyMetrics, prometheus::Error> {
+    /// The metrics of a proxy that forwards to `providers` (each gets its series now, so
+    /// the request path only looks them up).
+    pub fn new(
+        providers: impl IntoIterator<Item = Provider>,
+    ) -> Result<ProxyMetrics, prometheus::Error> {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
             Opts::new(
@@ -165,15 +169,21 @@ impl ProxyMetrics {
                 "warden_proxy_payload_capture_buffer_bytes",
                 "Bytes of request bodies held for capture until their usage batch is written",
             )?,
-            by_provider: Arc::new(Provider::ALL.map(|provider| {
-                let name = provider.as_str();
-                ProviderMetrics {
-                    duration: duration.with_label_values(&[name]),
-                    input_tokens: tokens.with_label_values(&[name, "input"]),
-                    output_tokens: tokens.with_label_values(&[name, "output"]),
-                    cost_micros: cost_micros.with_label_values(&[name]),
-                }
-            })),
+            by_provider: Arc::new(
+                providers
+                    .into_iter()
+                    .map(|provider| {
+                        let name = provider.as_str();
+                        let metrics = ProviderMetrics {
+                            duration: duration.with_label_values(&[name]),
+                            input_tokens: tokens.with_label_values(&[name, "input"]),
+                            output_tokens: tokens.with_label_values(&[name, "output"]),
+                            cost_micros: cost_micros.with_label_values(&[name]),
+                        };
+                        (provider, metrics)
+                    })
+                    .collect(),
+            ),
             registry: Arc::new(registry),
             requests,
             duration,
@@ -219,12 +229,13 @@ impl ProxyMetrics {
         Ok(())
     }
 
-    pub fn provider(&self, provider: Provider) -> &ProviderMetrics {
-        let index = Provider::ALL
+    /// The series of a provider given to [`ProxyMetrics::new`] (the only ones requests
+    /// are forwarded to).
+    pub fn provider(&self, provider: Provider) -> Option<&ProviderMetrics> {
+        self.by_provider
             .iter()
-            .position(|p| *p == provider)
-            .unwrap_or(0);
-        &self.by_provider[index]
+            .find(|(p, _)| *p == provider)
+            .map(|(_, metrics)| metrics)
     }
 
     /// The text exposition of every metric.

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use warden_shared::catalog::ProviderCatalog;
+
 use crate::capture::CaptureBuffer;
 use crate::config::ProvidersConfig;
 use crate::decisions::{ApprovalQueue, DecisionSink};
@@ -28,6 +30,8 @@ pub struct Resources {
     pub rates: Arc<RateWindows>,
     pub metrics: ProxyMetrics,
     pub providers: ProvidersConfig,
+    /// The declared providers' routed models and prices.
+    pub catalog: Arc<ProviderCatalog>,
     pub managed_keys: ManagedKeys,
     pub max_body_bytes: usize,
 }

@@ -1,17 +1,22 @@
 //! Which provider serves a request, from the model name and the key's allowed providers.
 //!
-//! 1. An explicit `provider/model` (`anthropic/claude-sonnet-4-5`) names the provider; the
-//!    provider receives `model`. (`nvidia/...` is NVIDIA's own namespace and is sent
-//!    unchanged, as are other `vendor/model` ids, which are NVIDIA-hosted models.)
-//! 2. Otherwise the model's family names it: `gpt-`, `o1`/`o3`/`o4`, `text-embedding-`,
+//! 1. An explicit `provider/model` (`anthropic/claude-sonnet-4-5`, `local-vllm/qwen3`)
+//!    names a built-in or declared provider; the provider receives `model`. (`nvidia/...`
+//!    is NVIDIA's own namespace and is sent unchanged, as are other `vendor/model` ids,
+//!    which are NVIDIA-hosted models.)
+//! 2. A model a declared provider lists (`providers.custom.<name>.models`) goes there:
+//!    the operator's word beats the family rules (a vLLM server's
+//!    `meta-llama/Llama-3.1-8B-Instruct` would otherwise look NVIDIA's).
+//! 3. Otherwise the model's family names it: `gpt-`, `o1`/`o3`/`o4`, `text-embedding-`,
 //!    ... OpenAI; `claude-` Anthropic; `gemini-`, `gemma-` Google; dotted Bedrock ids
 //!    (`anthropic.claude-...`, `amazon.nova-...`, `us.meta.llama...`) Bedrock;
 //!    `vendor/model` NVIDIA.
-//! 3. A model of no known family goes to the key's only allowed provider when it has
+//! 4. A model of no known family goes to the key's only allowed provider when it has
 //!    exactly one, else to OpenAI (the protocol's home).
 //!
 //! The result must be among the key's allowed providers (all, when it lists none).
 
+use warden_shared::catalog::ProviderCatalog;
 use warden_shared::registry::Provider;
 
 /// Where a request goes and the model name the provider receives.
@@ -27,11 +32,16 @@ pub enum RouteError {
     ProviderNotAllowed(Provider),
 }
 
-pub fn route(model: &str, allowed: &[Provider]) -> Result<Route, RouteError> {
-    let (provider, upstream_model) = match explicit(model) {
+pub fn route(
+    model: &str,
+    allowed: &[Provider],
+    catalog: &ProviderCatalog,
+) -> Result<Route, RouteError> {
+    let (provider, upstream_model) = match explicit(model, catalog) {
         Some((provider, rest)) => (provider, rest.to_owned()),
         None => {
-            let provider = family(model).unwrap_or(match allowed {
+            let provider = catalog.provider_serving(model).or_else(|| family(model));
+            let provider = provider.unwrap_or(match allowed {
                 [only] => *only,
                 _ => Provider::Openai,
             });
@@ -47,11 +57,13 @@ pub fn route(model: &str, allowed: &[Provider]) -> Result<Route, RouteError> {
     })
 }
 
-fn explicit(model: &str) -> Option<(Provider, &str)> {
+fn explicit<'m>(model: &'m str, catalog: &ProviderCatalog) -> Option<(Provider, &'m str)> {
     let (prefix, rest) = model.split_once('/')?;
     match Provider::parse(prefix)? {
         // NVIDIA's catalogue itself uses `nvidia/...` ids.
         Provider::Nvidia => None,
+        // `meta/llama-...` is a model id, not a provider nobody declared.
+        provider if !catalog.knows(provider) => None,
         provider if !rest.is_empty() => Some((provider, rest)),
         _ => None,
     }
@@ -108,6 +120,10 @@ fn family(model: &str) -> Option<Provider> {
 mod tests {
     use super::*;
 
+    fn route(model: &str, allowed: &[Provider]) -> Result<Route, RouteError> {
+        super::route(model, allowed, &ProviderCatalog::default())
+    }
+
     fn provider_of(model: &str) -> Option<Provider> {
         route(model, &[]).ok().map(|r| r.provider)
     }
@@ -143,15 +159,15 @@ mod tests {
 
     #[test]
     fn an_explicit_provider_wins_and_is_stripped() {
-        let route = route("anthropic/claude-haiku-4-5", &[]).ok();
+        let anthropic = route("anthropic/claude-haiku-4-5", &[]).ok();
         assert_eq!(
-            route,
+            anthropic,
             Some(Route {
                 provider: Provider::Anthropic,
                 upstream_model: "claude-haiku-4-5".into()
             })
         );
-        let nvidia = super::route("nvidia/llama-3.1-nemotron-70b-instruct", &[]).ok();
+        let nvidia = route("nvidia/llama-3.1-nemotron-70b-instruct", &[]).ok();
         assert_eq!(
             nvidia.map(|r| r.upstream_model),
             Some("nvidia/llama-3.1-nemotron-70b-instruct".into())
@@ -171,6 +187,41 @@ mod tests {
         assert_eq!(
             route("openai/gpt-4o", &[Provider::Openai, Provider::Google]).map(|r| r.provider),
             Ok(Provider::Openai)
+        );
+    }
+
+    #[test]
+    fn declared_providers_are_reached_by_prefix_or_by_their_listed_models() {
+        let local = Provider::parse("local").expect("name");
+        let catalog = ProviderCatalog::new([(
+            local,
+            vec!["meta-llama/Llama-3.1-8B-Instruct".to_owned()],
+            vec![],
+        )])
+        .expect("valid");
+        let routed = |model: &str, allowed: &[Provider]| {
+            super::route(model, allowed, &catalog).map(|r| (r.provider, r.upstream_model))
+        };
+        assert_eq!(
+            routed("local/qwen3:8b", &[]),
+            Ok((local, "qwen3:8b".to_owned()))
+        );
+        assert_eq!(
+            routed("meta-llama/Llama-3.1-8B-Instruct", &[]),
+            Ok((local, "meta-llama/Llama-3.1-8B-Instruct".to_owned()))
+        );
+        assert_eq!(
+            routed("qwen3:8b", &[local]),
+            Ok((local, "qwen3:8b".to_owned()))
+        );
+        assert_eq!(
+            routed("local/qwen3", &[Provider::Openai]),
+            Err(RouteError::ProviderNotAllowed(local))
+        );
+        // A prefix nobody declared is part of the model's id, as before.
+        assert_eq!(
+            routed("mistralai/mixtral-8x7b", &[]).map(|(p, _)| p),
+            Ok(Provider::Nvidia)
         );
     }
 }

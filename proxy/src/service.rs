@@ -37,7 +37,7 @@ impl ProxyHttp for ProxyService {
         // Anthropic's SDKs read refusals in Anthropic's error shape.
         let anthropic = session.req_header().uri.path().starts_with("/v1/messages");
         if let Err(Refused { refusal, labels }) = self.route(session).await {
-            let (provider, model) = labels.map_or(("none", "none"), |labels| {
+            let (provider, model) = labels.as_ref().map_or(("none", "none"), |labels| {
                 (labels.provider.as_str(), labels.model)
             });
             self.resources
@@ -116,7 +116,7 @@ impl ProxyService {
             ("GET", "/v1/models") => {
                 let view = self.authenticate(session)?;
                 admission::check_key(&view, now_ms())?;
-                let body = admission::model_list(&view);
+                let body = admission::model_list(&view, &shared.catalog);
                 respond(session, 200, "application/json", Bytes::from(body)).await;
                 Ok(())
             }

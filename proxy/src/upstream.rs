@@ -112,18 +112,28 @@ impl Exchange {
     }
 }
 
+/// Where `provider` is configured, for messages about its configuration.
+fn config_key(provider: Provider) -> String {
+    match provider {
+        Provider::Operator(name) => format!("custom.{}", name.as_str()),
+        built_in => built_in.to_string(),
+    }
+}
+
 impl Upstreams {
     pub fn new(config: &ProxyConfig, providers: &ProvidersConfig) -> Result<Upstreams, String> {
         let mut targets = HashMap::new();
-        for provider in Provider::ALL {
-            let endpoint = providers.endpoint(provider);
-            targets.insert(provider, Target::parse(&endpoint.base_url)?);
-            if let Some(key) = &endpoint.api_key {
+        for provider in providers.all() {
+            let base_url = providers.base_url(provider).unwrap_or_default();
+            let target = Target::parse(base_url)
+                .map_err(|e| format!("providers.{}: {e}", config_key(provider)))?;
+            targets.insert(provider, target);
+            if let Some(key) = providers.api_key(provider) {
                 if !is_header_value(key.expose().as_bytes()) {
                     return Err(format!(
                         "providers.{}.api_key holds characters an HTTP header cannot carry \
                          (a line break, say)",
-                        provider.as_str()
+                        config_key(provider)
                     ));
                 }
             }

@@ -5,6 +5,7 @@
 //! and agree by construction.
 
 pub mod budget;
+pub mod catalog;
 pub mod ids;
 pub mod keys;
 pub mod managed;

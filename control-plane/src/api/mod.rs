@@ -37,6 +37,7 @@ mod owners;
 pub mod payload_capture;
 pub mod policies;
 mod posture;
+mod provider_names;
 mod proxy_keys;
 mod proxy_stats;
 mod relationships;

@@ -25,11 +25,11 @@ fn names<'a>(values: impl IntoIterator<Item = &'a str>, nullable: bool) -> Objec
 }
 
 pub fn provider() -> Object {
-    names(Provider::ALL.map(Provider::as_str), false)
+    names(Provider::BUILT_IN.iter().map(Provider::as_str), false)
 }
 
 pub fn optional_provider() -> Object {
-    names(Provider::ALL.map(Provider::as_str), true)
+    names(Provider::BUILT_IN.iter().map(Provider::as_str), true)
 }
 
 pub fn policy_type() -> Object {

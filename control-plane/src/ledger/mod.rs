@@ -12,7 +12,6 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use sqlx::Row;
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::pricing;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
@@ -71,7 +70,8 @@ pub struct UsageEntry<'a> {
     pub request_type: &'a str,
     pub input_tokens: i64,
     pub output_tokens: i64,
-    /// The cost as reported; computed from the price table when `None`.
+    /// The cost as reported or priced (`telemetry::usage_entry`); `None`: the model has
+    /// no price, and the record is kept at cost 0, marked unpriced.
     pub cost_micros: Option<i64>,
     pub recorded_at: Timestamp,
     pub source: UsageSource,
@@ -212,17 +212,7 @@ struct Candidate<'e, 'a> {
 }
 
 fn cost_of(entry: &UsageEntry<'_>) -> (i64, bool) {
-    match (
-        entry.cost_micros,
-        pricing::find_price(entry.provider, entry.model_name),
-    ) {
-        (Some(cost), _) => (cost, true),
-        (None, Some(price)) => (
-            pricing::cost_micros(price, entry.input_tokens, entry.output_tokens),
-            true,
-        ),
-        (None, None) => (0, false),
-    }
+    entry.cost_micros.map_or((0, false), |cost| (cost, true))
 }
 
 /// An entry about to be written: its id, team, cost and whether it was priced.

@@ -111,7 +111,7 @@ type Key<'k> = (
     i64,
     &'k str,
     &'k str,
-    &'static str,
+    &'k str,
     &'k str,
     &'static str,
 );
@@ -160,7 +160,7 @@ fn add_counts(sum: &mut [i64; 4], counts: [i64; 4]) {
 /// Requests, input tokens, output tokens and cost per key of `level`.
 fn sum<'r>(
     level: Level,
-    records: &'r [Record<'_, '_>],
+    records: &'r [Record<'r, '_>],
     marks: &HashMap<String, Marks>,
 ) -> Vec<(Key<'r>, [i64; 4])> {
     let mut sums: foldhash::HashMap<Key<'r>, [i64; 4]> = foldhash::HashMapExt::new();

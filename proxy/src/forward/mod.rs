@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
+use warden_shared::catalog::ProviderCatalog;
 use warden_shared::registry::Provider;
 
 use crate::admission::{self, Admitted};
@@ -39,7 +40,7 @@ pub async fn forward(
     ensure_json(session)?;
     let body = read_body(session, shared.max_body_bytes).await?;
     let work = Instant::now();
-    let ready = admit(view, endpoint, &body, started, work)?;
+    let ready = admit(view, endpoint, &body, &shared.catalog, started, work)?;
     // From here on the provider and model are known: refusals are counted under them.
     let labels = RouteLabels {
         provider: ready.admitted.route.provider,
@@ -85,13 +86,14 @@ struct Ready<'a> {
 }
 
 /// Reads the body's few fields ([`Peek`]) and admits the request for its model.
-fn admit(
+fn admit<'a>(
     view: KeyView,
     endpoint: Endpoint,
-    body: &Bytes,
+    body: &'a Bytes,
+    catalog: &ProviderCatalog,
     started: Instant,
     work: Instant,
-) -> Result<Ready<'_>, Refusal> {
+) -> Result<Ready<'a>, Refusal> {
     // Serde would read `Peek` from an array by position (`["gpt-4o"]` as its model):
     // the body must be an object before it is read at all.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
@@ -103,10 +105,11 @@ fn admit(
         .as_deref()
         .filter(|m| !m.is_empty())
         .ok_or_else(|| Refusal::BadRequest("`model` is required".into()))?;
-    let admitted = admission::admit(&view, model)?;
+    let admitted = admission::admit(&view, model, catalog)?;
     let provider = admitted.route.provider;
     if endpoint.is_anthropic() && provider != Provider::Anthropic {
-        // Only Anthropic speaks its Messages API among the providers.
+        // Only Anthropic speaks its Messages API among the providers (declared ones speak
+        // OpenAI's).
         return Err(Refusal::BadRequest(format!(
             "the Messages API is served for Anthropic's models; `{model}` goes to {}",
             provider.as_str()

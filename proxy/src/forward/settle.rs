@@ -135,9 +135,11 @@ fn observe(
             "forwarded",
         ])
         .inc();
-    let per_provider = metrics.provider(provider);
-    per_provider.duration.observe(total.as_secs_f64());
     metrics.overhead.observe(overhead.as_secs_f64());
+    let Some(per_provider) = metrics.provider(provider) else {
+        return;
+    };
+    per_provider.duration.observe(total.as_secs_f64());
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     per_provider.input_tokens.inc_by(count(tokens.input));
     per_provider.output_tokens.inc_by(count(tokens.output));

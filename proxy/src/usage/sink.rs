@@ -450,7 +450,7 @@ mod tests {
     #[test]
     fn a_dropped_records_decision_is_reported_on_its_own() {
         let key = key("ak_1", "ten_1", "agt_1");
-        let metrics = ProxyMetrics::new().expect("metrics");
+        let metrics = ProxyMetrics::new(Provider::BUILT_IN).expect("metrics");
         let (decision_sink, mut reports) = decisions::channel(4, 10, &metrics);
         let (usage, _queue) = channel(1, 10, metrics.clone(), decision_sink);
         usage.record(record("usg_kept", &key));

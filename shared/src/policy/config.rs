@@ -90,7 +90,7 @@ impl PolicyConfig {
             }
             PolicyType::BlockProvider => {
                 let BlockedProviders { mut providers } = parse_as(value)?;
-                providers.sort_by_key(|p| p.as_str());
+                providers.sort_by(|a, b| a.as_str().cmp(b.as_str()));
                 providers.dedup();
                 if providers.is_empty() {
                     return Err(error("providers", "must name at least one provider"));
@@ -201,7 +201,7 @@ pub fn check_scope(policy_type: PolicyType, scope: &Scope) -> Result<(), ConfigE
 fn matcher(value: &Value) -> Result<Matcher, ConfigError> {
     let mut matcher: Matcher = parse_as(value)?;
     check_models("models", &matcher.models, 0)?;
-    matcher.providers.sort_by_key(|p| p.as_str());
+    matcher.providers.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     matcher.providers.dedup();
     if let Some(bad) = matcher
         .environments
@@ -289,7 +289,7 @@ mod tests {
         );
         assert_eq!(field(allowlist, json!(["x"])).as_deref(), Some("config"));
         assert_eq!(
-            field(PolicyType::BlockProvider, json!({ "providers": ["acme"] })).as_deref(),
+            field(PolicyType::BlockProvider, json!({ "providers": ["Acme"] })).as_deref(),
             Some("config")
         );
         assert_eq!(

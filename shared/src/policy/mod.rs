@@ -203,6 +203,21 @@ pub enum PolicyConfig {
     RequireHumanReview(Matcher),
 }
 
+impl PolicyConfig {
+    /// The providers the config names (blocked, or matched by an approval or review).
+    pub fn providers(&self) -> &[Provider] {
+        match self {
+            PolicyConfig::BlockProvider { providers } => providers,
+            PolicyConfig::RequireApproval(matcher) | PolicyConfig::RequireHumanReview(matcher) => {
+                &matcher.providers
+            }
+            PolicyConfig::ModelAllowlist { .. }
+            | PolicyConfig::BudgetLimit { .. }
+            | PolicyConfig::RateLimit { .. } => &[],
+        }
+    }
+}
+
 /// An enabled policy as the evaluator sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {

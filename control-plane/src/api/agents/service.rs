@@ -1,5 +1,6 @@
 //! The rules of the registry: plan agent limits, team resolution, soft delete, audit.
 
+use crate::api::provider_names;
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use warden_shared::registry::{AgentStatus, Environment};
@@ -82,6 +83,7 @@ pub async fn register_agent_in(
     caller: &Caller,
     input: CreateAgentInput,
 ) -> ApiResult<Agent> {
+    provider_names::require_known(&state.providers, "model_provider", &input.model_provider)?;
     let now = state.clock.now();
     if !store::reserve_agent_slot(&mut **tx, &caller.tenant_id).await? {
         return Err(ApiError::new(
@@ -137,6 +139,11 @@ pub async fn update_agent(
     agent_id: &str,
     input: UpdateAgentInput,
 ) -> ApiResult<Agent> {
+    provider_names::require_known(
+        &state.providers,
+        "model_provider",
+        input.model_provider.iter().flatten(),
+    )?;
     let current = get_agent(state, caller, agent_id).await?;
     if matches!(input.name, Some(None)) {
         return Err(ApiError::validation("name", "name: must not be null"));

@@ -55,6 +55,7 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
     let mut captures = Vec::with_capacity(parsed.len());
     for (index, (keys, input), list) in &parsed {
         match usage_entry(
+            &state.providers,
             &keys.tenant_id,
             input,
             keys.recorded_at,

@@ -1,6 +1,7 @@
 //! The rules of managed keys: the plan gate, the tenant's secret prefix, one key per
 //! provider, and each write with its audit event and the proxies' change row.
 
+use crate::api::provider_names;
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use warden_shared::managed::{resolve_secret_ref, SECRET_PREFIX};
@@ -29,6 +30,7 @@ pub async fn create_managed_key(
             ),
         ));
     };
+    provider_names::require_known(&state.providers, "provider", [&input.provider])?;
     let now = state.clock.now();
     let key = ManagedKey {
         id: new_id(IdKind::ManagedKey, now.as_millis()),

@@ -6,6 +6,7 @@
 //! the current minute for a rate limit's bucket, and live approval grants. The request's
 //! own cost estimate is 0 (there is no body).
 
+use crate::api::provider_names;
 use std::collections::{HashMap, HashSet};
 
 use axum::extract::State;
@@ -56,6 +57,7 @@ pub async fn evaluate_policies(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<DryRunInput>,
 ) -> ApiResult<Response> {
+    provider_names::require_known(&state.providers, "provider", [&input.provider])?;
     let results = dry_run(
         state.db.pool(),
         &caller.tenant_id,

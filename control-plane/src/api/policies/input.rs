@@ -1,9 +1,11 @@
 //! Policy request bodies and the rules a policy must keep (spec 2.8).
 
+use crate::api::provider_names;
 use serde::Deserialize;
 use serde_json::Value;
 use sqlx::{Any, Executor};
 use utoipa::ToSchema;
+use warden_shared::catalog::ProviderCatalog;
 use warden_shared::policy::{check_scope, PolicyConfig, PolicyType, Scope};
 
 use crate::api::validate::{present, Text};
@@ -74,6 +76,7 @@ impl Definition {
     /// or agent scope names one of the tenant's own.
     pub async fn check<'e>(
         db: impl Executor<'e, Database = Any>,
+        providers: &ProviderCatalog,
         tenant_id: &str,
         policy_type: PolicyType,
         config: &Value,
@@ -81,6 +84,7 @@ impl Definition {
     ) -> ApiResult<Definition> {
         let config = PolicyConfig::from_json(policy_type, config)
             .map_err(|error| ApiError::validation(error.field, error.message))?;
+        provider_names::require_known(providers, "config.providers", config.providers())?;
         let parsed = Scope::parse(scope).ok_or_else(|| {
             ApiError::validation(
                 "scope",

@@ -35,6 +35,7 @@ pub async fn create_policy(
     let mut tx = state.db.begin_write().await?;
     let definition = Definition::check(
         &mut *tx,
+        &state.providers,
         &caller.tenant_id,
         input.policy_type,
         &input.config,
@@ -85,8 +86,15 @@ pub async fn update_policy(
     };
     let config = input.config.as_ref().unwrap_or(&policy.config);
     let scope = input.scope.as_deref().unwrap_or(&policy.scope);
-    let definition =
-        Definition::check(&mut *tx, &caller.tenant_id, policy_type, config, scope).await?;
+    let definition = Definition::check(
+        &mut *tx,
+        &state.providers,
+        &caller.tenant_id,
+        policy_type,
+        config,
+        scope,
+    )
+    .await?;
     if let Some(priority) = input.priority {
         policy.priority = input::check_priority(priority)?;
     }

@@ -1,6 +1,7 @@
 //! The rules of proxy keys: the plan gate, the agent behind a key, expiry, the key's
 //! one write with its audit event and the proxies' change row.
 
+use crate::api::provider_names;
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, IdKind};
 use warden_shared::pricing::usd_to_micros;
@@ -27,6 +28,11 @@ pub async fn create_proxy_key(
     input: CreateProxyKeyInput,
 ) -> ApiResult<ProxyKey> {
     let settings = input.validate()?;
+    provider_names::require_known(
+        &state.providers,
+        "allowed_providers",
+        input.allowed_providers.iter().flatten(),
+    )?;
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
     plans::require(&mut tx, &caller.tenant_id, Feature::Proxy, "proxy keys").await?;

@@ -120,7 +120,7 @@ pub struct UsageInput {
 pub struct StoredUsage {
     pub id: String,
     pub agent_id: String,
-    pub model_provider: &'static str,
+    pub model_provider: String,
     pub model_name: String,
     pub input_tokens: i64,
     pub output_tokens: i64,

@@ -1,6 +1,8 @@
 //! The rules of telemetry: batch sizes, the numeric ranges serde cannot express, the
 //! status a heartbeat sets, and each request's one write transaction.
 
+use crate::api::provider_names;
+use warden_shared::catalog::ProviderCatalog;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use warden_shared::pricing;
 use warden_shared::registry::AgentStatus;
@@ -171,7 +173,15 @@ pub async fn record_usage(
     input: UsageInput,
 ) -> ApiResult<StoredUsage> {
     let now = state.clock.now();
-    let entry = usage_entry(&caller.tenant_id, &input, now, UsageSource::Telemetry, None)?;
+    provider_names::require_known(&state.providers, "model_provider", [&input.model_provider])?;
+    let entry = usage_entry(
+        &state.providers,
+        &caller.tenant_id,
+        &input,
+        now,
+        UsageSource::Telemetry,
+        None,
+    )?;
     let mut tx = state.db.begin_write().await?;
     if let Some(slot) = recorded_agent(&mut tx, &caller.tenant_id).await? {
         if slot != input.agent_id {
@@ -193,7 +203,7 @@ pub async fn record_usage(
     Ok(StoredUsage {
         id,
         agent_id: input.agent_id.clone(),
-        model_provider: input.model_provider.as_str(),
+        model_provider: input.model_provider.to_string(),
         model_name: input.model_name.as_str().to_owned(),
         input_tokens: input.input_tokens,
         output_tokens: input.output_tokens,
@@ -220,7 +230,15 @@ pub async fn record_usages(
     let mut errors = Vec::new();
     let mut valid = Vec::new();
     for (index, raw) in input.usages.into_iter().enumerate() {
-        match parse_raw::<UsageInput>(&raw) {
+        let parsed = parse_raw::<UsageInput>(&raw).and_then(|item| {
+            provider_names::require_known(
+                &state.providers,
+                "model_provider",
+                [&item.model_provider],
+            )
+            .map(|()| item)
+        });
+        match parsed {
             Ok(item) => valid.push((index, item)),
             Err(error) => errors.push(ItemError::from_api_error(index, error)),
         }
@@ -238,7 +256,14 @@ pub async fn record_usages(
             });
             continue;
         }
-        match usage_entry(&caller.tenant_id, item, now, UsageSource::Telemetry, None) {
+        match usage_entry(
+            &state.providers,
+            &caller.tenant_id,
+            item,
+            now,
+            UsageSource::Telemetry,
+            None,
+        ) {
             Ok(entry) => {
                 entries.push(entry);
                 indexes.push(*index);
@@ -269,8 +294,10 @@ pub async fn record_usages(
     })
 }
 
-/// Applies the numeric rules serde cannot express and builds the ledger entry.
+/// Applies the numeric rules serde cannot express and builds the ledger entry, priced
+/// from the built-in table or the provider's declaration when no `cost_usd` is given.
 pub fn usage_entry<'a>(
+    providers: &ProviderCatalog,
     tenant_id: &'a str,
     input: &'a UsageInput,
     recorded_at: Timestamp,
@@ -296,7 +323,9 @@ pub fn usage_entry<'a>(
             ))
         }
         Some(cost) => Some(pricing::usd_to_micros(cost)),
-        None => None,
+        None => providers
+            .find_price(input.model_provider, input.model_name.as_str())
+            .map(|price| pricing::cost_micros(price, input.input_tokens, input.output_tokens)),
     };
     Ok(UsageEntry {
         tenant_id,

@@ -4,6 +4,7 @@
 mod bodies;
 mod budgets;
 mod capture;
+mod declared_providers;
 mod descriptors;
 mod enforcement;
 mod failures;
