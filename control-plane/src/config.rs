@@ -81,6 +81,24 @@ pub struct AuthConfig {
     pub signups_per_ip: u32,
     /// Length of the throttling window in seconds.
     pub throttle_window_secs: u64,
+    /// SAML SSO login starts allowed per client address per window.
+    pub sso_logins_per_ip: u32,
+    /// The address browsers and identity providers reach this API at, without `/api/v1`
+    /// (`https://warden.example.com`): SAML service providers' entity ids and assertion
+    /// consumer URLs are built from it. Empty: `http://<listen>`.
+    pub public_url: String,
+}
+
+impl Config {
+    /// Where this API is reached from outside: `auth.public_url`, else the address the
+    /// listener is bound to (`bound`, which knows the port a `:0` listen was given).
+    pub fn public_url(&self, bound: std::net::SocketAddr) -> String {
+        if self.auth.public_url.is_empty() {
+            format!("http://{bound}")
+        } else {
+            self.auth.public_url.trim_end_matches('/').to_owned()
+        }
+    }
 }
 
 /// Delivery of notification events to tenants' channels.
@@ -190,6 +208,8 @@ impl Default for AuthConfig {
             login_attempts_per_ip: 60,
             signups_per_ip: 10,
             throttle_window_secs: 900,
+            sso_logins_per_ip: 60,
+            public_url: String::new(),
         }
     }
 }

@@ -219,6 +219,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         metrics,
         health_cache: Arc::default(),
         providers,
+        public_url: Arc::from(config.public_url(addr)),
         config: Arc::new(config),
     };
     let router = app_router(state.clone());

@@ -22,6 +22,8 @@ pub struct AppState {
     /// The providers the API accepts beyond the built-ins, their models and prices
     /// (`providers.custom`).
     pub providers: Arc<ProviderCatalog>,
+    /// Where this API is reached from outside (`Config::public_url`), without `/api/v1`.
+    pub public_url: Arc<str>,
     pub metrics: Arc<HttpMetrics>,
     pub throttle: Arc<Throttle>,
     pub health_cache: Arc<HealthCache>,

@@ -147,6 +147,9 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "sso_assertions",
+    "sso_requests",
+    "sso_configs",
     "payload_captures",
     "payload_capture_configs",
     "billing_checkouts",

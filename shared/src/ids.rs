@@ -33,6 +33,7 @@ pub enum IdKind {
     Incident,
     Anomaly,
     Checkout,
+    SsoConfig,
 }
 
 impl IdKind {
@@ -58,6 +59,7 @@ impl IdKind {
             IdKind::Incident => "inc",
             IdKind::Anomaly => "anm",
             IdKind::Checkout => "chk",
+            IdKind::SsoConfig => "sso",
         }
     }
 }

@@ -42,6 +42,7 @@ mod proxy_keys;
 mod proxy_stats;
 mod relationships;
 mod risk;
+mod sso;
 mod teams;
 pub mod telemetry;
 
@@ -88,6 +89,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(anomaly_rules::router())
         .merge(billing::router())
         .merge(payload_capture::router())
+        .merge(sso::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

@@ -44,6 +44,8 @@ macro_rules! error_codes {
 error_codes! {
     MalformedJson => BAD_REQUEST, "malformed_json",
         "The body is not well-formed JSON.";
+    SsoNotConfigured => BAD_REQUEST, "sso_not_configured",
+        "SSO is enabled or disabled before it is configured.";
     InvalidSignature => UNAUTHORIZED, "invalid_signature",
         "A webhook's signature does not verify, or its timestamp is outside the tolerance.";
     MissingCredentials => UNAUTHORIZED, "missing_credentials",
@@ -54,6 +56,8 @@ error_codes! {
         "The API key or session has expired.";
     InvalidLogin => UNAUTHORIZED, "invalid_login",
         "Wrong email or password.";
+    SamlResponseInvalid => UNAUTHORIZED, "saml_response_invalid",
+        "A SAML response failed validation: signature, issuer, audience, destination, validity window, request, replay or markup.";
     PlanUpgradeRequired => PAYMENT_REQUIRED, "plan_upgrade_required",
         "The tenant's plan does not include the feature (proxy keys, managed keys and budget limits need Starter or above).";
     AgentLimitReached => PAYMENT_REQUIRED, "agent_limit_reached",
@@ -64,6 +68,12 @@ error_codes! {
         "A key may only be given scopes its creator holds.";
     PlatformTenantProtected => FORBIDDEN, "platform_tenant_protected",
         "The platform operators' own tenant cannot be deleted.";
+    SsoNotInPlan => FORBIDDEN, "sso_not_in_plan",
+        "The tenant's plan does not include SAML single sign-on (Enterprise and above).";
+    SsoNotEnabled => FORBIDDEN, "sso_not_enabled",
+        "A SAML login for a tenant whose SSO is configured but not enabled.";
+    SsoUserNotProvisioned => FORBIDDEN, "sso_user_not_provisioned",
+        "The signed-in email names no user of the tenant and the configuration does not provision users, or it belongs to another tenant.";
     NotFound => NOT_FOUND, "not_found",
         "No such resource in the caller's tenant (another tenant's ids are not found too).";
     RouteNotFound => NOT_FOUND, "route_not_found",

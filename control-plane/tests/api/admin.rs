@@ -420,6 +420,21 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
     .execute(app.db.pool())
     .await
     .unwrap();
+    // SSO: a configuration, a request awaiting its answer and a consumed assertion (the
+    // SAML flow itself is tested in `sso`).
+    for sql in [
+        "INSERT INTO sso_configs (id, tenant_id, provider_name, idp_entity_id, idp_sso_url, \
+         idp_x509_cert, enabled, auto_provision, created_at, updated_at) \
+         VALUES ('sso_' || $1, $1, 'IdP', 'idp', 'https://idp.example.com/sso', 'pem', 1, 1, 0, 0)",
+        "INSERT INTO sso_requests (id, tenant_id, expires_at) VALUES ('_req' || $1, $1, 0)",
+        "INSERT INTO sso_assertions (tenant_id, assertion_id, expires_at) VALUES ($1, 'a1', 0)",
+    ] {
+        sqlx::query(sql)
+            .bind(&tenant_id)
+            .execute(app.db.pool())
+            .await
+            .unwrap();
+    }
     (tenant_id, agent_id.to_owned())
 }
 

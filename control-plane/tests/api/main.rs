@@ -37,5 +37,6 @@ mod python;
 mod risk;
 mod scopes;
 mod security_controls;
+mod sso;
 mod teams;
 mod telemetry;

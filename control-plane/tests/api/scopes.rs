@@ -18,6 +18,11 @@ const PUBLIC: &[(&str, &str)] = &[
     ("get", "/metrics"),
     // Authenticated by the payment provider's signature instead of a key.
     ("post", "/api/v1/billing/webhook"),
+    // The SAML service provider: browsers and the IdP reach it; the ACS is authenticated
+    // by the IdP's signature.
+    ("get", "/api/v1/sso/{tenant_id}/saml/metadata"),
+    ("get", "/api/v1/sso/{tenant_id}/saml/login"),
+    ("post", "/api/v1/sso/{tenant_id}/saml/acs"),
 ];
 
 const TENANT_SCOPES: &[&str] = &[

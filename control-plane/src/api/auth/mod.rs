@@ -6,6 +6,8 @@ mod login;
 mod service;
 mod store;
 
+pub use login::{LoginOutput, SESSION_TTL_SECS};
+pub use store::{insert_session, insert_user, user_by_email, LoginUser, NewSession, NewUser};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
