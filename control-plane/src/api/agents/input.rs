@@ -50,7 +50,8 @@ pub struct CreateAgentInput {
     pub description: Option<Description>,
     #[serde(default)]
     pub framework: Option<ShortText>,
-    /// `openai`, `anthropic`, `google`, `nvidia` or `bedrock`.
+    /// `openai`, `anthropic`, `google`, `nvidia`, `bedrock`, or a provider the deployment
+    /// declares (`providers.custom`).
     #[serde(default)]
     #[schema(schema_with = crate::api::openapi_enums::optional_provider)]
     pub model_provider: Option<Provider>,

@@ -19,7 +19,8 @@ const MAX_BUDGET_USD: f64 = 999_999.0;
 pub struct CreateProxyKeyInput {
     /// Who uses the key, e.g. `alice-laptop` or `support-bot prod`.
     pub developer_label: Text<1, 100>,
-    /// `openai`, `anthropic`, `google`, `nvidia`, `bedrock`; omitted or empty: all.
+    /// `openai`, `anthropic`, `google`, `nvidia`, `bedrock` or a provider the deployment
+    /// declares (`providers.custom`); omitted or empty: all.
     #[serde(default)]
     #[schema(value_type = Option<Vec<String>>)]
     pub allowed_providers: Option<Vec<Provider>>,

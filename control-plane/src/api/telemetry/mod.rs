@@ -102,7 +102,8 @@ pub struct BatchRecorded {
 #[serde(deny_unknown_fields)]
 pub struct UsageInput {
     pub agent_id: String,
-    /// `openai`, `anthropic`, `google`, `nvidia` or `bedrock`.
+    /// `openai`, `anthropic`, `google`, `nvidia`, `bedrock`, or a provider the deployment
+    /// declares (`providers.custom`).
     #[schema(schema_with = crate::api::openapi_enums::provider)]
     pub model_provider: Provider,
     pub model_name: Text<1, 200>,
