@@ -124,6 +124,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if let Ok(value) = serde_json::from_slice(bytes) {
         return Ok(value);
     }
+    if let Some(value) = with_integral_numbers(bytes) {
+        return Ok(value);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let typed_error = match serde_path_to_error::deserialize(&mut deserializer) {
         Ok(value) if deserializer.end().is_ok() => return Ok(value),
@@ -141,6 +144,50 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         None => Err(ApiError::malformed_json(
             "the body is not one JSON document",
         )),
+    }
+}
+
+/// `bytes` as `T` once every number with a zero fraction (`94.0`) is an integer: JSON
+/// Schema counts `94.0` as an integer, so fields the document declares `integer` take
+/// it. Tried only after the typed parse failed (a good body pays nothing); `None` when
+/// the body still does not fit (the caller then reports the first error).
+fn with_integral_numbers<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    let mut value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    if !integral_floats_to_integers(&mut value) {
+        return None;
+    }
+    serde_json::from_value(value).ok()
+}
+
+/// Rewrites integral floats within ±2^53 (exact in an f64) as integers; whether any was.
+fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        serde_json::Value::Number(number) if !number.is_i64() && !number.is_u64() => {
+            match number.as_f64() {
+                Some(float) if float.fract() == 0.0 && float.abs() <= EXACT => {
+                    *number = serde_json::Number::from(float as i64);
+                    true
+                }
+                _ => false,
+            }
+        }
+        // Every element is visited (no short-circuit): each may need rewriting.
+        serde_json::Value::Array(items) => {
+            let mut any = false;
+            for item in items {
+                any |= integral_floats_to_integers(item);
+            }
+            any
+        }
+        serde_json::Value::Object(fields) => {
+            let mut any = false;
+            for item in fields.values_mut() {
+                any |= integral_floats_to_integers(item);
+            }
+            any
+        }
+        _ => false,
     }
 }
 
@@ -191,6 +238,9 @@ pub fn parse_raw_at<T: DeserializeOwned>(
     prefix: &str,
 ) -> Result<T, ApiError> {
     if let Ok(value) = serde_json::from_str(raw.get()) {
+        return Ok(value);
+    }
+    if let Some(value) = with_integral_numbers(raw.get().as_bytes()) {
         return Ok(value);
     }
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
@@ -349,4 +399,36 @@ where
                 .map_err(|error| D::Error::custom(format!("item {index}: {error}")))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Limits {
+        pct: i64,
+        usd: f64,
+        #[serde(default)]
+        items: Vec<i64>,
+    }
+
+    #[test]
+    fn integral_floats_count_as_integers_as_json_schema_says() {
+        let parsed: Result<Limits, _> =
+            parse_json(br#"{"pct": 94.0, "usd": 5, "items": [1.0, 2]}"#);
+        assert_eq!(
+            parsed.ok(),
+            Some(Limits {
+                pct: 94,
+                usd: 5.0,
+                items: vec![1, 2]
+            })
+        );
+        let fractional: Result<Limits, _> = parse_json(br#"{"pct": 94.5, "usd": 5}"#);
+        assert_eq!(
+            fractional.err().map(|e| e.code),
+            Some(ErrorCode::ValidationFailed)
+        );
+    }
 }

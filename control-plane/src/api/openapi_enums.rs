@@ -5,7 +5,7 @@
 
 use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
 use warden_shared::policy::{Outcome, PolicyType};
-use warden_shared::registry::{AgentStatus, Provider};
+use warden_shared::registry::{AgentStatus, Environment, Provider};
 
 use crate::plans::Plan;
 
@@ -32,8 +32,43 @@ pub fn optional_provider() -> Object {
     names(Provider::BUILT_IN.iter().map(Provider::as_str), true)
 }
 
+pub fn environment() -> Object {
+    let environments = [
+        Environment::Production,
+        Environment::Staging,
+        Environment::Dev,
+    ];
+    names(environments.map(Environment::as_str), false)
+}
+
+/// An environment that may be `null` (meaning the default).
+pub fn optional_environment() -> Object {
+    let environments = [
+        Environment::Production,
+        Environment::Staging,
+        Environment::Dev,
+    ];
+    names(environments.map(Environment::as_str), true)
+}
+
+/// One or more notification event names (a channel's `events`).
+pub fn event_names() -> utoipa::openapi::schema::Array {
+    let names = crate::notifications::events::EVENTS
+        .iter()
+        .map(|kind| kind.name);
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(self::names(names, false))
+        .min_items(Some(1))
+        .build()
+}
+
 pub fn policy_type() -> Object {
     names(PolicyType::ALL.map(PolicyType::as_str), false)
+}
+
+/// A policy type that may be `null` (left as it is).
+pub fn optional_policy_type() -> Object {
+    names(PolicyType::ALL.map(PolicyType::as_str), true)
 }
 
 pub fn outcome() -> Object {

@@ -39,7 +39,13 @@ impl<const MIN: usize, const MAX: usize> TryFrom<String> for Text<MIN, MAX> {
                 trimmed.chars().any(char::is_control),
             )
         };
-        if length < MIN || length > MAX {
+        // The untrimmed length counts too, so the document's `maxLength` is exact.
+        let raw_length = if value.is_ascii() {
+            value.len()
+        } else {
+            value.chars().count()
+        };
+        if length < MIN || length > MAX || raw_length > MAX {
             return Err(format!("must be {MIN} to {MAX} characters long"));
         }
         if control {
@@ -71,8 +77,26 @@ impl<const MIN: usize, const MAX: usize> PartialSchema for Text<MIN, MAX> {
             .schema_type(Type::String)
             .min_length(Some(MIN))
             .max_length(Some(MAX))
+            .pattern(Some(text_pattern(MIN)))
             .into()
     }
+}
+
+/// The pattern of a [`Text`] of at least `min` characters once trimmed: no control
+/// characters, and outer whitespace (trimmed, as Rust's `char::is_whitespace` knows it)
+/// around at least `min` characters that start and end with something else.
+pub fn text_pattern(min: usize) -> String {
+    const WHITESPACE: &str =
+        r"\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+    const CONTROL: &str = r"\u0000-\u001f\u007f-\u009f";
+    let edge = format!("[^{CONTROL}{WHITESPACE}]");
+    let inner = format!("[^{CONTROL}]");
+    let body = match min {
+        0 => format!("(?:{edge}(?:{inner}*{edge})?)?"),
+        1 => format!("{edge}(?:{inner}*{edge})?"),
+        _ => format!("{edge}{inner}{{{},}}{edge}", min - 2),
+    };
+    format!("^[{WHITESPACE}]*{body}[{WHITESPACE}]*$")
 }
 
 /// Each length range is a schema of its own (`Text1_100`): under one shared name, the
@@ -140,9 +164,8 @@ impl fmt::Debug for Email {
 }
 
 /// A password of 10 to 256 characters. Its `Debug` never shows it.
-#[derive(Clone, Deserialize, ToSchema)]
+#[derive(Clone, Deserialize)]
 #[serde(try_from = "String")]
-#[schema(value_type = String, format = Password)]
 pub struct Password(String);
 
 impl Password {
@@ -164,6 +187,21 @@ impl TryFrom<String> for Password {
     }
 }
 
+impl PartialSchema for Password {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                utoipa::openapi::KnownFormat::Password,
+            )))
+            .min_length(Some(10))
+            .max_length(Some(256))
+            .into()
+    }
+}
+
+impl ToSchema for Password {}
+
 impl fmt::Debug for Password {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Password(***)")
@@ -176,16 +214,60 @@ mod tests {
 
     #[test]
     fn text_enforces_length_and_rejects_control_characters() {
-        assert!(Text::<1, 5>::try_from("  abc ".to_owned()).is_ok_and(|t| t.as_str() == "abc"));
+        assert!(Text::<1, 6>::try_from("  abc ".to_owned()).is_ok_and(|t| t.as_str() == "abc"));
+        // The untrimmed length is bounded too (the document's `maxLength`).
+        assert!(Text::<1, 5>::try_from("  abc ".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("   ".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("abcdef".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("a\u{0}b".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("a\u{7f}b".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("abcde".to_owned()).is_ok_and(|t| t.as_str() == "abcde"));
         // Beyond ASCII, characters are counted, not bytes, and C1 controls are refused.
-        assert!(Text::<1, 5>::try_from(" ééééé".to_owned()).is_ok_and(|t| t.as_str() == "ééééé"));
+        assert!(Text::<1, 6>::try_from(" ééééé".to_owned()).is_ok_and(|t| t.as_str() == "ééééé"));
         assert!(Text::<1, 5>::try_from("éééééé".to_owned()).is_err());
         assert!(Text::<1, 5>::try_from("é\u{9f}x".to_owned()).is_err());
+    }
+
+    #[test]
+    fn the_documented_pattern_accepts_exactly_what_text_accepts() {
+        let samples = [
+            "",
+            "a",
+            " a ",
+            "ab",
+            " ab",
+            "abc",
+            "  abc  ",
+            "a b c",
+            "\tabc\n",
+            "   ",
+            "a\u{0}b",
+            "a\u{7f}",
+            "\u{85}abc",
+            "ab\u{9f}c",
+            "\u{a0}abc\u{3000}",
+            "ééé",
+            " é é ",
+            "a\nb",
+            "\u{feff}abc",
+            "x\u{2028}",
+        ];
+        for (min, pattern) in [(1, text_pattern(1)), (3, text_pattern(3))] {
+            let regex = regex::Regex::new(&pattern).expect("the pattern compiles");
+            for sample in samples {
+                let accepted = if min == 1 {
+                    Text::<1, 10>::try_from(sample.to_owned()).is_ok()
+                } else {
+                    Text::<3, 10>::try_from(sample.to_owned()).is_ok()
+                };
+                let length_ok = (min..=10).contains(&sample.chars().count());
+                assert_eq!(
+                    regex.is_match(sample) && length_ok,
+                    accepted,
+                    "min {min}: {sample:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub type ModelName = Text<1, 200>;
 /// Up to 50 tags; keys 1 to 64 characters, values up to 256.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "BTreeMap<Text<1, 64>, Text<0, 256>>")]
-#[schema(value_type = Object)]
+#[schema(value_type = BTreeMap<String, Text<0, 256>>)]
 pub struct Tags(pub BTreeMap<Text<1, 64>, Text<0, 256>>);
 
 impl TryFrom<BTreeMap<Text<1, 64>, Text<0, 256>>> for Tags {
@@ -59,7 +59,7 @@ pub struct CreateAgentInput {
     pub model_name: Option<ModelName>,
     /// `production` (default), `staging` or `dev`.
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = crate::api::openapi_enums::optional_environment)]
     pub environment: Option<Environment>,
     /// A team name; created when it does not exist.
     #[serde(default)]
@@ -95,26 +95,28 @@ impl CreateAgentInput {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateAgentInput {
+    /// Not null.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = AgentName)]
     pub name: Option<Option<AgentName>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<Description>)]
     pub description: Option<Option<Description>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<ShortText>)]
     pub framework: Option<Option<ShortText>>,
     #[serde(default, deserialize_with = "present")]
     #[schema(schema_with = crate::api::openapi_enums::optional_provider)]
     pub model_provider: Option<Option<Provider>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<ModelName>)]
     pub model_name: Option<Option<ModelName>>,
+    /// `production`, `staging` or `dev`; not null.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = crate::api::openapi_enums::environment)]
     pub environment: Option<Option<Environment>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<TeamName>)]
     pub team: Option<Option<TeamName>>,
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Object>)]

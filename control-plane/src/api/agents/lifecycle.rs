@@ -76,7 +76,7 @@ pub struct LifecycleInput {
     pub review_frequency: Option<Option<ReviewFrequency>>,
     /// Who answers for the agent (1 to 200 characters).
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<Text<1, 200>>)]
     pub sponsor_id: Option<Option<Text<1, 200>>>,
 }
 

@@ -69,8 +69,10 @@ pub struct AuditQuery {
     pub event_type: Option<Text<1, 100>>,
     pub target_id: Option<Text<1, 200>>,
     /// From this date (midnight UTC) or date-time, inclusive.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub from: Option<String>,
     /// Up to this date (its end) or date-time, exclusive.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
     #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
@@ -93,7 +95,9 @@ pub struct ExportQuery {
     pub format: Option<ExportFormat>,
     pub event_type: Option<Text<1, 100>>,
     pub target_id: Option<Text<1, 200>>,
+    #[param(value_type = Option<String>, format = DateTime)]
     pub from: Option<String>,
+    #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
 }
 
@@ -118,7 +122,8 @@ async fn list_audit_events(
 
 #[utoipa::path(get, path = "/audit-trail/export", tag = "governance", params(ExportQuery),
     security(("bearer" = ["governance:read"])),
-    responses((status = 200, description = "The tenant's events oldest first, streamed as a CSV or JSON file (`Content-Disposition` names it)", content_type = "text/csv")))]
+    responses((status = 200, description = "The tenant's events oldest first, streamed as a CSV or JSON file (`Content-Disposition` names it)",
+        content((String = "text/csv"), (Vec<AuditEventView> = "application/json")))))]
 async fn export_audit_trail(
     caller: Authorized<require::GovernanceRead>,
     State(state): State<AppState>,

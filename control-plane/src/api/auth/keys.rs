@@ -52,6 +52,7 @@ pub struct CreateApiKeyInput {
     pub key_type: Option<KeyType>,
     /// 1 to 3650. Omitted: the key does not expire.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3650)]
     pub expires_in_days: Option<i64>,
 }
 

@@ -84,6 +84,7 @@ pub struct FreeSlot {
 #[serde(deny_unknown_fields)]
 pub struct CheckoutInput {
     /// `starter`, `professional` or `enterprise`.
+    #[schema(pattern = "^(starter|professional|enterprise)$")]
     pub plan: String,
 }
 

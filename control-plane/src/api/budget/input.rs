@@ -22,14 +22,17 @@ pub struct CreateBudgetLimitInput {
     #[serde(default)]
     pub agent_id: Option<String>,
     /// 0 to 999999 US dollars per calendar month (UTC).
+    #[schema(minimum = 0, maximum = 999_999)]
     pub monthly_limit_usd: f64,
     /// 1 to 100, default 80: requests past it carry a warning header, and the first
     /// crossing each month is recorded.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub warn_threshold_pct: Option<i64>,
     /// 1 to 200, default 100, at least `warn_threshold_pct`: requests are refused (402)
     /// from it on.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub block_threshold_pct: Option<i64>,
     /// Default true.
     #[serde(default)]
@@ -41,10 +44,14 @@ pub struct CreateBudgetLimitInput {
 #[serde(deny_unknown_fields)]
 pub struct UpdateBudgetLimitInput {
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 999_999)]
     pub monthly_limit_usd: Option<f64>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub warn_threshold_pct: Option<i64>,
+    /// At least the (new or current) `warn_threshold_pct`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 200)]
     pub block_threshold_pct: Option<i64>,
     #[serde(default)]
     pub enabled: Option<bool>,

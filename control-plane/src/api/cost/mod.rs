@@ -40,8 +40,10 @@ pub struct SummaryQuery {
     #[param(value_type = Option<String>, pattern = "^(day|week|month)$")]
     pub period: Option<Period>,
     /// Default: the start of the current period.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub from: Option<String>,
     /// Default: today (inclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
 }
 
@@ -64,8 +66,10 @@ pub struct CostSummary {
 #[into_params(parameter_in = Query)]
 pub struct BreakdownQuery {
     /// Default: the start of the current month.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub from: Option<String>,
     /// Default: today (inclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
     #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
@@ -79,8 +83,10 @@ pub struct BreakdownQuery {
 #[into_params(parameter_in = Query)]
 pub struct RangeQuery {
     /// Default: the start of the current month.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub from: Option<String>,
     /// Default: today (inclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
 }
 
@@ -128,8 +134,10 @@ pub struct TimeseriesQuery {
     #[param(value_type = Option<String>, pattern = "^(hour|day|week)$")]
     pub granularity: Option<Granularity>,
     /// Default: 30 days ago.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub from: Option<String>,
     /// Default: today (inclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
     pub agent_id: Option<String>,
     /// Team name.

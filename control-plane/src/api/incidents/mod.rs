@@ -114,6 +114,7 @@ pub struct ReportIncidentInput {
 /// Any of the fields, at least one.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(min_properties = 1)]
 pub struct UpdateIncidentInput {
     #[serde(default)]
     pub status: Option<IncidentStatus>,

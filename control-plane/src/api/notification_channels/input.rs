@@ -25,6 +25,7 @@ pub struct CreateChannelInput {
     #[serde(default)]
     pub enabled: Option<bool>,
     /// One or more event names (see the README's list), e.g. `agent.blocked`.
+    #[schema(schema_with = crate::api::openapi_enums::event_names)]
     pub events: Vec<String>,
 }
 
@@ -40,7 +41,9 @@ pub struct UpdateChannelInput {
     pub config: Option<Map<String, Value>>,
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// One or more event names.
     #[serde(default)]
+    #[schema(schema_with = crate::api::openapi_enums::event_names)]
     pub events: Option<Vec<String>>,
     /// Refused: a channel's type is fixed at creation.
     #[serde(default)]

@@ -40,8 +40,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 pub struct WindowQuery {
     /// From this date (midnight UTC) or date-time; default `end` minus 30 days.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub start: Option<String>,
     /// Up to this date (its end) or date-time, exclusive; default now.
+    #[param(value_type = Option<String>, format = DateTime)]
     pub end: Option<String>,
 }
 

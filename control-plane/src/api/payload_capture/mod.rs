@@ -56,10 +56,13 @@ pub const MAXIMUM_RETENTION_DAYS: i64 = 30;
 #[serde(deny_unknown_fields)]
 pub struct RedactionRule {
     pub id: Text<1, 100>,
-    /// Dot-separated field names, e.g. `messages.content`.
-    pub field_path: Text<1, 500>,
+    /// Dot-separated field names (letters, digits, `_`, `-`), e.g. `messages.content`;
+    /// at most 500 characters.
+    #[schema(max_length = 500, pattern = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
+    pub field_path: String,
     /// A regular expression of at most 500 characters; omitted: the whole field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 500)]
     pub pattern: Option<String>,
 }
 
@@ -88,6 +91,7 @@ pub struct RecordCapture {
 pub struct CaptureInput {
     pub enabled: bool,
     /// 1 to 30, and not above the plan's telemetry retention.
+    #[schema(minimum = 1, maximum = 30)]
     pub retention_days: i64,
     pub processing_purpose: Text<10, 500>,
     #[serde(default, deserialize_with = "crate::api::extract::objects")]

@@ -78,7 +78,8 @@ fn check_rules(rules: &[RedactionRule]) -> ApiResult<()> {
                 ),
             ));
         }
-        let path_ok = redaction::field_path_is_valid(rule.field_path.as_str());
+        let path_ok =
+            rule.field_path.len() <= 500 && redaction::field_path_is_valid(&rule.field_path);
         if !path_ok {
             return Err(ApiError::validation(
                 format!("redaction_rules[{index}].field_path"),

@@ -39,12 +39,13 @@ pub struct DryRunInput {
     pub model: Text<1, 200>,
     /// Default: the agent's own environment.
     #[serde(default)]
-    #[schema(value_type = Option<String>, example = "production")]
+    #[schema(schema_with = crate::api::openapi_enums::optional_environment)]
     pub environment: Option<Environment>,
     /// The request's estimated cost in US dollars, as the proxy would estimate it from
     /// the body and `max_tokens` (0 to 999999; default 0): budget policies refuse a
     /// request whose estimate does not fit below their block threshold.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 999_999)]
     pub estimated_cost_usd: Option<f64>,
 }
 

@@ -50,7 +50,7 @@ pub struct UpdatePolicyInput {
     #[schema(value_type = Option<String>)]
     pub description: Option<Option<Description>>,
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = crate::api::openapi_enums::optional_policy_type)]
     pub policy_type: Option<PolicyType>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]

@@ -36,9 +36,11 @@ pub struct CreateProxyKeyInput {
     pub rate_limit_override: Option<RateLimitOverride>,
     /// 0 to 999999 US dollars per calendar month (UTC); omitted: no limit of its own.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 999_999)]
     pub budget_limit_usd: Option<f64>,
     /// 1 to 3650. Omitted: the key does not expire.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3650)]
     pub expires_in_days: Option<i64>,
     /// Use the tenant's managed key for the provider instead of the proxy's own
     /// credential. Default false.

@@ -110,8 +110,9 @@ pub struct BulkItem {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkInput {
-    /// 1 to 100 items.
-    #[schema(value_type = Vec<BulkItem>)]
+    /// Up to 100 items, each a `BulkItem`. Each is checked alone: one that is not valid
+    /// is reported in `errors` (by index) and the others are applied.
+    #[schema(value_type = Vec<Value>, max_items = 100)]
     pub classifications: Vec<Box<RawValue>>,
 }
 

@@ -48,11 +48,12 @@ pub struct HeartbeatInput {
     /// `degraded`, `down` or `unknown`), but a single heartbeat always makes the agent
     /// `healthy` (spec 3.1); send a batch to report another status.
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = crate::api::openapi_enums::agent_status)]
     #[allow(dead_code, reason = "validated when parsed, then not used: see above")]
     pub status: Option<AgentStatus>,
     /// 0 to 3,600,000.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 3_600_000)]
     pub latency_ms: Option<i64>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
@@ -74,7 +75,9 @@ pub struct BatchItem {
     /// `healthy`, `degraded`, `down` or `unknown`; taken as sent.
     #[schema(schema_with = crate::api::openapi_enums::agent_status)]
     pub status: AgentStatus,
+    /// 0 to 3,600,000.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 3_600_000)]
     pub latency_ms: Option<i64>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
@@ -107,13 +110,18 @@ pub struct UsageInput {
     #[schema(schema_with = crate::api::openapi_enums::provider)]
     pub model_provider: Provider,
     pub model_name: Text<1, 200>,
+    /// 0 to 100,000,000.
+    #[schema(minimum = 0, maximum = 100_000_000)]
     pub input_tokens: i64,
+    /// 0 to 100,000,000.
+    #[schema(minimum = 0, maximum = 100_000_000)]
     pub output_tokens: i64,
     /// e.g. `chat.completions` (default), `embeddings`.
     #[serde(default)]
     pub request_type: Option<Text<1, 64>>,
-    /// Computed from the price table when omitted.
+    /// 0 to 1,000,000; computed from the price table when omitted.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1_000_000)]
     pub cost_usd: Option<f64>,
 }
 
@@ -136,7 +144,9 @@ pub struct StoredUsage {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UsageBatchInput {
-    #[schema(value_type = Vec<UsageInput>)]
+    /// Each a `UsageInput`, checked alone: one that is not valid is reported in `errors`
+    /// (by index) and the others are recorded.
+    #[schema(value_type = Vec<Value>)]
     pub usages: Vec<Box<RawValue>>,
 }
 
