@@ -81,7 +81,7 @@ pub struct AuthConfig {
     pub signups_per_ip: u32,
     /// Length of the throttling window in seconds.
     pub throttle_window_secs: u64,
-    /// SAML SSO login starts allowed per client address per window.
+    /// SAML SSO login starts and ACS posts allowed per client address per window.
     pub sso_logins_per_ip: u32,
     /// The address browsers and identity providers reach this API at, without `/api/v1`
     /// (`https://warden.example.com`): SAML service providers' entity ids and assertion

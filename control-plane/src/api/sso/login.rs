@@ -136,9 +136,19 @@ fn random_request_id() -> String {
 /// the user it names, provisioning them when the configuration allows.
 pub async fn consume(
     state: &AppState,
+    peer: IpAddr,
     tenant_id: &str,
     saml_response: &str,
 ) -> ApiResult<LoginOutput> {
+    // Each response costs a signature check: posts share the login starts' allowance.
+    state
+        .throttle
+        .attempt(
+            &format!("sso-ip:{peer}"),
+            state.config.auth.sso_logins_per_ip,
+            state.clock.now().as_millis(),
+        )
+        .map_err(ApiError::too_many_requests)?;
     let config = enabled(state, tenant_id).await?;
     let der = certificate_der(&config)?;
     let now = state.clock.now();
@@ -201,7 +211,18 @@ pub async fn consume(
                 },
                 now,
             )
-            .await?;
+            .await
+            .map_err(|error| {
+                // Two first sign-ins of one email at once: the other one created it.
+                if crate::db::is_unique_violation(&error) {
+                    ApiError::new(
+                        ErrorCode::EmailTaken,
+                        "this user was just created by another sign-in; sign in again",
+                    )
+                } else {
+                    error.into()
+                }
+            })?;
             let scopes: Vec<&str> = PROVISIONED_SCOPES.iter().map(|s| s.as_str()).collect();
             changes::record(
                 &mut tx,

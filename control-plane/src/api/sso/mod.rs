@@ -237,9 +237,11 @@ pub struct SsoSession {
         description = "`SAMLResponse` (base64) and `RelayState`, as the IdP's HTTP-POST binding posts them"),
     responses((status = 200, description = "A one-hour session, as `POST /auth/login` gives", body = Envelope<SsoSession>),
         (status = 401, description = "The response is not valid: signature, issuer, audience, destination, validity, request or replay (`saml_response_invalid`)"),
-        (status = 403, description = "SSO is not enabled (`sso_not_enabled`), or the user is not provisioned (`sso_user_not_provisioned`)")))]
+        (status = 403, description = "SSO is not enabled (`sso_not_enabled`), or the user is not provisioned (`sso_user_not_provisioned`)"),
+        (status = 429, description = "Too many SAML logins from this address (`rate_limited`)")))]
 async fn saml_acs(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(tenant_id): ApiPath<String>,
     body: Bytes,
 ) -> ApiResult<Response> {
@@ -255,7 +257,7 @@ async fn saml_acs(
     let saml_response = saml_response.ok_or_else(|| {
         ApiError::validation("SAMLResponse", "SAMLResponse: required (a form field)")
     })?;
-    let session = login::consume(&state, &tenant_id, &saml_response).await?;
+    let session = login::consume(&state, peer.ip(), &tenant_id, &saml_response).await?;
     Ok(envelope::ok(SsoSession {
         access_token: session.access_token,
         token_type: session.token_type,

@@ -382,3 +382,34 @@ db_test!(
         expect_status(post_acs(&app, &tenant.id, &valid).await, 200).await;
     }
 );
+
+db_test!(
+    login_starts_and_responses_share_a_per_address_allowance,
+    |config| config.auth.sso_logins_per_ip = 3,
+    |app| {
+        let idp = Idp::start();
+        let tenant = sso_tenant(&app, &idp).await;
+        let redirect = start_login(&app, &tenant.id, "").await;
+        start_login(&app, &tenant.id, "").await;
+        let saml_response = idp.respond(&redirect, "cap@example.com", "unsigned", json!({}));
+        expect_error(
+            post_acs(&app, &tenant.id, &saml_response).await,
+            401,
+            "saml_response_invalid",
+        )
+        .await;
+        // The fourth from this address within the window is refused before any work.
+        expect_error(
+            post_acs(&app, &tenant.id, &saml_response).await,
+            429,
+            "rate_limited",
+        )
+        .await;
+        let started = no_redirects()
+            .get(format!("{}/api/v1/sso/{}/saml/login", app.base, tenant.id))
+            .send()
+            .await
+            .unwrap();
+        expect_error(started, 429, "rate_limited").await;
+    }
+);
