@@ -147,6 +147,7 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "mcp_servers",
     "sso_assertions",
     "sso_requests",
     "sso_configs",

@@ -34,6 +34,7 @@ pub enum IdKind {
     Anomaly,
     Checkout,
     SsoConfig,
+    McpServer,
 }
 
 impl IdKind {
@@ -60,6 +61,7 @@ impl IdKind {
             IdKind::Anomaly => "anm",
             IdKind::Checkout => "chk",
             IdKind::SsoConfig => "sso",
+            IdKind::McpServer => "mcp",
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod health;
 mod incidents;
 pub mod internal;
 mod managed_keys;
+mod mcp_servers;
 mod monitoring;
 mod notification_channels;
 mod openapi_bodies;
@@ -90,6 +91,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(billing::router())
         .merge(payload_capture::router())
         .merge(sso::router())
+        .merge(mcp_servers::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

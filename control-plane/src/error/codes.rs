@@ -80,6 +80,8 @@ error_codes! {
         "No such route.";
     MethodNotAllowed => METHOD_NOT_ALLOWED, "method_not_allowed",
         "The route does not accept that method.";
+    McpServerNameTaken => CONFLICT, "mcp_server_name_taken",
+        "An MCP server of that name is registered in the tenant.";
     EmailTaken => CONFLICT, "email_taken",
         "An account with this email exists.";
     TeamNameTaken => CONFLICT, "team_name_taken",

@@ -428,6 +428,8 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
          VALUES ('sso_' || $1, $1, 'IdP', 'idp', 'https://idp.example.com/sso', 'pem', 1, 1, 0, 0)",
         "INSERT INTO sso_requests (id, tenant_id, expires_at) VALUES ('_req' || $1, $1, 0)",
         "INSERT INTO sso_assertions (tenant_id, assertion_id, expires_at) VALUES ($1, 'a1', 0)",
+        "INSERT INTO mcp_servers (id, tenant_id, name, url, enabled, created_at, updated_at) \
+         VALUES ('mcp_' || $1, $1, 'tools', 'https://mcp.example.com/mcp', 1, 0, 0)",
     ] {
         sqlx::query(sql)
             .bind(&tenant_id)

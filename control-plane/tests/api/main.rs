@@ -23,6 +23,7 @@ mod health;
 mod internal;
 mod isolation;
 mod kill_switch;
+mod mcp_servers;
 mod notifications;
 mod object_bodies;
 mod ops;
