@@ -11,8 +11,8 @@ use std::sync::{Arc, RwLock};
 use crate::maps::FastMap;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
-    AgentState, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState, ProxyKeyState,
-    Snapshot, StreamMessage, TenantState,
+    AgentState, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState, McpServerState,
+    ProxyKeyState, Snapshot, StreamMessage, TenantState,
 };
 
 use warden_shared::policy::{sort_for_evaluation, Policy};
@@ -50,6 +50,9 @@ struct Maps {
     budget_limit_tenants: FastMap<String, String>,
     /// Tenants that capture payloads, their rules compiled.
     payload_captures: FastMap<String, Arc<TenantCapture>>,
+    /// Each tenant's enabled MCP servers by name, replaced whole on a change.
+    mcp_servers: FastMap<String, Arc<Vec<McpServerState>>>,
+    mcp_server_tenants: FastMap<String, String>,
 }
 
 type GrantKey = (String, i64, Provider, String);
@@ -134,6 +137,19 @@ impl EnforcementState {
             .map(|entry| entry.value().clone())
     }
 
+    /// The tenant's enabled MCP servers, by name (for the MCP gateway).
+    #[allow(
+        dead_code,
+        reason = "the MCP gateway reads it; until it lands, only tests do"
+    )]
+    pub fn mcp_servers(&self, tenant_id: &str) -> Option<Arc<Vec<McpServerState>>> {
+        self.maps()
+            .mcp_servers
+            .get(tenant_id)
+            .map(|entry| entry.value().clone())
+            .filter(|servers| !servers.is_empty())
+    }
+
     /// Whether a reviewer's approval lets the agent's request through now.
     pub fn approval_granted(
         &self,
@@ -193,6 +209,9 @@ impl EnforcementState {
         }
         for capture in snapshot.payload_captures {
             maps.upsert(Entity::PayloadCapture(capture));
+        }
+        for server in snapshot.mcp_servers {
+            maps.upsert(Entity::McpServer(server));
         }
         let fresh = Arc::new(maps);
         match self.maps.write() {
@@ -269,6 +288,12 @@ impl Maps {
                 let tenant_id = limit.tenant_id.clone();
                 self.replace_budget_limit(&tenant_id, &limit.id.clone(), Some(limit));
             }
+            Entity::McpServer(server) => {
+                self.mcp_server_tenants
+                    .insert(server.id.clone(), server.tenant_id.clone());
+                let (tenant_id, id) = (server.tenant_id.clone(), server.id.clone());
+                self.replace_mcp_server(&tenant_id, &id, Some(server));
+            }
             Entity::PayloadCapture(state) => match TenantCapture::compile(&state) {
                 Ok(capture) => {
                     self.payload_captures
@@ -281,6 +306,18 @@ impl Maps {
                 }
             },
         }
+    }
+
+    /// Puts `server` (or, with `None`, nothing) in place of server `id` in the tenant's
+    /// list, kept in name order.
+    fn replace_mcp_server(&self, tenant_id: &str, id: &str, server: Option<McpServerState>) {
+        replace_in_list(
+            &self.mcp_servers,
+            tenant_id,
+            |s| s.id != id,
+            server,
+            |servers| servers.sort_by(|a, b| a.name.cmp(&b.name)),
+        );
     }
 
     /// Puts `limit` (or, with `None`, nothing) in place of limit `id` in the tenant's list.
@@ -340,6 +377,11 @@ impl Maps {
             EntityRef::PayloadCapture(tenant_id) => {
                 self.payload_captures.remove(&tenant_id);
             }
+            EntityRef::McpServer(id) => {
+                if let Some((_, tenant_id)) = self.mcp_server_tenants.remove(&id) {
+                    self.replace_mcp_server(&tenant_id, &id, None);
+                }
+            }
             EntityRef::ManagedKey(id) => {
                 if let Some((_, slot)) = self.managed_key_slots.remove(&id) {
                     // Only if that slot still holds this key (a newer one may replace it).
@@ -361,6 +403,8 @@ impl Maps {
                 self.budget_limits.remove(&id);
                 self.budget_limit_tenants.retain(|_, tenant| *tenant != id);
                 self.payload_captures.remove(&id);
+                self.mcp_servers.remove(&id);
+                self.mcp_server_tenants.retain(|_, tenant| *tenant != id);
                 self.grant_keys.retain(|_, (tenant, key)| {
                     if *tenant == id {
                         self.grants.remove(key);
@@ -591,5 +635,51 @@ mod tests {
             3,
         );
         assert!(state.policies("t1").is_none());
+    }
+
+    #[test]
+    fn mcp_servers_follow_their_changes_and_their_tenant() {
+        let state = EnforcementState::default();
+        let server = |id: &str, name: &str| McpServerState {
+            id: id.into(),
+            tenant_id: "t1".into(),
+            name: name.into(),
+            url: format!("https://{name}.example.com/mcp"),
+            secret_ref: None,
+        };
+        state.apply(
+            StreamMessage::Snapshot(Snapshot {
+                version: 1,
+                mcp_servers: vec![server("m1", "search"), server("m2", "github")],
+                ..Snapshot::default()
+            }),
+            0,
+        );
+        let names = |state: &EnforcementState| -> Vec<String> {
+            state
+                .mcp_servers("t1")
+                .map(|servers| servers.iter().map(|s| s.name.clone()).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(names(&state), ["github", "search"]);
+        state.apply(
+            StreamMessage::Delta(Delta {
+                version: 2,
+                upserts: vec![Entity::McpServer(server("m1", "docs"))],
+                removals: vec![EntityRef::McpServer("m2".into())],
+            }),
+            0,
+        );
+        assert_eq!(names(&state), ["docs"]);
+        assert!(state.mcp_servers("t2").is_none());
+        state.apply(
+            StreamMessage::Delta(Delta {
+                version: 3,
+                upserts: vec![],
+                removals: vec![EntityRef::Tenant("t1".into())],
+            }),
+            0,
+        );
+        assert!(state.mcp_servers("t1").is_none());
     }
 }

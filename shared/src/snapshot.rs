@@ -64,6 +64,9 @@ pub struct Snapshot {
     /// The payload capture of every tenant that has it enabled.
     #[serde(default)]
     pub payload_captures: Vec<PayloadCaptureState>,
+    /// Every tenant's enabled MCP servers.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerState>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -85,6 +88,7 @@ pub enum Entity {
     Grant(ApprovalGrant),
     BudgetLimit(BudgetLimitState),
     PayloadCapture(PayloadCaptureState),
+    McpServer(McpServerState),
 }
 
 /// An entity that no longer exists. Removing a tenant removes everything of it.
@@ -103,6 +107,8 @@ pub enum EntityRef {
     BudgetLimit(String),
     /// A tenant's payload capture turned off (by the tenant's id).
     PayloadCapture(String),
+    /// An MCP server deleted or disabled (by its id).
+    McpServer(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,6 +214,20 @@ pub struct PayloadCaptureState {
     /// The configuration's version, recorded with each capture.
     pub config_version: i64,
     pub redaction_rules: Vec<RedactionRuleState>,
+}
+
+/// An enabled MCP server of a tenant: where its tools are reached and the reference
+/// to the credential the gateway presents to it (never the agent's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerState {
+    pub id: String,
+    pub tenant_id: String,
+    /// Prefixes the server's tools for agents.
+    pub name: String,
+    pub url: String,
+    /// The credential's Secrets Manager name, under the tenant's managed prefix.
+    #[serde(default)]
+    pub secret_ref: Option<String>,
 }
 
 /// One redaction rule: the value at `field_path` (dot-separated member names; arrays on

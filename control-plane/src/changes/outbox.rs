@@ -32,6 +32,8 @@ pub enum ChangeKind {
     BudgetLimit,
     /// A tenant's payload capture configured (the id is the tenant's).
     PayloadCapture,
+    /// An MCP server registered, changed (enabled or not) or deleted.
+    McpServer,
 }
 
 impl ChangeKind {
@@ -45,6 +47,7 @@ impl ChangeKind {
             ChangeKind::Approval => "approval",
             ChangeKind::BudgetLimit => "budget_limit",
             ChangeKind::PayloadCapture => "payload_capture",
+            ChangeKind::McpServer => "mcp_server",
         }
     }
 
@@ -58,6 +61,7 @@ impl ChangeKind {
             ChangeKind::Approval,
             ChangeKind::BudgetLimit,
             ChangeKind::PayloadCapture,
+            ChangeKind::McpServer,
         ]
         .into_iter()
         .find(|kind| kind.as_str() == text)

@@ -9,8 +9,8 @@ use warden_shared::policy::PolicyType;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, ApprovalGrant, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState,
-    PayloadCaptureState, PolicyState, ProxyKeyState, RedactionRuleState, ScopeSpend, Snapshot,
-    TenantState,
+    McpServerState, PayloadCaptureState, PolicyState, ProxyKeyState, RedactionRuleState,
+    ScopeSpend, Snapshot, TenantState,
 };
 
 use crate::changes::ChangeKind;
@@ -59,6 +59,13 @@ macro_rules! select_payload_captures {
     () => {
         "SELECT c.tenant_id, c.config_version, c.redaction_rules \
          FROM payload_capture_configs c WHERE c.enabled = 1"
+    };
+}
+
+macro_rules! select_mcp_servers {
+    () => {
+        "SELECT s.id, s.tenant_id, s.name, s.url, s.secret_ref FROM mcp_servers s \
+         WHERE s.enabled = 1"
     };
 }
 
@@ -134,6 +141,12 @@ pub async fn snapshot(pool: &AnyPool, month: i64, now_ms: i64) -> Result<Snapsho
             .await?
             .iter()
             .filter_map(|row| payload_capture_from_row(row).transpose())
+            .collect::<Result<_, _>>()?,
+        mcp_servers: sqlx::query(select_mcp_servers!())
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(mcp_server_from_row)
             .collect::<Result<_, _>>()?,
     })
 }
@@ -372,6 +385,16 @@ async fn add_current_state(
                     .push(EntityRef::PayloadCapture(id.to_owned())),
             }
         }
+        ChangeKind::McpServer => {
+            let row = sqlx::query(concat!(select_mcp_servers!(), " AND s.id = $1"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            match row.as_ref().map(mcp_server_from_row).transpose()? {
+                Some(server) => delta.upserts.push(Entity::McpServer(server)),
+                None => delta.removals.push(EntityRef::McpServer(id.to_owned())),
+            }
+        }
         ChangeKind::ManagedKey => {
             let row = sqlx::query(concat!(select_managed_keys!(), " WHERE m.id = $1"))
                 .bind(id)
@@ -491,6 +514,16 @@ fn payload_capture_from_row(row: &AnyRow) -> Result<Option<PayloadCaptureState>,
         config_version: row.try_get("config_version")?,
         redaction_rules,
     }))
+}
+
+fn mcp_server_from_row(row: &AnyRow) -> Result<McpServerState, sqlx::Error> {
+    Ok(McpServerState {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        name: row.try_get("name")?,
+        url: row.try_get("url")?,
+        secret_ref: row.try_get("secret_ref")?,
+    })
 }
 
 fn managed_key_from_row(row: &AnyRow) -> Result<ManagedKeyState, sqlx::Error> {

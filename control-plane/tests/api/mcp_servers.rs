@@ -161,3 +161,67 @@ db_test!(
         assert_eq!(app.count_rows("mcp_servers", &tenant.id).await, 0);
     }
 );
+
+db_test!(
+    the_proxies_state_carries_enabled_servers_and_forgets_disabled_ones,
+    |config| config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()],
+    |app| {
+        let provider = crate::proxy::MockProvider::start().await;
+        let _proxy = crate::proxy::TestProxy::start(&app, &provider).await;
+        let tenant = app.new_tenant("starter").await;
+        let created = app
+            .post(
+                "/mcp-servers",
+                &tenant.admin_key,
+                json!({ "name": "search", "url": "http://127.0.0.1:9000/mcp" }),
+            )
+            .await;
+        // Read-your-writes: the connected proxy has the server when this answers.
+        assert_eq!(created.headers()["warden-enforcement"], "applied");
+        let id = expect_status(created, 201).await["data"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let servers = |snapshot: warden_shared::snapshot::Snapshot| -> Vec<String> {
+            snapshot
+                .mcp_servers
+                .into_iter()
+                .filter(|s| s.tenant_id == tenant.id)
+                .map(|s| s.name)
+                .collect()
+        };
+        assert_eq!(servers(snapshot(&app).await), ["search"]);
+        let disabled = app
+            .patch(
+                &format!("/mcp-servers/{id}"),
+                &tenant.admin_key,
+                json!({ "enabled": false }),
+            )
+            .await;
+        assert_eq!(disabled.headers()["warden-enforcement"], "applied");
+        expect_status(disabled, 200).await;
+        assert!(servers(snapshot(&app).await).is_empty());
+    }
+);
+
+/// The first message of a fresh state stream.
+async fn snapshot(app: &crate::helpers::TestApp) -> warden_shared::snapshot::Snapshot {
+    let mut response = app
+        .client
+        .get(format!("{}/internal/v1/proxy-state", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let mut buffer = Vec::new();
+    loop {
+        if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            match serde_json::from_slice(&buffer[..end]).unwrap() {
+                warden_shared::snapshot::StreamMessage::Snapshot(snapshot) => return snapshot,
+                other => panic!("expected a snapshot first, got {other:?}"),
+            }
+        }
+        let chunk = response.chunk().await.unwrap().expect("the stream ended");
+        buffer.extend_from_slice(&chunk);
+    }
+}

@@ -8,7 +8,7 @@ use warden_shared::managed::{resolve_secret_ref, SECRET_PREFIX};
 use super::{store, CreateMcpServerInput, McpServer, UpdateMcpServerInput};
 use crate::api::envelope::Page;
 use crate::auth::Caller;
-use crate::changes::{self, AuditEvent, Proxies};
+use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::{is_unique_violation, WriteTx};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::notifications::channel::{check_url_form, url_not_allowed};
@@ -129,7 +129,7 @@ async fn audit(
                 "enabled": server.enabled,
             }),
         },
-        Proxies::Unaffected,
+        Proxies::Reload(ChangeKind::McpServer),
     )
     .await?;
     Ok(())
