@@ -134,6 +134,12 @@ pub enum Environment {
 }
 
 impl Environment {
+    pub const ALL: [Environment; 3] = [
+        Environment::Production,
+        Environment::Staging,
+        Environment::Dev,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Environment::Production => "production",
@@ -143,13 +149,7 @@ impl Environment {
     }
 
     pub fn parse(text: &str) -> Option<Environment> {
-        [
-            Environment::Production,
-            Environment::Staging,
-            Environment::Dev,
-        ]
-        .into_iter()
-        .find(|e| e.as_str() == text)
+        Environment::ALL.into_iter().find(|e| e.as_str() == text)
     }
 }
 

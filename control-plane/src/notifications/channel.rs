@@ -247,6 +247,21 @@ pub fn check_url_form(field: &str, url: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// A URL Warden will call: its form ([`check_url_form`]), then where it leads through
+/// the outbound guard (public addresses only, unless the operator allows them).
+pub async fn check_public_url(
+    guard: &crate::outbound::guard::Guard,
+    field: &str,
+    url: &str,
+) -> ApiResult<()> {
+    check_url_form(field, url)?;
+    guard
+        .check_url(url)
+        .await
+        .map(|_| ())
+        .map_err(|refusal| url_not_allowed(field, &refusal))
+}
+
 /// 422 `url_not_allowed` for the config value `field`.
 pub fn url_not_allowed(field: &str, refusal: &crate::outbound::Refusal) -> ApiError {
     ApiError::new(

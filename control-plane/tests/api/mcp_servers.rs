@@ -206,22 +206,12 @@ db_test!(
 
 /// The first message of a fresh state stream.
 async fn snapshot(app: &crate::helpers::TestApp) -> warden_shared::snapshot::Snapshot {
-    let mut response = app
-        .client
-        .get(format!("{}/internal/v1/proxy-state", app.base))
-        .bearer_auth(crate::helpers::SERVICE_TOKEN)
-        .send()
+    match crate::proxy_state::Stream::open(app, None)
         .await
-        .unwrap();
-    let mut buffer = Vec::new();
-    loop {
-        if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            match serde_json::from_slice(&buffer[..end]).unwrap() {
-                warden_shared::snapshot::StreamMessage::Snapshot(snapshot) => return snapshot,
-                other => panic!("expected a snapshot first, got {other:?}"),
-            }
-        }
-        let chunk = response.chunk().await.unwrap().expect("the stream ended");
-        buffer.extend_from_slice(&chunk);
+        .next()
+        .await
+    {
+        warden_shared::snapshot::StreamMessage::Snapshot(snapshot) => snapshot,
+        other => panic!("expected a snapshot first, got {other:?}"),
     }
 }

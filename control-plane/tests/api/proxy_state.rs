@@ -10,13 +10,13 @@ use warden_shared::snapshot::{Entity, EntityRef, StreamMessage};
 use crate::helpers::{expect_status, TestApp, SERVICE_TOKEN};
 
 /// Reads newline-delimited messages from the stream.
-struct Stream {
+pub struct Stream {
     response: reqwest::Response,
     buffer: Vec<u8>,
 }
 
 impl Stream {
-    async fn open(app: &TestApp, since: Option<i64>) -> Stream {
+    pub async fn open(app: &TestApp, since: Option<i64>) -> Stream {
         let mut url = format!("{}/internal/v1/proxy-state", app.base);
         if let Some(since) = since {
             url.push_str(&format!("?since={since}"));
@@ -36,7 +36,7 @@ impl Stream {
         }
     }
 
-    async fn next(&mut self) -> StreamMessage {
+    pub async fn next(&mut self) -> StreamMessage {
         loop {
             if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buffer.drain(..=end).collect();

@@ -10,7 +10,7 @@ use crate::anomalies::thresholds;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Proxies};
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::notifications::channel::{check_url_form, mask, url_not_allowed};
+use crate::notifications::channel::{check_public_url, mask};
 use crate::notifications::send::new_signing_secret;
 use crate::state::AppState;
 
@@ -33,13 +33,7 @@ async fn checked_notification(state: &AppState, config: &Value) -> ApiResult<Val
         return Ok(json!({}));
     };
     let field = "notification_config.webhook_url";
-    check_url_form(field, &url)?;
-    state
-        .notification_sender
-        .guard
-        .check_url(&url)
-        .await
-        .map_err(|refusal| url_not_allowed(field, &refusal))?;
+    check_public_url(&state.notification_sender.guard, field, &url).await?;
     Ok(json!({ "webhook_url": url }))
 }
 

@@ -6,8 +6,9 @@ mod login;
 mod service;
 mod store;
 
-pub use login::{LoginOutput, SESSION_TTL_SECS};
-pub use store::{insert_session, insert_user, user_by_email, LoginUser, NewSession, NewUser};
+pub use login::LoginOutput;
+pub use service::open_session;
+pub use store::{insert_user, user_by_email, LoginUser, NewUser};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 

@@ -140,19 +140,28 @@ pub async fn login(state: &AppState, peer: IpAddr, input: LoginInput) -> ApiResu
     let Some(user) = user else {
         return Err(invalid_login());
     };
+    open_session(state, &user, now).await
+}
+
+/// A new one-hour session for `user`, stored by its token's hash: what a password login
+/// and a SAML sign-in answer.
+pub async fn open_session(
+    state: &AppState,
+    user: &store::LoginUser,
+    now: Timestamp,
+) -> ApiResult<LoginOutput> {
     let token = keys::generate_session_token();
     let session = store::NewSession {
         id: new_id(IdKind::Session, now.as_millis()),
         token_hash: keys::hash_credential(&token),
         expires_at: now.as_millis() + SESSION_TTL_SECS * 1000,
     };
-    store::insert_session(state.db.pool(), &user, &session, now).await?;
-    let tenant_id = user.tenant_id;
+    store::insert_session(state.db.pool(), user, &session, now).await?;
     Ok(LoginOutput {
         access_token: token,
         token_type: "bearer",
         expires_in: SESSION_TTL_SECS,
-        tenant_id,
+        tenant_id: user.tenant_id.clone(),
     })
 }
 

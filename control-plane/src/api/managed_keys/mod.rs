@@ -7,6 +7,8 @@
 mod service;
 mod store;
 
+pub use service::tenant_secret_ref;
+
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};

@@ -15,21 +15,28 @@ use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plans::{self, Feature};
 use crate::state::AppState;
 
+/// The full Secrets Manager name `given` stands for, which must lie under the tenant's
+/// managed prefix (given relative to it, in full, or as an ARN); 422 on `secret_ref`
+/// otherwise, with `example` as a relative name. Managed keys and MCP servers' credentials.
+pub fn tenant_secret_ref(tenant_id: &str, given: &str, example: &str) -> ApiResult<String> {
+    resolve_secret_ref(tenant_id, given).ok_or_else(|| {
+        ApiError::validation(
+            "secret_ref",
+            format!(
+                "secret_ref: must name a secret under {SECRET_PREFIX}{tenant_id}/, as a name \
+                 relative to it (`{example}`), the full name, or its ARN"
+            ),
+        )
+    })
+}
+
 pub async fn create_managed_key(
     state: &AppState,
     caller: &Caller,
     input: CreateManagedKeyInput,
 ) -> ApiResult<ManagedKey> {
-    let Some(secret_ref) = resolve_secret_ref(&caller.tenant_id, input.secret_ref.as_str()) else {
-        return Err(ApiError::validation(
-            "secret_ref",
-            format!(
-                "secret_ref: must name a secret under {SECRET_PREFIX}{}/, as a name relative to it \
-                 (`openai/prod`), the full name, or its ARN",
-                caller.tenant_id
-            ),
-        ));
-    };
+    let secret_ref =
+        tenant_secret_ref(&caller.tenant_id, input.secret_ref.as_str(), "openai/prod")?;
     provider_names::require_known(&state.providers, "provider", [&input.provider])?;
     let now = state.clock.now();
     let key = ManagedKey {

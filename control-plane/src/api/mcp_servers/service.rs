@@ -3,15 +3,15 @@
 
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
-use warden_shared::managed::{resolve_secret_ref, SECRET_PREFIX};
 
 use super::{store, CreateMcpServerInput, McpServer, UpdateMcpServerInput};
 use crate::api::envelope::Page;
+use crate::api::managed_keys::tenant_secret_ref;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::db::{is_unique_violation, WriteTx};
 use crate::error::{ApiError, ApiResult, ErrorCode};
-use crate::notifications::channel::{check_url_form, url_not_allowed};
+use crate::notifications::channel::check_public_url;
 use crate::state::AppState;
 
 pub async fn list(
@@ -43,7 +43,7 @@ pub async fn create(
     let secret_ref = input
         .secret_ref
         .as_deref()
-        .map(|given| checked_secret_ref(caller, given))
+        .map(|given| tenant_secret_ref(&caller.tenant_id, given, "mcp/github"))
         .transpose()?;
     let now = state.clock.now();
     let server = McpServer {
@@ -82,7 +82,9 @@ pub async fn update(
     match input.secret_ref {
         None => {}
         Some(None) => server.secret_ref = None,
-        Some(Some(given)) => server.secret_ref = Some(checked_secret_ref(caller, &given)?),
+        Some(Some(given)) => {
+            server.secret_ref = Some(tenant_secret_ref(&caller.tenant_id, &given, "mcp/github")?)
+        }
     }
     if let Some(enabled) = input.enabled {
         server.enabled = enabled;
@@ -155,32 +157,7 @@ fn check_name(name: &str) -> ApiResult<()> {
 /// An http(s) URL whose host resolves to public addresses only, unless the operator
 /// allows it (`outbound.allow_private`), as for notification webhooks.
 async fn check_url(state: &AppState, url: &str) -> ApiResult<()> {
-    if url.len() > 2000 {
-        return Err(ApiError::validation("url", "url: at most 2000 characters"));
-    }
-    check_url_form("url", url)?;
-    state
-        .notification_sender
-        .guard
-        .check_url(url)
-        .await
-        .map(|_| ())
-        .map_err(|refusal| url_not_allowed("url", &refusal))
-}
-
-/// The full Secrets Manager name of the server's credential, which must lie under the
-/// tenant's managed prefix (given relative to it, in full, or as an ARN).
-fn checked_secret_ref(caller: &Caller, given: &str) -> ApiResult<String> {
-    resolve_secret_ref(&caller.tenant_id, given).ok_or_else(|| {
-        ApiError::validation(
-            "secret_ref",
-            format!(
-                "secret_ref: must name a secret under {SECRET_PREFIX}{}/, as a name relative to \
-                 it (`mcp/github`), the full name, or its ARN",
-                caller.tenant_id
-            ),
-        )
-    })
+    check_public_url(&state.notification_sender.guard, "url", url).await
 }
 
 fn name_conflict(error: sqlx::Error) -> ApiError {

@@ -139,20 +139,16 @@ pub async fn set_enabled(state: &AppState, caller: &Caller, enabled: bool) -> Ap
 pub fn metadata(state: &AppState, caller: &Caller) -> SpMetadata {
     let sp = saml::SpUrls::of_tenant(&state.public_url, &caller.tenant_id);
     SpMetadata {
+        // The entity id is the metadata's own address (`saml::SpUrls`).
+        metadata_url: sp.entity_id.clone(),
         entity_id: sp.entity_id,
         acs_url: sp.acs_url,
         name_id_format: saml::NAME_ID_FORMAT,
-        metadata_url: sp_metadata_url(&state.public_url, &caller.tenant_id),
         login_url: format!(
             "{}/api/v1/sso/{}/saml/login",
             state.public_url, caller.tenant_id
         ),
     }
-}
-
-/// Where an IdP imports the SP's metadata XML from (also its entity id).
-fn sp_metadata_url(public_url: &str, tenant_id: &str) -> String {
-    saml::SpUrls::of_tenant(public_url, tenant_id).entity_id
 }
 
 fn render(stored: &StoredConfig) -> ApiResult<SsoConfig> {
@@ -226,15 +222,15 @@ fn fingerprint(certificate: &X509) -> ApiResult<String> {
         .join(":"))
 }
 
-/// An absolute http(s) URL with a host, as given.
+/// An absolute http(s) URL with a host, as given. Browsers follow it, Warden never does:
+/// its form is checked, not where it leads.
 fn check_url(field: &str, text: &str) -> ApiResult<String> {
-    match url::Url::parse(text) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
-            Ok(text.to_owned())
-        }
-        _ => Err(ApiError::validation(
-            field,
-            format!("{field}: must be an absolute http or https URL"),
-        )),
-    }
+    crate::outbound::guard::parse_http_url(text)
+        .map(|_| text.to_owned())
+        .map_err(|_| {
+            ApiError::validation(
+                field,
+                format!("{field}: must be an absolute http or https URL"),
+            )
+        })
 }

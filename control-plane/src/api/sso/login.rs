@@ -8,12 +8,11 @@ use std::net::IpAddr;
 use rand::RngCore;
 use serde_json::json;
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::keys;
 use warden_shared::scopes::Scope;
 
 use super::saml::{self, Idp, SpUrls};
 use super::store::{self, StoredConfig};
-use crate::api::auth::{self as auth_api, LoginOutput, SESSION_TTL_SECS};
+use crate::api::auth::{self as auth_api, LoginOutput};
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
@@ -89,14 +88,7 @@ pub async fn start(
     relay_state: &str,
 ) -> ApiResult<String> {
     let now = state.clock.now().as_millis();
-    state
-        .throttle
-        .attempt(
-            &format!("sso-ip:{peer}"),
-            state.config.auth.sso_logins_per_ip,
-            now,
-        )
-        .map_err(ApiError::too_many_requests)?;
+    throttle(state, peer)?;
     if relay_state.len() > MAX_RELAY_STATE {
         return Err(ApiError::validation(
             "relay_state",
@@ -124,6 +116,19 @@ pub async fn start(
     Ok(url)
 }
 
+/// Counts a login start or an ACS post against the client address's allowance
+/// (`auth.sso_logins_per_ip`); 429 beyond it.
+fn throttle(state: &AppState, peer: IpAddr) -> ApiResult<()> {
+    state
+        .throttle
+        .attempt(
+            &format!("sso-ip:{peer}"),
+            state.config.auth.sso_logins_per_ip,
+            state.clock.now().as_millis(),
+        )
+        .map_err(ApiError::too_many_requests)
+}
+
 /// An xs:ID of 160 random bits.
 fn random_request_id() -> String {
     let mut bytes = [0u8; 20];
@@ -141,14 +146,7 @@ pub async fn consume(
     saml_response: &str,
 ) -> ApiResult<LoginOutput> {
     // Each response costs a signature check: posts share the login starts' allowance.
-    state
-        .throttle
-        .attempt(
-            &format!("sso-ip:{peer}"),
-            state.config.auth.sso_logins_per_ip,
-            state.clock.now().as_millis(),
-        )
-        .map_err(ApiError::too_many_requests)?;
+    throttle(state, peer)?;
     let config = enabled(state, tenant_id).await?;
     let der = certificate_der(&config)?;
     let now = state.clock.now();
@@ -259,19 +257,7 @@ pub async fn consume(
     )
     .await?;
     tx.commit().await?;
-    let token = keys::generate_session_token();
-    let session = auth_api::NewSession {
-        id: new_id(IdKind::Session, now.as_millis()),
-        token_hash: keys::hash_credential(&token),
-        expires_at: now.as_millis() + SESSION_TTL_SECS * 1000,
-    };
-    auth_api::insert_session(state.db.pool(), &user, &session, now).await?;
-    Ok(LoginOutput {
-        access_token: token,
-        token_type: "bearer",
-        expires_in: SESSION_TTL_SECS,
-        tenant_id: tenant_id.to_owned(),
-    })
+    auth_api::open_session(state, &user, now).await
 }
 
 fn not_provisioned(message: &str) -> ApiError {

@@ -33,6 +33,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_shared::timestamp::Timestamp;
 
+use crate::api::auth::LoginOutput;
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_json, ApiPath, ApiQuery, JsonBytes};
 use crate::api::validate::Text;
@@ -220,14 +221,12 @@ async fn saml_login(
     Ok((StatusCode::FOUND, [(header::LOCATION, url)]).into_response())
 }
 
-/// What the assertion consumer service answers: the session, and the RelayState the
-/// login was started with.
+/// What the assertion consumer service answers: the session `POST /auth/login` gives,
+/// and the RelayState the login was started with.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SsoSession {
-    pub access_token: String,
-    pub token_type: &'static str,
-    pub expires_in: i64,
-    pub tenant_id: String,
+    #[serde(flatten)]
+    pub session: LoginOutput,
     pub relay_state: Option<String>,
 }
 
@@ -259,10 +258,7 @@ async fn saml_acs(
     })?;
     let session = login::consume(&state, peer.ip(), &tenant_id, &saml_response).await?;
     Ok(envelope::ok(SsoSession {
-        access_token: session.access_token,
-        token_type: session.token_type,
-        expires_in: session.expires_in,
-        tenant_id: session.tenant_id,
+        session,
         relay_state: relay_state.filter(|r| r.len() <= login::MAX_RELAY_STATE),
     }))
 }

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use warden_proxy::config::{CustomPrice, CustomProvider, ProvidersConfig};
 
 use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
-use super::{eventually, simple_chat, MockProvider, TestProxy};
+use super::{eventually, MockProvider, TestProxy};
 use crate::helpers::{create_policy, expect_error, expect_status};
 
 /// The declaration both planes get: `local`, serving `llama3.1:8b` by name, with a price
@@ -27,12 +27,6 @@ fn declare_local(providers: &mut ProvidersConfig, base_url: &str) {
             }],
         },
     );
-}
-
-async fn chat(proxy: &TestProxy, key: &str, model: &str) -> (u16, Value) {
-    let response = proxy.chat(key, simple_chat(model)).await;
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or_default())
 }
 
 db_test!(
@@ -82,39 +76,28 @@ db_test!(
 
         // By prefix (the server receives the bare name) and by a listed model, with no
         // credential of the proxy's or the agent's sent on.
-        assert_eq!(chat(&proxy, &raw, "local/qwen3:8b").await.0, 200);
+        assert_eq!(proxy.chat_answer(&raw, "local/qwen3:8b").await.0, 200);
         let received = provider.last();
         assert_eq!(
             serde_json::from_slice::<Value>(&received.body).unwrap()["model"],
             json!("qwen3:8b")
         );
         assert!(received.headers.get("authorization").is_none());
-        assert_eq!(chat(&proxy, &raw, "llama3.1:8b").await.0, 200);
+        assert_eq!(proxy.chat_answer(&raw, "llama3.1:8b").await.0, 200);
         assert_eq!(
             serde_json::from_slice::<Value>(&provider.last().body).unwrap()["model"],
             json!("llama3.1:8b")
         );
         // The key's providers still restrict: a built-in's model is refused.
-        let (status, body) = chat(&proxy, &raw, "gpt-4o").await;
+        let (status, body) = proxy.chat_answer(&raw, "gpt-4o").await;
         assert_eq!(status, 403);
         assert_eq!(body["error"]["code"], json!("provider_not_allowed"));
 
         // `/v1/models` names the declared models, owned by the provider.
-        let models: Value = proxy
-            .client
-            .get(format!("{}/v1/models", proxy.base))
-            .bearer_auth(&raw)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let listed: Vec<(&str, &str)> = models["data"]
-            .as_array()
-            .unwrap()
+        let models = proxy.models(&raw).await;
+        let listed: Vec<(&str, &str)> = models
             .iter()
-            .map(|m| (m["id"].as_str().unwrap(), m["owned_by"].as_str().unwrap()))
+            .map(|(id, owner)| (id.as_str(), owner.as_str()))
             .collect();
         assert_eq!(listed, [("llama3.1", "local"), ("llama3.1:8b", "local")]);
 
@@ -198,7 +181,7 @@ db_test!(
                     "config": { "providers": ["local"] } }),
         )
         .await;
-        let (status, body) = chat(&proxy, &raw, "llama3.1:8b").await;
+        let (status, body) = proxy.chat_answer(&raw, "llama3.1:8b").await;
         assert_eq!(status, 403, "{body}");
         assert_eq!(body["error"]["code"], json!("policy_violation"));
     }

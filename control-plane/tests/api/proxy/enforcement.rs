@@ -7,13 +7,6 @@ use serde_json::{json, Value};
 
 use super::{eventually, simple_chat, MockProvider, TestProxy};
 
-/// The status and error code of a chat request.
-async fn attempt(proxy: &TestProxy, key: &str, model: &str) -> (u16, Value) {
-    let response = proxy.chat(key, simple_chat(model)).await;
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or_default())
-}
-
 db_test!(
     blocks_quarantine_and_revocation_reach_a_running_proxy,
     |app| {
@@ -24,7 +17,7 @@ db_test!(
             .await;
         let agent = created["agent_id"].as_str().unwrap().to_owned();
         let admin = tenant.admin_key.clone();
-        assert_eq!(attempt(&proxy, &raw_key, "gpt-4o").await.0, 200);
+        assert_eq!(proxy.chat_answer(&raw_key, "gpt-4o").await.0, 200);
 
         let steps: [(&str, Value, u16, Option<&str>); 4] = [
             (
@@ -51,7 +44,7 @@ db_test!(
             let answer = eventually(Duration::from_secs(3), || {
                 let (proxy, key) = (&proxy, raw_key.clone());
                 async move {
-                    let (got, answer) = attempt(proxy, &key, "gpt-4o").await;
+                    let (got, answer) = proxy.chat_answer(&key, "gpt-4o").await;
                     (got == status).then_some(answer)
                 }
             })
@@ -70,13 +63,13 @@ db_test!(
         assert_eq!(response.status().as_u16(), 204);
         eventually(Duration::from_secs(3), || {
             let (proxy, key) = (&proxy, raw_key.clone());
-            async move { (attempt(proxy, &key, "gpt-4o").await.0 == 401).then_some(()) }
+            async move { (proxy.chat_answer(&key, "gpt-4o").await.0 == 401).then_some(()) }
         })
         .await;
         eprintln!("revocation took effect in {:?}", revoked.elapsed());
         let requests_before = provider.requests().len();
         assert_eq!(
-            attempt(&proxy, &raw_key, "gpt-4o").await.1["error"]["code"],
+            proxy.chat_answer(&raw_key, "gpt-4o").await.1["error"]["code"],
             json!("invalid_api_key")
         );
         assert_eq!(
@@ -188,6 +181,6 @@ db_test!(the_proxy_refuses_bad_requests_in_the_openai_shape, |app| {
     );
 
     // A provider's own error is relayed as it is, and the proxy stays usable.
-    let (status, answer) = attempt(&proxy, &raw_key, "gpt-4o-mini").await;
+    let (status, answer) = proxy.chat_answer(&raw_key, "gpt-4o-mini").await;
     assert_eq!(status, 200, "{answer}");
 });

@@ -158,6 +158,39 @@ impl TestProxy {
             .await
             .unwrap()
     }
+
+    /// The status and body of a short chat with `model`.
+    pub async fn chat_answer(&self, key: &str, model: &str) -> (u16, Value) {
+        let response = self.chat(key, simple_chat(model)).await;
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or_default())
+    }
+
+    /// The models and owners `GET /v1/models` lists for `key`.
+    pub async fn models(&self, key: &str) -> Vec<(String, String)> {
+        let list: Value = self
+            .client
+            .get(format!("{}/v1/models", self.base))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(list["object"], json!("list"));
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["id"].as_str().unwrap().to_owned(),
+                    m["owned_by"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
 }
 
 impl TestProxy {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
 use super::{eventually, simple_chat, MockProvider, TestProxy};
@@ -108,32 +108,6 @@ db_test!(
     }
 );
 
-/// The models and owners `GET /v1/models` lists for `key`.
-async fn listed(proxy: &TestProxy, key: &str) -> Vec<(String, String)> {
-    let list: Value = proxy
-        .client
-        .get(format!("{}/v1/models", proxy.base))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(list["object"], json!("list"));
-    list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| {
-            (
-                m["id"].as_str().unwrap().to_owned(),
-                m["owned_by"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 db_test!(the_model_list_holds_only_what_the_key_may_use, |app| {
     let provider = MockProvider::start().await;
     let proxy = TestProxy::start(&app, &provider).await;
@@ -143,7 +117,7 @@ db_test!(the_model_list_holds_only_what_the_key_may_use, |app| {
             json!({ "developer_label": "claude", "allowed_providers": ["anthropic"] }),
         )
         .await;
-    let models = listed(&proxy, &anthropic_only).await;
+    let models = proxy.models(&anthropic_only).await;
     assert!(!models.is_empty());
     assert!(
         models
@@ -162,7 +136,7 @@ db_test!(the_model_list_holds_only_what_the_key_may_use, |app| {
         )
         .await;
     assert_eq!(
-        listed(&proxy, &two_models).await,
+        proxy.models(&two_models).await,
         vec![
             ("claude-sonnet-4-5".to_owned(), "anthropic".to_owned()),
             ("gpt-4o-mini".to_owned(), "openai".to_owned()),
