@@ -383,11 +383,20 @@ pub async fn chain_unchained(db: &crate::db::Db) -> Result<u64, sqlx::Error> {
     let mut chained = 0;
     for tenant_id in tenants {
         let mut tx = db.begin_write().await?;
-        let rows = sqlx::query(
+        // Replicas starting together chain the same events: on PostgreSQL the rows are
+        // locked as they are read, so a second chainer waits and then finds them chained
+        // (read again after the lock) instead of chaining them twice. SQLite serializes
+        // writers already.
+        let lock = if crate::db::bulk::is_postgres(&mut tx) {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let rows = sqlx::query(&format!(
             "SELECT id, tenant_id, event_type, actor, target_type, target_id, details, \
              occurred_at FROM audit_events WHERE tenant_id = $1 AND seq IS NULL \
-             ORDER BY occurred_at, id",
-        )
+             ORDER BY occurred_at, id{lock}"
+        ))
         .bind(&tenant_id)
         .fetch_all(&mut *tx)
         .await?;
