@@ -147,6 +147,9 @@ macro_rules! tenant_tables {
 }
 
 tenant_tables![
+    "tool_calls",
+    "mcp_tool_drifts",
+    "mcp_server_tools",
     "mcp_servers",
     "sso_assertions",
     "sso_requests",

@@ -27,6 +27,10 @@ use crate::decisions::{self, ApprovalQueue, DecisionReport};
 use crate::event_loops::{proxy_handler, Servers, DRAIN};
 use crate::flush::FlushTarget;
 use crate::managed_keys::ManagedKeys;
+use crate::mcp::drift::{DriftReports, ReportTarget};
+use crate::mcp::metrics::GatewayMetrics;
+use crate::mcp::upstream::UpstreamClients;
+use crate::mcp::{GatewayShared, McpGateway};
 use crate::metrics::ProxyMetrics;
 use crate::rate_limit::RateWindows;
 use crate::resources::Resources;
@@ -100,6 +104,10 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         providers,
         service_token,
     } = settings;
+    // The MCP gateway's client (reqwest 0.13, built without a TLS provider) uses the
+    // process default: ring, as everything else here. Installed once; a second build in
+    // the same process finds it installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let catalog = Arc::new(providers.catalog().map_err(ProxyStartupError::Providers)?);
     let metrics = ProxyMetrics::new(providers.all())?;
     let state = Arc::new(EnforcementState::default());
@@ -144,6 +152,34 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let base = config.control_plane_url.trim_end_matches('/').to_owned();
     let managed_keys =
         ManagedKeys::new(&config.secrets_manager, metrics.managed_key_reads.clone()).await;
+    let mcp = Arc::new(McpGateway::new(
+        GatewayShared {
+            state: state.clone(),
+            upstreams: UpstreamClients::new(managed_keys.clone()),
+            rates: rates.clone(),
+            decisions: decision_sink.clone(),
+            approvals: ApprovalQueue {
+                client: reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(2))
+                    .build()?,
+                url: format!("{base}/internal/v1/policy-decisions"),
+                service_token: service_token.expose().to_owned(),
+                fallback: decision_sink.clone(),
+            },
+            usage: usage_sink.clone(),
+            metrics: GatewayMetrics::new(&metrics)?,
+            drifts: DriftReports::new(Some(ReportTarget {
+                client: reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(2))
+                    .build()?,
+                url: format!("{base}/internal/v1/mcp-tool-drifts"),
+                service_token: service_token.expose().to_owned(),
+            })),
+            call_timeout: Duration::from_secs(config.mcp_call_timeout_secs.max(1)),
+        },
+        &config.mcp_allowed_origins,
+        config.max_body_bytes,
+    ));
     let server_conf = Arc::new(ServerConf::default());
     // One proxy per event loop, each with its own provider connections: a connection
     // is registered with the loop that opened it, so sharing one pool across loops
@@ -170,6 +206,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             providers: providers.clone(),
             catalog: catalog.clone(),
             managed_keys: managed_keys.clone(),
+            mcp: mcp.clone(),
             max_body_bytes: config.max_body_bytes,
         });
         proxies.push(Arc::new(pingora::proxy::http_proxy(&server_conf, service)));

@@ -33,6 +33,12 @@ impl TenantCapture {
             redactor: Redactor::compile(&state.redaction_rules)?,
         })
     }
+
+    /// Applies the tenant's redaction rules to `value` (the MCP gateway's approval items
+    /// show tool arguments through them).
+    pub fn redact(&self, value: &mut serde_json::Value) {
+        self.redactor.redact(value);
+    }
 }
 
 /// The bytes of request bodies held for capture, across the process.

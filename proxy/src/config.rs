@@ -63,6 +63,12 @@ pub struct ProxyConfig {
     /// other's connections: a steadier tail where busy neighbours compete for the cores,
     /// at about a fifth less throughput (`event_loops`, `load-tests/README.md`).
     pub event_loops: usize,
+    /// Browser origins allowed to call the MCP gateway (`https://app.example.com:443`,
+    /// `http://localhost:*`). Agents send no `Origin`; a request with one not listed is
+    /// refused (403), so a web page cannot drive an operator's browser against it.
+    pub mcp_allowed_origins: Vec<String>,
+    /// How long an MCP server may take to answer a tool call through the gateway.
+    pub mcp_call_timeout_secs: u64,
 }
 
 /// Where managed provider keys are read (AWS Secrets Manager or a compatible emulator).
@@ -162,6 +168,8 @@ impl Default for ProxyConfig {
             secrets_manager: SecretsManagerConfig::default(),
             worker_threads: 0,
             event_loops: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+            mcp_allowed_origins: Vec::new(),
+            mcp_call_timeout_secs: 60,
         }
     }
 }
@@ -181,7 +189,7 @@ impl Default for SecretsManagerConfig {
 /// Each provider's own OpenAI-compatible endpoint: the default `base_url`.
 const fn default_base_url(provider: Provider) -> &'static str {
     match provider {
-        Provider::Operator(_) => "",
+        Provider::Operator(_) | Provider::Mcp => "",
         Provider::Openai => "https://api.openai.com/v1",
         Provider::Anthropic => "https://api.anthropic.com/v1",
         Provider::Google => "https://generativelanguage.googleapis.com/v1beta/openai",
@@ -222,6 +230,7 @@ impl ProvidersConfig {
     pub fn base_url(&self, provider: Provider) -> Option<&str> {
         match provider {
             Provider::Operator(name) => self.custom.get(name.as_str()).map(|c| &*c.base_url),
+            Provider::Mcp => None,
             built_in => Some(&self.built_in(built_in).base_url),
         }
     }
@@ -230,6 +239,7 @@ impl ProvidersConfig {
     pub fn api_key(&self, provider: Provider) -> Option<&Secret> {
         match provider {
             Provider::Operator(name) => self.custom.get(name.as_str())?.api_key.as_ref(),
+            Provider::Mcp => None,
             built_in => self.built_in(built_in).api_key.as_ref(),
         }
     }
@@ -240,7 +250,7 @@ impl ProvidersConfig {
             Provider::Google => &self.google,
             Provider::Nvidia => &self.nvidia,
             Provider::Bedrock => &self.bedrock,
-            Provider::Openai | Provider::Operator(_) => &self.openai,
+            Provider::Openai | Provider::Operator(_) | Provider::Mcp => &self.openai,
         }
     }
 

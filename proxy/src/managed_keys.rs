@@ -35,6 +35,23 @@ pub enum ManagedKeyError {
     Unusable,
 }
 
+/// Reads one secret once, outside a proxy (the control plane reads an MCP server's
+/// credential this way when an operator approves the server).
+pub async fn read_secret(
+    config: &SecretsManagerConfig,
+    secret_ref: &str,
+) -> Result<Arc<Secret>, ManagedKeyError> {
+    let reads = IntCounterVec::new(
+        prometheus::Opts::new("warden_secret_reads", "unregistered"),
+        &["outcome"],
+    )
+    .map_err(|error| ManagedKeyError::Read(error.to_string()))?;
+    ManagedKeys::new(config, reads)
+        .await
+        .resolve(secret_ref)
+        .await
+}
+
 #[derive(Clone)]
 pub struct ManagedKeys {
     client: aws_sdk_secretsmanager::Client,

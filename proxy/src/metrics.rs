@@ -238,6 +238,14 @@ impl ProxyMetrics {
             .map(|(_, metrics)| metrics)
     }
 
+    /// Adds a collector of another module (the MCP gateway's) to what `/metrics` shows.
+    pub fn register(
+        &self,
+        collector: Box<dyn prometheus::core::Collector>,
+    ) -> Result<(), prometheus::Error> {
+        self.registry.register(collector)
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::new();

@@ -83,6 +83,7 @@ impl PolicyGate<'_> {
         request_type: &'static str,
         estimated_cost_micros: i64,
         now_ms: i64,
+        approval_details: Option<&dyn Fn() -> serde_json::Map<String, serde_json::Value>>,
     ) -> Result<PolicyPass, Stopped> {
         let key = &view.key;
         let Some(policies) = self.state.policies(&key.tenant_id) else {
@@ -128,7 +129,13 @@ impl PolicyGate<'_> {
         for counted in &counted {
             counted.give_back();
         }
-        let report = decision.into_report(approval_ask(&refusal, &request, admitted, request_type));
+        let mut ask = approval_ask(&refusal, &request, admitted, request_type);
+        if let (Some(ask), Some(details)) = (ask.as_mut(), approval_details) {
+            if let Some(context) = ask.request_context.as_object_mut() {
+                context.extend(details());
+            }
+        }
+        let report = decision.into_report(ask);
         if report.approval.is_some() {
             // Queued with the control plane before the refusal is answered.
             return Err(Stopped {

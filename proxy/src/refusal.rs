@@ -49,6 +49,11 @@ pub enum Refusal {
     ApprovalRequired {
         policy_id: i64,
     },
+    /// An MCP tool call names no tool of the tenant's enabled servers (prefixed name).
+    ToolNotFound(String),
+    /// An MCP tool whose definition is not an approved one (never approved, or changed
+    /// since: see `crate::mcp::drift`).
+    ToolNotApproved(String),
     NotFound,
     MethodNotAllowed,
     BodyTooLarge(usize),
@@ -76,8 +81,9 @@ impl Refusal {
             | Refusal::ModelNotAllowed(_)
             | Refusal::ManagedKeyMissing(_)
             | Refusal::PolicyViolation { .. }
-            | Refusal::ApprovalRequired { .. } => 403,
-            Refusal::NotFound => 404,
+            | Refusal::ApprovalRequired { .. }
+            | Refusal::ToolNotApproved(_) => 403,
+            Refusal::NotFound | Refusal::ToolNotFound(_) => 404,
             Refusal::MethodNotAllowed => 405,
             Refusal::BodyTooLarge(_) => 413,
             Refusal::UnsupportedMediaType => 415,
@@ -111,6 +117,8 @@ impl Refusal {
             Refusal::PolicyViolation { .. } => "policy_violation",
             Refusal::RateLimited { .. } => "rate_limit_exceeded",
             Refusal::ApprovalRequired { .. } => "approval_required",
+            Refusal::ToolNotFound(_) => "tool_not_found",
+            Refusal::ToolNotApproved(_) => "tool_not_approved",
             Refusal::NotFound => "not_found",
             Refusal::MethodNotAllowed => "method_not_allowed",
             Refusal::BodyTooLarge(_) => "payload_too_large",
@@ -204,9 +212,18 @@ impl Refusal {
             Refusal::ApprovalRequired { policy_id } => {
                 format!("policy {policy_id} requires a human approval of this request")
             }
+            Refusal::ToolNotFound(tool) => format!(
+                "no tool `{tool}` among the MCP servers this key reaches (tools are named \
+                 `<server>__<tool>` at /mcp)"
+            ),
+            Refusal::ToolNotApproved(tool) => format!(
+                "the tool `{tool}` is not approved as its server defines it now (never \
+                 approved, or changed since); an operator must approve the server again"
+            ),
             Refusal::NotFound => "no such endpoint on the Warden proxy; it serves POST \
                 /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST \
-                /v1/messages/count_tokens, POST /v1/embeddings and GET /v1/models"
+                /v1/messages/count_tokens, POST /v1/embeddings, GET /v1/models and the MCP \
+                gateway at /mcp"
                 .into(),
             Refusal::MethodNotAllowed => "method not allowed on this endpoint".into(),
             Refusal::BodyTooLarge(max) => format!("the request body is larger than {max} bytes"),

@@ -7,7 +7,8 @@
 
 use std::borrow::Cow;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use pingora::proxy::Session;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -36,6 +37,43 @@ pub struct Peek<'a> {
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: Option<bool>,
+}
+
+/// Reads the whole body (answering `Expect: 100-continue` first), refusing more than `max`.
+pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Refusal> {
+    let headers = &session.req_header().headers;
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let expects_continue = headers
+        .get(http::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if declared.is_some_and(|length| length > max) {
+        // The body stays unread: the connection cannot be reused.
+        session.set_keepalive(None);
+        return Err(Refusal::BodyTooLarge(max));
+    }
+    if expects_continue && session.write_continue_response().await.is_err() {
+        return Err(Refusal::BadRequest(
+            "cannot answer Expect: 100-continue".into(),
+        ));
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(max));
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > max {
+                    session.set_keepalive(None);
+                    return Err(Refusal::BodyTooLarge(max));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Err(_) => return Err(Refusal::BadRequest("cannot read the request body".into())),
+        }
+    }
 }
 
 /// `body` with `model` set to `upstream_model` and, when `inject_usage`,

@@ -11,6 +11,7 @@ use crate::capture::CaptureBuffer;
 use crate::config::ProvidersConfig;
 use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::managed_keys::ManagedKeys;
+use crate::mcp::McpGateway;
 use crate::metrics::ProxyMetrics;
 use crate::rate_limit::RateWindows;
 use crate::state::EnforcementState;
@@ -33,5 +34,7 @@ pub struct Resources {
     /// The declared providers' routed models and prices.
     pub catalog: Arc<ProviderCatalog>,
     pub managed_keys: ManagedKeys,
+    /// The MCP gateway, shared by every event loop.
+    pub mcp: Arc<McpGateway>,
     pub max_body_bytes: usize,
 }

@@ -15,6 +15,7 @@ use crate::admission;
 use crate::clock::now_ms;
 use crate::endpoint::Endpoint;
 use crate::forward;
+use crate::mcp::Caller;
 use crate::metrics::status_class;
 use crate::refusal::{Refusal, Refused};
 use crate::resources::Resources;
@@ -140,6 +141,31 @@ impl ProxyService {
                 let view = self.authenticate(session)?;
                 forward::forward(shared, session, view, Endpoint::MessagesCountTokens).await
             }
+            ("POST" | "GET" | "DELETE", "/mcp") => {
+                let view = self.authenticate(session)?;
+                let caller = Caller { view, server: None };
+                shared
+                    .mcp
+                    .serve(session, caller, shared.max_body_bytes)
+                    .await
+                    .map_err(Into::into)
+            }
+            ("POST" | "GET" | "DELETE", path) if path.starts_with("/mcp/") => {
+                let server = &path["/mcp/".len()..];
+                if !warden_shared::mcp::is_server_name(server) {
+                    return Err(Refusal::NotFound.into());
+                }
+                let view = self.authenticate(session)?;
+                let caller = Caller {
+                    view,
+                    server: Some(server.to_owned()),
+                };
+                shared
+                    .mcp
+                    .serve(session, caller, shared.max_body_bytes)
+                    .await
+                    .map_err(Into::into)
+            }
             (
                 _,
                 "/v1/chat/completions"
@@ -149,7 +175,8 @@ impl ProxyService {
                 | "/v1/messages/count_tokens"
                 | "/v1/models"
                 | "/healthz"
-                | "/metrics",
+                | "/metrics"
+                | "/mcp",
             ) => Err(Refusal::MethodNotAllowed.into()),
             _ => Err(Refusal::NotFound.into()),
         }

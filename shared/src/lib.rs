@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod ids;
 pub mod keys;
 pub mod managed;
+pub mod mcp;
 pub mod policy;
 pub mod pricing;
 pub mod redaction;

@@ -19,6 +19,12 @@ pub enum Provider {
     Bedrock,
     /// A provider the operator declared under this name.
     Operator(ProviderName),
+    /// Not a model provider: the MCP gateway. A tool call is decided, recorded and
+    /// approved as a request to `mcp` whose "model" is the tool's prefixed name
+    /// (`github__create_issue`), so policies, approvals and decision records treat tool
+    /// calls with the same machinery as model calls. Never routed to, never priced, and
+    /// not a name the API accepts where a model provider is meant.
+    Mcp,
 }
 
 impl Provider {
@@ -39,6 +45,7 @@ impl Provider {
             Provider::Nvidia => "nvidia",
             Provider::Bedrock => "bedrock",
             Provider::Operator(name) => name.as_str(),
+            Provider::Mcp => "mcp",
         }
     }
 
@@ -48,11 +55,12 @@ impl Provider {
         Provider::BUILT_IN
             .into_iter()
             .find(|p| p.as_str() == text)
+            .or_else(|| (text == "mcp").then_some(Provider::Mcp))
             .or_else(|| ProviderName::parse(text).map(Provider::Operator))
     }
 
     pub const fn is_built_in(&self) -> bool {
-        !matches!(self, Provider::Operator(_))
+        !matches!(self, Provider::Operator(_) | Provider::Mcp)
     }
 }
 
@@ -83,7 +91,7 @@ impl<'de> Deserialize<'de> for Provider {
 }
 
 /// An operator-declared provider's name: 1 to 32 lowercase ASCII letters, digits, `-` or
-/// `_`, starting with a letter, and not a built-in's. Held inline so that [`Provider`]
+/// `_`, starting with a letter, and not a built-in's (nor `mcp`, the gateway's). Held inline so that [`Provider`]
 /// stays `Copy` and the request path allocates nothing for it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProviderName {
@@ -100,7 +108,7 @@ impl ProviderName {
             && text
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        let built_in = Provider::BUILT_IN.iter().any(|p| p.as_str() == text);
+        let built_in = Provider::BUILT_IN.iter().any(|p| p.as_str() == text) || text == "mcp";
         if !well_formed || built_in {
             return None;
         }

@@ -228,6 +228,18 @@ pub struct McpServerState {
     /// The credential's Secrets Manager name, under the tenant's managed prefix.
     #[serde(default)]
     pub secret_ref: Option<String>,
+    /// The tool definitions an operator approved (`POST /mcp-servers/{id}/approve`).
+    /// Only these, unchanged, reach agents; empty until the server is approved.
+    #[serde(default)]
+    pub pinned_tools: Vec<PinnedTool>,
+}
+
+/// An approved tool of an MCP server: its name on the server and the fingerprint of its
+/// definition (`crate::mcp::fingerprint`) when it was approved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedTool {
+    pub name: String,
+    pub fingerprint: String,
 }
 
 /// One redaction rule: the value at `field_path` (dot-separated member names; arrays on

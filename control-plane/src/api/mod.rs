@@ -46,6 +46,7 @@ mod risk;
 mod sso;
 mod teams;
 pub mod telemetry;
+mod tool_calls;
 
 use axum::Router;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -92,6 +93,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
         .merge(payload_capture::router())
         .merge(sso::router())
         .merge(mcp_servers::router())
+        .merge(tool_calls::router())
         .merge(admin::router());
     let (router, mut openapi) = OpenApiRouter::with_openapi(base_document())
         .nest(API_PREFIX, v1)

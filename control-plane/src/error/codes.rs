@@ -120,6 +120,8 @@ error_codes! {
         "A field breaks a rule; `details.field` names it.";
     UrlNotAllowed => UNPROCESSABLE_ENTITY, "url_not_allowed",
         "An outbound URL or host is not http(s) or resolves to an address Warden will not call (`details.field`, `details.reason`).";
+    McpServerUnreachable => UNPROCESSABLE_ENTITY, "mcp_server_unreachable",
+        "The MCP server could not be reached, its credential read, or its tools listed, so nothing was approved (`details.reason`).";
     RateLimited => TOO_MANY_REQUESTS, "rate_limited",
         "Too many signup or login attempts; `Retry-After` says when to retry.";
     InternalError => INTERNAL_SERVER_ERROR, "internal_error",

@@ -145,6 +145,13 @@ pub const EVENTS: &[EventKind] = &[
         severity: Severity::Critical,
         resolves: None,
     },
+    EventKind {
+        name: "mcp_tool.changed",
+        raised_by: &["mcp_server.tool_changed"],
+        title: "MCP tool definition changed since its approval: withheld from agents",
+        severity: Severity::Error,
+        resolves: None,
+    },
 ];
 
 /// The test message `POST /notifications/channels/{id}/test` sends; not subscribable.

@@ -9,8 +9,8 @@ use warden_shared::policy::PolicyType;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, ApprovalGrant, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState,
-    McpServerState, PayloadCaptureState, PolicyState, ProxyKeyState, RedactionRuleState,
-    ScopeSpend, Snapshot, TenantState,
+    McpServerState, PayloadCaptureState, PinnedTool, PolicyState, ProxyKeyState,
+    RedactionRuleState, ScopeSpend, Snapshot, TenantState,
 };
 
 use crate::changes::ChangeKind;
@@ -142,13 +142,55 @@ pub async fn snapshot(pool: &AnyPool, month: i64, now_ms: i64) -> Result<Snapsho
             .iter()
             .filter_map(|row| payload_capture_from_row(row).transpose())
             .collect::<Result<_, _>>()?,
-        mcp_servers: sqlx::query(select_mcp_servers!())
+        mcp_servers: with_pins(
+            pool,
+            sqlx::query(select_mcp_servers!())
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(mcp_server_from_row)
+                .collect::<Result<_, _>>()?,
+            None,
+        )
+        .await?,
+    })
+}
+
+/// `servers` with their approved tools (all servers' pins, or `only` one server's).
+async fn with_pins(
+    pool: &AnyPool,
+    mut servers: Vec<McpServerState>,
+    only: Option<&str>,
+) -> Result<Vec<McpServerState>, sqlx::Error> {
+    let rows = match only {
+        Some(id) => {
+            sqlx::query(
+                "SELECT server_id, name, fingerprint FROM mcp_server_tools WHERE server_id = $1 \
+                 ORDER BY name",
+            )
+            .bind(id)
             .fetch_all(pool)
             .await?
-            .iter()
-            .map(mcp_server_from_row)
-            .collect::<Result<_, _>>()?,
-    })
+        }
+        None => sqlx::query(
+            "SELECT server_id, name, fingerprint FROM mcp_server_tools ORDER BY server_id, name",
+        )
+        .fetch_all(pool)
+        .await?,
+    };
+    let mut pins: BTreeMap<String, Vec<PinnedTool>> = BTreeMap::new();
+    for row in &rows {
+        pins.entry(row.try_get("server_id")?)
+            .or_default()
+            .push(PinnedTool {
+                name: row.try_get("name")?,
+                fingerprint: row.try_get("fingerprint")?,
+            });
+    }
+    for server in &mut servers {
+        server.pinned_tools = pins.remove(&server.id).unwrap_or_default();
+    }
+    Ok(servers)
 }
 
 /// Every tenant's enabled policies.
@@ -391,7 +433,12 @@ async fn add_current_state(
                 .fetch_optional(pool)
                 .await?;
             match row.as_ref().map(mcp_server_from_row).transpose()? {
-                Some(server) => delta.upserts.push(Entity::McpServer(server)),
+                Some(server) => {
+                    let server = with_pins(pool, vec![server], Some(id)).await?;
+                    delta
+                        .upserts
+                        .extend(server.into_iter().map(Entity::McpServer));
+                }
                 None => delta.removals.push(EntityRef::McpServer(id.to_owned())),
             }
         }
@@ -523,6 +570,7 @@ fn mcp_server_from_row(row: &AnyRow) -> Result<McpServerState, sqlx::Error> {
         name: row.try_get("name")?,
         url: row.try_get("url")?,
         secret_ref: row.try_get("secret_ref")?,
+        pinned_tools: Vec::new(),
     })
 }
 

@@ -11,7 +11,7 @@ mod settle;
 
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use pingora::proxy::Session;
 use warden_shared::catalog::ProviderCatalog;
 use warden_shared::registry::Provider;
@@ -22,7 +22,7 @@ use crate::clock::now_ms;
 use crate::endpoint::Endpoint;
 use crate::metrics::model_label;
 use crate::refusal::{Refusal, Refused, RouteLabels};
-use crate::request_body::Peek;
+use crate::request_body::{read_body, Peek};
 use crate::resources::Resources;
 use crate::state::KeyView;
 
@@ -167,42 +167,5 @@ fn ensure_json(session: &Session) -> Result<(), Refusal> {
         Ok(())
     } else {
         Err(Refusal::UnsupportedMediaType)
-    }
-}
-
-/// Reads the whole body (answering `Expect: 100-continue` first), refusing more than `max`.
-async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Refusal> {
-    let headers = &session.req_header().headers;
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let expects_continue = headers
-        .get(http::header::EXPECT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-    if declared.is_some_and(|length| length > max) {
-        // The body stays unread: the connection cannot be reused.
-        session.set_keepalive(None);
-        return Err(Refusal::BodyTooLarge(max));
-    }
-    if expects_continue && session.write_continue_response().await.is_err() {
-        return Err(Refusal::BadRequest(
-            "cannot answer Expect: 100-continue".into(),
-        ));
-    }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(max));
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > max {
-                    session.set_keepalive(None);
-                    return Err(Refusal::BodyTooLarge(max));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(body.freeze()),
-            Err(_) => return Err(Refusal::BadRequest("cannot read the request body".into())),
-        }
     }
 }

@@ -57,6 +57,7 @@ pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed,
             .state
             .payload_capture(&ready.view.key.tenant_id)
             .map(|tenant| shared.captures.capture(tenant, ready.body)),
+        tool_call: None,
     });
     if let Some(exchange) = exchange.filter(|_| relayed.complete) {
         shared.upstreams.release(exchange).await;

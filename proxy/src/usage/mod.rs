@@ -43,6 +43,29 @@ pub struct UsageRecord {
     /// The request's body, for a tenant with payload capture (`crate::capture`):
     /// redacted as the batch is written, and dropped then.
     pub capture: Option<Capture>,
+    /// An MCP tool call's record (`crate::mcp`): the control plane keeps it with the
+    /// tenant's tool calls, not in the cost ledger. Its `model_name` is the prefixed tool
+    /// name, its provider `mcp`, its tokens zero.
+    pub tool_call: Option<Box<ToolCallRecord>>,
+}
+
+/// What the gateway records of a tool call, allowed or refused.
+#[derive(Debug, Clone)]
+pub struct ToolCallRecord {
+    /// The registered server's id; empty when the name matched no server.
+    pub server_id: String,
+    pub server: String,
+    /// The tool's name on its server.
+    pub tool: String,
+    /// `ok`, `tool_error` (the tool answered with an error), `upstream_error` (the
+    /// server could not be reached or failed) or `refused` (by Warden).
+    pub outcome: &'static str,
+    /// `allowed`, or the refusal's code (`approval_required`, `policy_violation`, ...).
+    pub decision: &'static str,
+    /// The policy that refused or held the call.
+    pub policy_id: Option<i64>,
+    /// From the call's arrival to its answer, milliseconds.
+    pub latency_ms: i64,
 }
 
 /// The decision of the policies on a forwarded request, carried to the control plane by

@@ -419,6 +419,7 @@ mod tests {
                 policy_results: results(&no_nvidia(), Outcome::Pass),
             }),
             capture: None,
+            tool_call: None,
         }
     }
 

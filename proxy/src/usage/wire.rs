@@ -44,6 +44,25 @@ pub fn record(out: &mut Vec<u8>, record: &UsageRecord, list: Option<usize>) {
         out.extend_from_slice(b",\"capture\":");
         capture.write(out);
     }
+    if let Some(call) = &record.tool_call {
+        out.extend_from_slice(b",\"tool_call\":{\"server_id\":");
+        string(out, &call.server_id);
+        out.extend_from_slice(b",\"server\":");
+        string(out, &call.server);
+        out.extend_from_slice(b",\"tool\":");
+        string(out, &call.tool);
+        out.extend_from_slice(b",\"outcome\":");
+        string(out, call.outcome);
+        out.extend_from_slice(b",\"decision\":");
+        string(out, call.decision);
+        if let Some(policy_id) = call.policy_id {
+            out.extend_from_slice(b",\"policy_id\":");
+            integer(out, policy_id);
+        }
+        out.extend_from_slice(b",\"latency_ms\":");
+        integer(out, call.latency_ms);
+        out.push(b'}');
+    }
     out.push(b'}');
 }
 
@@ -103,6 +122,7 @@ mod tests {
                 policy_results: results(&no_nvidia(), Outcome::Pass),
             }),
             capture: None,
+            tool_call: None,
         }
     }
 

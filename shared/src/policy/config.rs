@@ -43,6 +43,18 @@ struct Allowlist {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ToolAllowlist {
+    allowed_tools: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockedTools {
+    tools: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct BlockedProviders {
     providers: Vec<Provider>,
 }
@@ -66,6 +78,8 @@ struct RateLimit {
     tokens_per_minute: Option<i64>,
     #[serde(default)]
     per: RatePer,
+    #[serde(default)]
+    tools: Vec<String>,
 }
 
 fn parse_as<T: for<'de> Deserialize<'de>>(value: &Value) -> Result<T, ConfigError> {
@@ -140,11 +154,29 @@ impl PolicyConfig {
                 {
                     return Err(error("tokens_per_minute", "must be 1 to 1000000000"));
                 }
+                check_models("tools", &limit.tools, 0)?;
+                if !limit.tools.is_empty() && limit.tokens_per_minute.is_some() {
+                    return Err(error(
+                        "tokens_per_minute",
+                        "tool calls have no tokens: a limit with tools counts requests only",
+                    ));
+                }
                 Ok(PolicyConfig::RateLimit {
                     requests_per_minute: limit.requests_per_minute,
                     tokens_per_minute: limit.tokens_per_minute,
                     per: limit.per,
+                    tools: limit.tools,
                 })
+            }
+            PolicyType::ToolAllowlist => {
+                let ToolAllowlist { allowed_tools } = parse_as(value)?;
+                check_models("allowed_tools", &allowed_tools, 1)?;
+                Ok(PolicyConfig::ToolAllowlist { allowed_tools })
+            }
+            PolicyType::BlockTool => {
+                let BlockedTools { tools } = parse_as(value)?;
+                check_models("tools", &tools, 1)?;
+                Ok(PolicyConfig::BlockTool { tools })
             }
         }
     }
@@ -157,12 +189,21 @@ impl PolicyConfig {
             }
             PolicyConfig::BlockProvider { providers } => json!({ "providers": providers }),
             PolicyConfig::RequireApproval(matcher) | PolicyConfig::RequireHumanReview(matcher) => {
-                json!({
+                let mut config = json!({
                     "models": matcher.models,
                     "providers": matcher.providers,
                     "environments": matcher.environments,
-                })
+                });
+                // Shown only when set: a model-request matcher reads as it always has.
+                if !matcher.tools.is_empty() {
+                    config["tools"] = json!(matcher.tools);
+                }
+                config
             }
+            PolicyConfig::ToolAllowlist { allowed_tools } => {
+                json!({ "allowed_tools": allowed_tools })
+            }
+            PolicyConfig::BlockTool { tools } => json!({ "tools": tools }),
             PolicyConfig::BudgetLimit {
                 monthly_limit_micros,
                 warn_threshold_pct,
@@ -176,11 +217,18 @@ impl PolicyConfig {
                 requests_per_minute,
                 tokens_per_minute,
                 per,
-            } => json!({
-                "requests_per_minute": requests_per_minute,
-                "tokens_per_minute": tokens_per_minute,
-                "per": per,
-            }),
+                tools,
+            } => {
+                let mut config = json!({
+                    "requests_per_minute": requests_per_minute,
+                    "tokens_per_minute": tokens_per_minute,
+                    "per": per,
+                });
+                if !tools.is_empty() {
+                    config["tools"] = json!(tools);
+                }
+                config
+            }
         }
     }
 }
@@ -201,6 +249,13 @@ pub fn check_scope(policy_type: PolicyType, scope: &Scope) -> Result<(), ConfigE
 fn matcher(value: &Value) -> Result<Matcher, ConfigError> {
     let mut matcher: Matcher = parse_as(value)?;
     check_models("models", &matcher.models, 0)?;
+    check_models("tools", &matcher.tools, 0)?;
+    if !matcher.tools.is_empty() && !(matcher.models.is_empty() && matcher.providers.is_empty()) {
+        return Err(error(
+            "tools",
+            "a matcher with tools matches tool calls: leave models and providers empty",
+        ));
+    }
     matcher.providers.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     matcher.providers.dedup();
     if let Some(bad) = matcher
@@ -220,7 +275,7 @@ fn check_models(field: &str, models: &[String], at_least: usize) -> Result<(), C
     if models.len() < at_least || models.len() > MAX_MODELS {
         return Err(error(
             field,
-            format!("must list {at_least} to {MAX_MODELS} models"),
+            format!("must list {at_least} to {MAX_MODELS} names"),
         ));
     }
     for model in models {
@@ -232,7 +287,7 @@ fn check_models(field: &str, models: &[String], at_least: usize) -> Result<(), C
         {
             return Err(error(
                 field,
-                format!("`{model}` is not a model name (or a prefix ending in `*`)"),
+                format!("`{model}` is not a name (or a prefix ending in `*`)"),
             ));
         }
     }
@@ -326,5 +381,55 @@ mod tests {
         )
         .is_err());
         assert!(check_scope(PolicyType::BudgetLimit, &Scope::Team("tm_1".into())).is_ok());
+        assert_eq!(
+            field(PolicyType::ToolAllowlist, json!({ "allowed_tools": [] })).as_deref(),
+            Some("config.allowed_tools")
+        );
+        assert_eq!(
+            field(
+                PolicyType::RequireApproval,
+                json!({ "tools": ["a__b"], "models": ["gpt-4o"] })
+            )
+            .as_deref(),
+            Some("config.tools")
+        );
+        assert_eq!(
+            field(
+                PolicyType::RateLimit,
+                json!({ "tokens_per_minute": 5, "tools": ["a__*"] })
+            )
+            .as_deref(),
+            Some("config.tokens_per_minute")
+        );
+    }
+
+    #[test]
+    fn tool_configs_render_their_tools_and_model_configs_stay_as_they_were() {
+        let render = |t, v: Value| PolicyConfig::from_json(t, &v).map(|c| c.to_json()).ok();
+        assert_eq!(
+            render(
+                PolicyType::BlockTool,
+                json!({ "tools": ["github__delete*"] })
+            ),
+            Some(json!({ "tools": ["github__delete*"] }))
+        );
+        assert_eq!(
+            render(
+                PolicyType::RequireApproval,
+                json!({ "tools": ["github__create_issue"] })
+            ),
+            Some(
+                json!({ "models": [], "providers": [], "environments": [], "tools": ["github__create_issue"] })
+            )
+        );
+        assert_eq!(
+            render(
+                PolicyType::RateLimit,
+                json!({ "requests_per_minute": 5, "tools": ["docs__search"] })
+            ),
+            Some(
+                json!({ "requests_per_minute": 5, "tokens_per_minute": null, "per": "agent", "tools": ["docs__search"] })
+            )
+        );
     }
 }

@@ -67,6 +67,9 @@ fn check(
     counters: &dyn Counters,
     evaluation: &mut Evaluation,
 ) -> (Outcome, Option<Cow<'static, str>>) {
+    if let Some(reason) = not_for_this_kind(&policy.config, request) {
+        return (Outcome::Skip, Some(Cow::Borrowed(reason)));
+    }
     match &policy.config {
         PolicyConfig::ModelAllowlist { allowed_models } => {
             if allowed_models
@@ -127,11 +130,26 @@ fn check(
             requests_per_minute,
             tokens_per_minute,
             per,
+            ..
         } => {
             let counts = counters.minute_counts(policy.id, *per);
             match minute_limit_reached(counts, *requests_per_minute, *tokens_per_minute) {
                 Some(reason) => fail(reason),
                 None => (Outcome::Pass, None),
+            }
+        }
+        PolicyConfig::ToolAllowlist { allowed_tools } => {
+            if tools_match(allowed_tools, request) {
+                (Outcome::Pass, None)
+            } else {
+                fail(format!("tool `{}` is not on the allowlist", request.model))
+            }
+        }
+        PolicyConfig::BlockTool { tools } => {
+            if tools_match(tools, request) {
+                fail(format!("tool `{}` is blocked", request.model))
+            } else {
+                (Outcome::Pass, None)
             }
         }
         PolicyConfig::RequireHumanReview(matcher) => {
@@ -148,6 +166,31 @@ fn check(
                 )
             }
         }
+    }
+}
+
+/// Why `config` does not apply to a request of this kind (a tool call or a model
+/// request), if it does not; the module documentation has the rules.
+fn not_for_this_kind(config: &PolicyConfig, request: &RequestFacts<'_>) -> Option<&'static str> {
+    const MODEL_ONLY: &str = "the policy applies to model requests, not tool calls";
+    const TOOLS_ONLY: &str = "the policy applies to tool calls";
+    const NOT_LISTED: &str = "the tool call is not among the policy's tools";
+    let tool_call = request.is_tool_call();
+    match config {
+        PolicyConfig::ModelAllowlist { .. }
+        | PolicyConfig::BlockProvider { .. }
+        | PolicyConfig::BudgetLimit { .. } => tool_call.then_some(MODEL_ONLY),
+        PolicyConfig::ToolAllowlist { .. } | PolicyConfig::BlockTool { .. } => {
+            (!tool_call).then_some(TOOLS_ONLY)
+        }
+        PolicyConfig::RateLimit { tools, .. } => match (tools.is_empty(), tool_call) {
+            (true, true) => Some(MODEL_ONLY),
+            (false, false) => Some(TOOLS_ONLY),
+            (false, true) if !tools_match(tools, request) => Some(NOT_LISTED),
+            _ => None,
+        },
+        // Their matchers tell tool calls from model requests.
+        PolicyConfig::RequireApproval(_) | PolicyConfig::RequireHumanReview(_) => None,
     }
 }
 
@@ -364,6 +407,7 @@ mod tests {
                 requests_per_minute: Some(10),
                 tokens_per_minute: None,
                 per: RatePer::Key,
+                tools: Vec::new(),
             },
         )];
         let with = |requests| Fixed {
@@ -379,6 +423,117 @@ mod tests {
             Decision::Refuse { policy_id: 8, .. }
         ));
         assert_eq!(rate_bucket(RatePer::Key, &request("x")), "key:ak_1");
+    }
+
+    /// A tool call through the MCP gateway, to `tool` (`<server>__<tool>`).
+    fn tool_call(tool: &str) -> RequestFacts<'_> {
+        RequestFacts {
+            provider: Provider::Mcp,
+            estimated_cost_micros: 0,
+            ..request(tool)
+        }
+    }
+
+    #[test]
+    fn tool_policies_decide_tool_calls_and_model_policies_model_requests() {
+        let policies = [
+            policy(
+                1,
+                9,
+                Scope::Global,
+                PolicyConfig::ToolAllowlist {
+                    allowed_tools: vec!["docs__*".into(), "github__create_issue".into()],
+                },
+            ),
+            policy(
+                2,
+                8,
+                Scope::Global,
+                PolicyConfig::BlockTool {
+                    tools: vec!["docs__delete*".into()],
+                },
+            ),
+            policy(
+                3,
+                7,
+                Scope::Global,
+                PolicyConfig::ModelAllowlist {
+                    allowed_models: vec!["gpt-4o".into()],
+                },
+            ),
+            policy(
+                4,
+                6,
+                Scope::Global,
+                PolicyConfig::RequireApproval(Matcher {
+                    tools: vec!["github__create_issue".into()],
+                    ..Matcher::default()
+                }),
+            ),
+            policy(
+                5,
+                5,
+                Scope::Global,
+                PolicyConfig::RateLimit {
+                    requests_per_minute: Some(2),
+                    tokens_per_minute: None,
+                    per: RatePer::Agent,
+                    tools: vec!["docs__search".into()],
+                },
+            ),
+        ];
+        let decide = |facts: RequestFacts<'_>, requests| {
+            evaluate(
+                &policies,
+                &facts,
+                &Fixed {
+                    requests,
+                    ..Fixed::default()
+                },
+            )
+            .decision
+        };
+        // The model allowlist does not refuse tools, nor tool policies models.
+        assert_eq!(decide(tool_call("docs__search"), 0), Decision::Allow);
+        assert_eq!(decide(request("gpt-4o"), 9), Decision::Allow);
+        assert!(matches!(
+            decide(request("o3"), 0),
+            Decision::Refuse { policy_id: 3, .. }
+        ));
+        assert!(matches!(
+            decide(tool_call("github__delete_repo"), 0),
+            Decision::Refuse { policy_id: 1, .. }
+        ));
+        assert!(matches!(
+            decide(tool_call("docs__delete_page"), 0),
+            Decision::Refuse { policy_id: 2, .. }
+        ));
+        assert_eq!(
+            decide(tool_call("github__create_issue"), 0),
+            Decision::RequireApproval { policy_id: 4 }
+        );
+        // The rate limit counts its tool only.
+        assert!(matches!(
+            decide(tool_call("docs__search"), 2),
+            Decision::Refuse { policy_id: 5, .. }
+        ));
+        assert_eq!(decide(tool_call("docs__read"), 2), Decision::Allow);
+        // An approval matcher without tools holds model requests, not tool calls.
+        let model_approval = [policy(
+            6,
+            0,
+            Scope::Global,
+            PolicyConfig::RequireApproval(Matcher::default()),
+        )];
+        let fixed = Fixed::default();
+        assert_eq!(
+            evaluate(&model_approval, &tool_call("docs__read"), &fixed).decision,
+            Decision::Allow
+        );
+        assert_eq!(
+            evaluate(&model_approval, &request("gpt-4o"), &fixed).decision,
+            Decision::RequireApproval { policy_id: 6 }
+        );
     }
 
     #[test]

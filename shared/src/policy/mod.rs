@@ -37,6 +37,20 @@
 //!   has reached a limit.
 //! - `require_human_review`: `{models?, providers?, environments?}` as for approvals. A
 //!   match is forwarded, but flagged for review (`pass` with a reason, `review: true`).
+//! - `tool_allowlist`: `{allowed_tools: [string, ...]}` (1 to 500 tool names as agents
+//!   see them, `<server>__<tool>`; a trailing `*` matches a prefix, `github__*` a whole
+//!   server). Fails when a tool call's tool is not listed.
+//! - `block_tool`: `{tools: [string, ...]}` (1 to 500, patterns as above). Fails when a
+//!   tool call's tool is listed.
+//!
+//! **Tool calls** (the MCP gateway) are decided by the same evaluator, as requests to
+//! provider `mcp` whose model is the prefixed tool name. `tool_allowlist` and
+//! `block_tool` apply to tool calls only; `model_allowlist`, `block_provider` and
+//! `budget_limit` to model requests only (a tool call has no model and no cost). A
+//! `require_approval`, `require_human_review` or `rate_limit` policy with `tools`
+//! (patterns as above; `models` and `providers` then must be empty, and a rate limit
+//! counts requests only) applies to the tool calls it lists; without `tools`, to model
+//! requests only, as before tools existed.
 
 use std::borrow::Cow;
 
@@ -54,7 +68,7 @@ pub use evaluate::{
     sort_for_evaluation,
 };
 
-/// The six kinds of policy.
+/// The kinds of policy: the spec's six, and the MCP gateway's two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyType {
@@ -64,16 +78,20 @@ pub enum PolicyType {
     BudgetLimit,
     RateLimit,
     RequireHumanReview,
+    ToolAllowlist,
+    BlockTool,
 }
 
 impl PolicyType {
-    pub const ALL: [PolicyType; 6] = [
+    pub const ALL: [PolicyType; 8] = [
         PolicyType::ModelAllowlist,
         PolicyType::BlockProvider,
         PolicyType::RequireApproval,
         PolicyType::BudgetLimit,
         PolicyType::RateLimit,
         PolicyType::RequireHumanReview,
+        PolicyType::ToolAllowlist,
+        PolicyType::BlockTool,
     ];
 
     pub fn parse(text: &str) -> Option<PolicyType> {
@@ -88,6 +106,8 @@ impl PolicyType {
             PolicyType::BudgetLimit => "budget_limit",
             PolicyType::RateLimit => "rate_limit",
             PolicyType::RequireHumanReview => "require_human_review",
+            PolicyType::ToolAllowlist => "tool_allowlist",
+            PolicyType::BlockTool => "block_tool",
         }
     }
 }
@@ -158,11 +178,22 @@ pub struct Matcher {
     pub providers: Vec<Provider>,
     #[serde(default)]
     pub environments: Vec<String>,
+    /// Tool-name patterns: a matcher with tools matches tool calls only, one without
+    /// them model requests only.
+    #[serde(default)]
+    pub tools: Vec<String>,
 }
 
 impl Matcher {
     fn matches(&self, request: &RequestFacts<'_>) -> bool {
-        (self.models.is_empty() || self.models.iter().any(|m| model_matches(m, request.model)))
+        if request.is_tool_call() {
+            return tools_match(&self.tools, request)
+                && (self.environments.is_empty()
+                    || self.environments.iter().any(|e| e == request.environment));
+        }
+        self.tools.is_empty()
+            && (self.models.is_empty()
+                || self.models.iter().any(|m| model_matches(m, request.model)))
             && (self.providers.is_empty() || self.providers.contains(&request.provider))
             && (self.environments.is_empty()
                 || self.environments.iter().any(|e| e == request.environment))
@@ -199,8 +230,17 @@ pub enum PolicyConfig {
         requests_per_minute: Option<i64>,
         tokens_per_minute: Option<i64>,
         per: RatePer,
+        /// Tool-name patterns: with them the limit counts the tool calls they match,
+        /// without them model requests.
+        tools: Vec<String>,
     },
     RequireHumanReview(Matcher),
+    ToolAllowlist {
+        allowed_tools: Vec<String>,
+    },
+    BlockTool {
+        tools: Vec<String>,
+    },
 }
 
 impl PolicyConfig {
@@ -213,7 +253,9 @@ impl PolicyConfig {
             }
             PolicyConfig::ModelAllowlist { .. }
             | PolicyConfig::BudgetLimit { .. }
-            | PolicyConfig::RateLimit { .. } => &[],
+            | PolicyConfig::RateLimit { .. }
+            | PolicyConfig::ToolAllowlist { .. }
+            | PolicyConfig::BlockTool { .. } => &[],
         }
     }
 }
@@ -253,6 +295,8 @@ impl Policy {
             PolicyConfig::BudgetLimit { .. } => PolicyType::BudgetLimit,
             PolicyConfig::RateLimit { .. } => PolicyType::RateLimit,
             PolicyConfig::RequireHumanReview(_) => PolicyType::RequireHumanReview,
+            PolicyConfig::ToolAllowlist { .. } => PolicyType::ToolAllowlist,
+            PolicyConfig::BlockTool { .. } => PolicyType::BlockTool,
         }
     }
 }
@@ -269,6 +313,18 @@ pub struct RequestFacts<'a> {
     pub model: &'a str,
     /// The request's estimated cost (0 for a dry run without a body).
     pub estimated_cost_micros: i64,
+}
+
+impl RequestFacts<'_> {
+    /// A tool call through the MCP gateway: provider `mcp`, the model its tool's name.
+    pub fn is_tool_call(&self) -> bool {
+        self.provider == Provider::Mcp
+    }
+}
+
+/// Whether a tool call's tool is among `patterns` (none: it is not).
+fn tools_match(patterns: &[String], request: &RequestFacts<'_>) -> bool {
+    patterns.iter().any(|p| model_matches(p, request.model))
 }
 
 /// What the stateful policies need to know, read by the caller (the proxy from memory,

@@ -56,6 +56,9 @@ pub struct ProxyUsageRecord {
     /// The request's body, redacted, for a tenant with payload capture enabled.
     #[serde(default)]
     pub capture: Option<RecordCapture>,
+    /// An MCP tool call's record: kept with the tenant's tool calls, not in the ledger.
+    #[serde(default)]
+    pub tool_call: Option<super::tool_calls::ToolCallInput>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

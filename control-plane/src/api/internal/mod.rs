@@ -3,14 +3,18 @@
 //!
 //! Each operation's rules live in a file of its own: `usage_batches.rs` (the proxy's
 //! idempotent usage ingest), `policy_decisions.rs` (the proxies' other policy decisions)
-//! and `proxy_state.rs` (the state stream and the proxies' acknowledgements of what
-//! they applied). `store.rs` holds the SQL of their own rows;
+//! `proxy_state.rs` (the state stream and the proxies' acknowledgements of what
+//! they applied), `tool_calls.rs` (the MCP gateway's tool-call records, which arrive in
+//! usage batches) and `tool_drifts.rs` (MCP tool definitions that changed since their
+//! approval). `store.rs` holds the SQL of their own rows;
 //! usage goes through `crate::ledger`, and the stream reads `crate::proxy_state::load`.
 
 mod input;
 mod policy_decisions;
 mod proxy_state;
 mod store;
+mod tool_calls;
+mod tool_drifts;
 mod usage_batches;
 
 use axum::body::Body;
@@ -44,6 +48,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         // them): more than any management body, from the service token only.
         .layer(DefaultBodyLimit::max(usage_batches::MAX_BATCH_BYTES))
         .merge(OpenApiRouter::new().routes(routes!(ingest_policy_decisions)))
+        .routes(routes!(report_tool_drift))
         .routes(routes!(stream_proxy_state))
         .routes(routes!(acknowledge_proxy_state))
 }
@@ -125,6 +130,18 @@ async fn ingest_policy_decisions(
 ) -> ApiResult<Response> {
     let ack = policy_decisions::ingest_policy_decisions(&state, batch).await?;
     Ok(envelope::ok(ack))
+}
+
+#[utoipa::path(post, path = "/internal/v1/mcp-tool-drifts", tag = "internal", request_body = tool_drifts::DriftReport,
+    security(("service_token" = [])),
+    responses((status = 204, description = "Recorded (audited and notified the first time)")))]
+async fn report_tool_drift(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiJson(report): ApiJson<tool_drifts::DriftReport>,
+) -> ApiResult<Response> {
+    tool_drifts::record_drift(&state, report).await?;
+    Ok(envelope::no_content())
 }
 
 #[utoipa::path(get, path = "/internal/v1/proxy-state", tag = "internal", params(StreamQuery),

@@ -10,6 +10,7 @@
 use warden_shared::timestamp::Timestamp;
 
 use super::input::{ParsedBatch, ProxyUsageRecord, RecordEvaluation};
+use super::tool_calls::record_tool_calls;
 use super::BatchAck;
 use crate::api::payload_capture::{record_captures, RecordCapture};
 use crate::api::policies::{
@@ -48,7 +49,7 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
         spend: Vec::new(),
     };
     let mut lists = ResultLists::new(&batch.result_lists);
-    let parsed = check_records(batch.records, &mut lists, now, &mut ack.errors);
+    let (parsed, tool_calls) = check_records(batch.records, &mut lists, now, &mut ack.errors);
     let mut entries = Vec::with_capacity(parsed.len());
     let mut indexes = Vec::with_capacity(parsed.len());
     let mut decided = Vec::with_capacity(parsed.len());
@@ -74,6 +75,10 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
         }
     }
     let mut tx = state.db.begin_write().await?;
+    let calls: Vec<&ProxyUsageRecord> = tool_calls.iter().collect();
+    let new_calls = record_tool_calls(&mut tx, &calls).await?;
+    ack.accepted += new_calls;
+    ack.duplicates += i64::try_from(calls.len()).unwrap_or(i64::MAX) - new_calls;
     place_decisions(&mut tx, &mut entries, &decided).await?;
     let recorded = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
     ack.spend = recorded.spend;
@@ -92,14 +97,15 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
 type CheckedRecord = (usize, (RecordKeys, UsageInput), Option<usize>);
 
 /// The records that parse, lie no further in the future than [`MAX_SKEW_MS`] and carry
-/// well-formed results; the others go to `errors`.
+/// well-formed results (usage, and tool calls apart); the others go to `errors`.
 fn check_records(
     records: Vec<ApiResult<ProxyUsageRecord>>,
     lists: &mut ResultLists<'_>,
     now: Timestamp,
     errors: &mut Vec<ItemError>,
-) -> Vec<CheckedRecord> {
+) -> (Vec<CheckedRecord>, Vec<ProxyUsageRecord>) {
     let mut parsed = Vec::new();
+    let mut tool_calls = Vec::new();
     for (index, record) in records.into_iter().enumerate() {
         let record = match record.and_then(|r| check_time(r, now)) {
             Ok(record) => record,
@@ -108,6 +114,10 @@ fn check_records(
                 continue;
             }
         };
+        if record.tool_call.is_some() {
+            tool_calls.push(record);
+            continue;
+        }
         let list = match &record.evaluation {
             Some(evaluation) => match lists.of(&evaluation.results, "evaluation.results") {
                 Ok(list) => Some(list),
@@ -120,7 +130,7 @@ fn check_records(
         };
         parsed.push((index, record.into_input(), list));
     }
-    parsed
+    (parsed, tool_calls)
 }
 
 /// The decisions of the records new to the ledger, whose failures are to be audited: a

@@ -4,7 +4,9 @@
 use serde_json::json;
 use warden_shared::ids::{is_valid_id, new_id, IdKind};
 
-use super::{store, CreateMcpServerInput, McpServer, UpdateMcpServerInput};
+use super::{
+    store, ApprovedTool, CreateMcpServerInput, McpServer, ServerTools, UpdateMcpServerInput,
+};
 use crate::api::envelope::Page;
 use crate::api::managed_keys::tenant_secret_ref;
 use crate::auth::Caller;
@@ -54,6 +56,7 @@ pub async fn create(
         enabled: input.enabled.unwrap_or(true),
         created_at: now,
         updated_at: now,
+        approved_at: None,
     };
     let mut tx = state.db.begin_write().await?;
     store::insert(&mut *tx, &caller.tenant_id, &server)
@@ -71,6 +74,7 @@ pub async fn update(
     input: UpdateMcpServerInput,
 ) -> ApiResult<McpServer> {
     let mut server = get(state, caller, id).await?;
+    let (url_before, secret_before) = (server.url.clone(), server.secret_ref.clone());
     if let Some(name) = input.name {
         check_name(&name)?;
         server.name = name;
@@ -90,10 +94,19 @@ pub async fn update(
         server.enabled = enabled;
     }
     server.updated_at = state.clock.now();
+    // Another URL or credential is another server: what was approved of the old one
+    // says nothing of it.
+    let other_server = server.url != url_before || server.secret_ref != secret_before;
+    if other_server {
+        server.approved_at = None;
+    }
     let mut tx = state.db.begin_write().await?;
     store::update(&mut *tx, &caller.tenant_id, &server)
         .await
         .map_err(name_conflict)?;
+    if other_server {
+        store::delete_pins(&mut *tx, &caller.tenant_id, &server.id).await?;
+    }
     audit(&mut tx, caller, &server, "mcp_server.updated").await?;
     tx.commit().await?;
     Ok(server)
@@ -105,9 +118,97 @@ pub async fn delete(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()
     if !store::delete(&mut *tx, &caller.tenant_id, id).await? {
         return Err(not_found());
     }
+    store::delete_pins(&mut *tx, &caller.tenant_id, id).await?;
     audit(&mut tx, caller, &server, "mcp_server.deleted").await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Lists the server's tools now and approves each definition as it is: the pins the
+/// proxies hold agents' listings and calls to. Replaces an earlier approval.
+pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ServerTools> {
+    let mut server = get(state, caller, id).await?;
+    // Checked again: the name may resolve elsewhere than when the server was registered.
+    check_url(state, &server.url).await?;
+    let credential = match &server.secret_ref {
+        Some(secret_ref) => Some(
+            warden_proxy::read_secret(&state.config.proxy.secrets_manager, secret_ref)
+                .await
+                .map_err(|error| unreachable(format!("its credential: {error}")))?
+                .expose()
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let definitions = warden_proxy::fetch_definitions(&server.url, credential)
+        .await
+        .map_err(|error| unreachable(error.to_string()))?;
+    let now = state.clock.now();
+    let tools: Vec<ApprovedTool> = definitions
+        .into_iter()
+        .map(|definition| ApprovedTool {
+            name: definition.name,
+            fingerprint: definition.fingerprint,
+            definition: definition.definition,
+            approved_at: now,
+        })
+        .collect();
+    server.approved_at = Some(now);
+    server.updated_at = now;
+    let mut tx = state.db.begin_write().await?;
+    store::update(&mut *tx, &caller.tenant_id, &server).await?;
+    store::replace_pins(&mut tx, &caller.tenant_id, &server.id, &tools).await?;
+    changes::record(
+        &mut tx,
+        caller.author(),
+        now,
+        AuditEvent {
+            event_type: "mcp_server.approved",
+            target_type: "mcp_server",
+            target_id: &server.id,
+            details: json!({
+                "name": server.name,
+                "url": server.url,
+                "tools": tools
+                    .iter()
+                    .map(|tool| json!({ "name": tool.name, "fingerprint": tool.fingerprint }))
+                    .collect::<Vec<_>>(),
+            }),
+        },
+        Proxies::Reload(ChangeKind::McpServer),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(ServerTools {
+        server_id: server.id,
+        approved_at: server.approved_at,
+        tools,
+        changed: Vec::new(),
+    })
+}
+
+pub async fn tools(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ServerTools> {
+    let server = get(state, caller, id).await?;
+    let pool = state.db.pool();
+    let tools = store::pins(pool, &caller.tenant_id, &server.id).await?;
+    let changed = match server.approved_at {
+        Some(at) => store::drifts(pool, &caller.tenant_id, &server.id, at.as_millis()).await?,
+        None => Vec::new(),
+    };
+    Ok(ServerTools {
+        server_id: server.id,
+        approved_at: server.approved_at,
+        tools,
+        changed,
+    })
+}
+
+fn unreachable(reason: String) -> ApiError {
+    ApiError::new(
+        ErrorCode::McpServerUnreachable,
+        format!("the MCP server could not be approved: {reason}"),
+    )
+    .with_details(json!({ "reason": reason }))
 }
 
 async fn audit(
@@ -140,17 +241,13 @@ async fn audit(
 /// A name that prefixes the server's tools: 1 to 64 lowercase letters, digits, `-` or
 /// `_`, starting with a letter (the document states the same pattern).
 fn check_name(name: &str) -> ApiResult<()> {
-    let valid = (1..=64).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if valid {
+    if warden_shared::mcp::is_server_name(name) {
         return Ok(());
     }
     Err(ApiError::validation(
         "name",
-        "name: 1 to 64 lowercase letters, digits, `-` or `_`, starting with a letter",
+        "name: 1 to 64 lowercase letters, digits, `-` or `_`, starting with a letter, \
+         without `__` (which separates server and tool names)",
     ))
 }
 

@@ -1,7 +1,8 @@
-//! Relationships (spec 2.20, 4.3): what each agent calls, from the ledger — the models
-//! and their providers, with request counts over the last 30 days — per agent and as one
-//! graph of the tenant. Tools and agents an agent calls appear once agents report them
-//! (the MCP gateway); until then those lists are empty. `registry:read`.
+//! Relationships (spec 2.20, 4.3): what each agent calls over the last 30 days — the
+//! models and their providers (from the ledger) and the MCP tools it called through the
+//! gateway (from its tool-call records), with counts — per agent and as one graph of the
+//! tenant. Agents an agent calls are not observed: that list stays empty.
+//! `registry:read`.
 
 mod store;
 
@@ -13,6 +14,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+use warden_shared::mcp::prefixed;
 
 use crate::api::agents::get_agent_for;
 use crate::api::envelope::{self, Envelope};
@@ -48,7 +51,8 @@ pub struct Relationships {
     pub agent_id: String,
     pub models: Vec<ModelCall>,
     pub providers: Vec<ProviderCall>,
-    /// Tools the agent called (reported by the MCP gateway; empty until then).
+    /// MCP tools the agent called through the gateway (`<server>__<tool>`), most
+    /// called first; refused calls do not count.
     pub tools: Vec<String>,
     /// Agents the agent called (empty until reported).
     pub agents: Vec<String>,
@@ -56,10 +60,11 @@ pub struct Relationships {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Node {
-    /// The agent's id, `model:<model name>` or `provider:<provider>`.
+    /// The agent's id, `model:<model name>`, `provider:<provider>`,
+    /// `tool:<server>__<tool>` or `mcp_server:<server>`.
     pub id: String,
     pub name: String,
-    /// `agent`, `model` or `provider`.
+    /// `agent`, `model`, `provider`, `tool` or `mcp_server`.
     #[serde(rename = "type")]
     pub kind: &'static str,
     /// Agents only.
@@ -75,9 +80,11 @@ pub struct Node {
 pub struct Edge {
     pub source: String,
     pub target: String,
-    /// `calls_model` (agent → model) or `served_by` (model → provider).
+    /// `calls_model` (agent → model), `served_by` (model → provider), `calls_tool`
+    /// (agent → tool) or `provided_by` (tool → MCP server).
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// Requests, or tool calls that reached their server.
     pub request_count: i64,
 }
 
@@ -89,7 +96,7 @@ pub struct Graph {
 
 #[utoipa::path(get, path = "/agents/{agent_id}/relationships", tag = "security",
     params(("agent_id" = String, Path)), security(("bearer" = ["registry:read"])),
-    responses((status = 200, description = "The models and providers the agent called in the last 30 days", body = Envelope<Relationships>)))]
+    responses((status = 200, description = "The models, providers and MCP tools the agent called in the last 30 days", body = Envelope<Relationships>)))]
 async fn agent_relationships(
     caller: Authorized<require::RegistryRead>,
     State(state): State<AppState>,
@@ -98,6 +105,11 @@ async fn agent_relationships(
     let agent = get_agent_for(&state, &caller, &agent_id).await?;
     let since = state.clock.now().as_millis() - WINDOW_MS;
     let calls = store::calls(state.db.pool(), &caller.tenant_id, Some(&agent.id), since).await?;
+    let tools = store::tool_uses(state.db.pool(), &caller.tenant_id, Some(&agent.id), since)
+        .await?
+        .into_iter()
+        .map(|tool| prefixed(&tool.server, &tool.tool))
+        .collect();
     let mut providers: BTreeMap<String, i64> = BTreeMap::new();
     for call in &calls {
         *providers.entry(call.provider.clone()).or_default() += call.requests;
@@ -125,14 +137,14 @@ async fn agent_relationships(
             })
             .collect(),
         providers,
-        tools: Vec::new(),
+        tools,
         agents: Vec::new(),
     }))
 }
 
 #[utoipa::path(get, path = "/relationships/graph", tag = "security",
     security(("bearer" = ["registry:read"])),
-    responses((status = 200, description = "Every live agent, the models and providers they called in the last 30 days, and edges weighted by requests", body = Envelope<Graph>)))]
+    responses((status = 200, description = "Every live agent, the models and providers and the MCP tools and servers they called in the last 30 days, and edges weighted by requests or calls", body = Envelope<Graph>)))]
 async fn relationship_graph(
     caller: Authorized<require::RegistryRead>,
     State(state): State<AppState>,
@@ -141,7 +153,63 @@ async fn relationship_graph(
     let pool = state.db.pool();
     let agents = store::agents(pool, &caller.tenant_id, now).await?;
     let calls = store::calls(pool, &caller.tenant_id, None, now - WINDOW_MS).await?;
-    Ok(envelope::ok(graph(agents, &calls)))
+    let tools = store::tool_uses(pool, &caller.tenant_id, None, now - WINDOW_MS).await?;
+    let mut graph = graph(agents, &calls);
+    add_tools(&mut graph, &tools);
+    Ok(envelope::ok(graph))
+}
+
+/// Adds the tools live agents called: a node per tool and per MCP server, `calls_tool`
+/// edges from agents and `provided_by` edges to servers.
+fn add_tools(graph: &mut Graph, uses: &[store::ToolUse]) {
+    let live: std::collections::HashSet<String> = graph
+        .nodes
+        .iter()
+        .filter(|node| node.kind == "agent")
+        .map(|node| node.id.clone())
+        .collect();
+    // tool → (server, calls)
+    let mut tools: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for tool_use in uses.iter().filter(|u| live.contains(&u.agent_id)) {
+        let name = prefixed(&tool_use.server, &tool_use.tool);
+        graph.edges.push(Edge {
+            source: tool_use.agent_id.clone(),
+            target: format!("tool:{name}"),
+            kind: "calls_tool",
+            request_count: tool_use.calls,
+        });
+        tools
+            .entry(name)
+            .or_insert_with(|| (tool_use.server.clone(), 0))
+            .1 += tool_use.calls;
+    }
+    let mut servers: Vec<&String> = tools.values().map(|(server, _)| server).collect();
+    servers.sort();
+    servers.dedup();
+    let plain = |id: String, name: &str, kind| Node {
+        id,
+        name: name.to_owned(),
+        kind,
+        status: None,
+        blocked: None,
+        framework: None,
+    };
+    let server_nodes: Vec<Node> = servers
+        .iter()
+        .map(|s| plain(format!("mcp_server:{s}"), s, "mcp_server"))
+        .collect();
+    for (name, (server, calls)) in &tools {
+        graph
+            .nodes
+            .push(plain(format!("tool:{name}"), name, "tool"));
+        graph.edges.push(Edge {
+            source: format!("tool:{name}"),
+            target: format!("mcp_server:{server}"),
+            kind: "provided_by",
+            request_count: *calls,
+        });
+    }
+    graph.nodes.extend(server_nodes);
 }
 
 fn graph(agents: Vec<store::AgentNode>, calls: &[store::Call]) -> Graph {

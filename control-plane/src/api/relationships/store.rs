@@ -1,5 +1,6 @@
 //! SQL of the relationships: which models, on which providers, the tenant's agents
-//! called in a window, from the ledger's hourly rollup, and the live agents.
+//! called in a window, from the ledger's hourly rollup; the MCP tools they called, from
+//! the gateway's tool-call records; and the live agents.
 
 use sqlx::{AnyPool, Row};
 
@@ -47,6 +48,46 @@ pub async fn calls(
                 provider: row.try_get("model_provider")?,
                 model: row.try_get("model_name")?,
                 requests: row.try_get("requests")?,
+            })
+        })
+        .collect()
+}
+
+/// Tool calls through the MCP gateway that reached their server: one agent's tool.
+#[derive(Debug, Clone)]
+pub struct ToolUse {
+    pub agent_id: String,
+    pub server: String,
+    pub tool: String,
+    pub calls: i64,
+}
+
+/// Tool calls since `since` that reached their server (not refused), of `agent_id` or of
+/// every agent, most calls first.
+pub async fn tool_uses(
+    pool: &AnyPool,
+    tenant_id: &str,
+    agent_id: Option<&str>,
+    since: i64,
+) -> Result<Vec<ToolUse>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT agent_id, server, tool, COUNT(*) AS calls FROM tool_calls \
+         WHERE tenant_id = $1 AND recorded_at >= $2 AND ($3 IS NULL OR agent_id = $3) \
+         AND outcome <> 'refused' \
+         GROUP BY agent_id, server, tool ORDER BY COUNT(*) DESC, agent_id, server, tool",
+    )
+    .bind(tenant_id)
+    .bind(since)
+    .bind(agent_id)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(ToolUse {
+                agent_id: row.try_get("agent_id")?,
+                server: row.try_get("server")?,
+                tool: row.try_get("tool")?,
+                calls: row.try_get("calls")?,
             })
         })
         .collect()

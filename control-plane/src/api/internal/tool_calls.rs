@@ -1,0 +1,110 @@
+//! Tool-call records in the proxies' usage batches (the MCP gateway's): stored in
+//! `tool_calls`, idempotent by record id like usage, and never in the cost ledger. A
+//! call refused by Warden itself (kill switch, quarantine, an unapproved or unknown
+//! tool) is audited as `tool_call.refused`, once per agent, server, tool and refusal in
+//! a batch; refusals by policies are audited as `policy.violated` by the decisions they
+//! came with, and held calls queue approvals.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::ToSchema;
+use warden_shared::timestamp::Timestamp;
+
+use super::input::ProxyUsageRecord;
+use crate::api::validate::Text;
+use crate::changes::{self, AuditEvent, Author, Proxies};
+use crate::db::WriteTx;
+
+/// What the gateway records of a tool call.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallInput {
+    /// The registered server's id; empty when the name matched no server.
+    pub server_id: Text<0, 100>,
+    pub server: Text<0, 200>,
+    pub tool: Text<1, 200>,
+    /// `ok`, `tool_error`, `upstream_error` or `refused`.
+    pub outcome: Text<1, 32>,
+    /// `allowed` or the refusal's code.
+    pub decision: Text<1, 64>,
+    #[serde(default)]
+    pub policy_id: Option<i64>,
+    pub latency_ms: i64,
+}
+
+/// Stores the records new to `tool_calls`; returns how many were new (the rest were
+/// seen before).
+pub async fn record_tool_calls(
+    tx: &mut WriteTx,
+    records: &[&ProxyUsageRecord],
+) -> Result<i64, sqlx::Error> {
+    let mut new = 0;
+    let mut refusals: BTreeMap<(&str, &str, &str, &str, &str), (i64, Timestamp)> = BTreeMap::new();
+    for record in records {
+        let Some(call) = &record.tool_call else {
+            continue;
+        };
+        let done = sqlx::query(
+            "INSERT INTO tool_calls (id, tenant_id, agent_id, api_key_id, server_id, server, \
+             tool, outcome, decision, policy_id, latency_ms, recorded_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (tenant_id, id) DO NOTHING",
+        )
+        .bind(record.record_id.as_str())
+        .bind(&record.tenant_id)
+        .bind(&record.agent_id)
+        .bind(record.api_key_id.as_ref().map(|id| id.as_str()))
+        .bind(call.server_id.as_str())
+        .bind(call.server.as_str())
+        .bind(call.tool.as_str())
+        .bind(call.outcome.as_str())
+        .bind(call.decision.as_str())
+        .bind(call.policy_id)
+        .bind(call.latency_ms.max(0))
+        .bind(record.recorded_at.as_millis())
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            continue;
+        }
+        new += 1;
+        if call.outcome.as_str() == "refused" && call.policy_id.is_none() {
+            let entry = refusals
+                .entry((
+                    record.tenant_id.as_str(),
+                    record.agent_id.as_str(),
+                    call.server.as_str(),
+                    call.tool.as_str(),
+                    call.decision.as_str(),
+                ))
+                .or_insert((0, record.recorded_at));
+            entry.0 += 1;
+        }
+    }
+    for ((tenant_id, agent_id, server, tool, decision), (count, at)) in refusals {
+        changes::record(
+            tx,
+            Author {
+                tenant_id,
+                actor: "proxy",
+            },
+            at,
+            AuditEvent {
+                event_type: "tool_call.refused",
+                target_type: "agent",
+                target_id: agent_id,
+                details: json!({
+                    "server": server,
+                    "tool": tool,
+                    "decision": decision,
+                    "count": count,
+                }),
+            },
+            Proxies::Unaffected,
+        )
+        .await?;
+    }
+    Ok(new)
+}

@@ -1,0 +1,465 @@
+//! The gateway's side toward agents: an MCP server (the SDK's `ServerHandler`) whose
+//! tools are the tenant's servers' tools that the caller may use, and whose tool calls
+//! are decided before they reach a server: the key and its agent (kill switch,
+//! quarantine), the tool's approved definition, then the tenant's policies with the
+//! very evaluator and state model requests use. Every call, allowed or refused, is
+//! recorded through the usage path.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::{json, Map, Value};
+use warden_shared::ids::{new_id, IdKind};
+use warden_shared::mcp::{prefixed, split};
+use warden_shared::policy::{evaluate, Counters, Decision, PolicyType, RatePer, Scope};
+use warden_shared::registry::Provider;
+use warden_shared::snapshot::McpServerState;
+use warden_shared::timestamp::Timestamp;
+
+use super::drift::DriftReports;
+use super::metrics::GatewayMetrics;
+use super::upstream::{ListedTool, UpstreamClients};
+use crate::admission::{self, Admitted};
+use crate::clock::now_ms;
+use crate::decisions::{ApprovalQueue, DecisionSink};
+use crate::policy_gate::{PolicyGate, Stopped};
+use crate::rate_limit::RateWindows;
+use crate::refusal::Refusal;
+use crate::routing::Route;
+use crate::state::{EnforcementState, KeyView};
+use crate::usage::sink::UsageSink;
+use crate::usage::{ToolCallRecord, UsageRecord};
+
+/// The JSON-RPC error code of Warden's refusals (in the range JSON-RPC leaves to
+/// servers); `data.code` is the refusal's stable code, as in the proxy's HTTP errors.
+pub const REFUSED: ErrorCode = ErrorCode(-32001);
+/// Largest tool arguments shown in an approval item, as JSON bytes.
+const MAX_APPROVAL_ARGUMENTS: usize = 16 * 1024;
+
+/// Who is calling: the key presented on this HTTP request (from memory, as the proxy
+/// found it just now) and the server the path names (`/mcp/{server}`), if any.
+#[derive(Clone)]
+pub struct Caller {
+    pub view: KeyView,
+    pub server: Option<String>,
+}
+
+/// What every gateway session shares.
+pub struct GatewayShared {
+    pub state: Arc<EnforcementState>,
+    pub upstreams: UpstreamClients,
+    pub rates: Arc<RateWindows>,
+    pub decisions: DecisionSink,
+    pub approvals: ApprovalQueue,
+    pub usage: UsageSink,
+    pub metrics: GatewayMetrics,
+    pub drifts: DriftReports,
+    pub call_timeout: Duration,
+}
+
+/// One MCP session's handler. A session belongs to the key that opened it: another
+/// key presenting its session id is refused.
+pub struct Gateway {
+    shared: Arc<GatewayShared>,
+    owner: OnceLock<String>,
+}
+
+impl Gateway {
+    pub fn new(shared: Arc<GatewayShared>) -> Gateway {
+        Gateway {
+            shared,
+            owner: OnceLock::new(),
+        }
+    }
+
+    /// The caller of this request, its key and agent checked now (a kill switch or
+    /// quarantine applies to the very next call of an open session).
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, Refusal> {
+        let caller = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .cloned()
+            .ok_or(Refusal::MissingKey)?;
+        let owner = self.owner.get_or_init(|| caller.view.key.id.clone());
+        if *owner != caller.view.key.id {
+            return Err(Refusal::InvalidKey);
+        }
+        Ok(caller)
+    }
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("warden", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Tools of the MCP servers your organisation registered with Warden, governed by \
+             its policies: a call may be refused or held for a human's approval."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = self.caller(&context).map_err(|r| refused(&r))?;
+        admission::check_key(&caller.view, now_ms()).map_err(|r| refused(&r))?;
+        let tools = self.shared.visible_tools(&caller).await;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let started = Instant::now();
+        let caller = self.caller(&context).map_err(|r| refused(&r))?;
+        self.shared.call(&caller, request, started).await
+    }
+}
+
+impl GatewayShared {
+    /// The tools `caller` may see: every enabled server's (or the path's one server's)
+    /// tools whose definitions are the approved ones, minus those an allowlist or block
+    /// policy refuses the caller's agent. Tools a `require_approval` policy holds are
+    /// listed: calling them asks for the approval.
+    async fn visible_tools(&self, caller: &Caller) -> Vec<Tool> {
+        let tenant_id = &caller.view.key.tenant_id;
+        let servers = self.state.mcp_servers(tenant_id).unwrap_or_default();
+        let mut visible = Vec::new();
+        for server in servers.iter().filter(|s| in_path(caller, s)) {
+            let listed = match self.upstreams.list_tools(server).await {
+                Ok(listed) => listed,
+                Err(error) => {
+                    tracing::warn!(server = %server.name, tenant_id, %error, "MCP server's tools not listed");
+                    continue;
+                }
+            };
+            for ListedTool {
+                mut tool,
+                fingerprint,
+            } in listed
+            {
+                if !self.drifts.is_pinned(server, &tool.name, &fingerprint) {
+                    continue;
+                }
+                let name = prefixed(&server.name, &tool.name);
+                if !self.listable(&caller.view, &name) {
+                    continue;
+                }
+                if caller.server.is_none() {
+                    tool.name = name.into();
+                }
+                visible.push(tool);
+            }
+        }
+        visible
+    }
+
+    /// Whether the policies let the agent see the tool: no allowlist leaves it out, no
+    /// block lists it. Rate limits and approvals are decided per call, not here.
+    fn listable(&self, view: &KeyView, tool: &str) -> bool {
+        let (Some(policies), Some(agent)) = (self.state.policies(&view.key.tenant_id), &view.agent)
+        else {
+            return true;
+        };
+        let facts = warden_shared::policy::RequestFacts {
+            tenant_id: &view.key.tenant_id,
+            agent_id: &agent.id,
+            team_id: agent.team_id.as_deref(),
+            environment: &agent.environment,
+            api_key_id: Some(&view.key.id),
+            provider: Provider::Mcp,
+            model: tool,
+            estimated_cost_micros: 0,
+        };
+        !matches!(
+            evaluate(&policies, &facts, &Listing).decision,
+            Decision::Refuse {
+                policy_type: PolicyType::ToolAllowlist | PolicyType::BlockTool,
+                ..
+            }
+        )
+    }
+
+    /// Decides, forwards and records one tool call.
+    async fn call(
+        &self,
+        caller: &Caller,
+        request: CallToolRequestParams,
+        started: Instant,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let mut call = CallFacts::resolve(caller, &request.name);
+        if let Err(Stopped { refusal, approval }) = self.decide(caller, &mut call, &request).await {
+            if let Some(report) = approval {
+                // Queued before the refusal is answered, as for model requests: a
+                // reviewer listing pending approvals right after finds it.
+                self.approvals.ask(*report).await;
+            }
+            self.finish(
+                caller,
+                &call,
+                "refused",
+                refusal.code(),
+                policy_of(&refusal),
+                started,
+            );
+            return Err(refused(&refusal));
+        }
+        let Some(server) = call.server_state.clone() else {
+            return Err(refused(&Refusal::NotFound));
+        };
+        // The server's own name for its tool; everything else as the agent sent it.
+        let mut params = request;
+        params.name = call.tool.clone().into();
+        let answer = self
+            .upstreams
+            .call_tool(&server, params, self.call_timeout)
+            .await;
+        match answer {
+            Ok(result) => {
+                let outcome = if result.is_error == Some(true) {
+                    "tool_error"
+                } else {
+                    "ok"
+                };
+                self.finish(caller, &call, outcome, "allowed", None, started);
+                Ok(CallToolResponse::Complete(result))
+            }
+            Err(error) => {
+                tracing::warn!(server = %server.name, tool = %call.tool, %error, "MCP tool call failed upstream");
+                self.finish(caller, &call, "upstream_error", "allowed", None, started);
+                Err(ErrorData::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("the MCP server `{}` failed the call: {error}", server.name),
+                    Some(json!({ "code": "upstream_failed" })),
+                ))
+            }
+        }
+    }
+
+    /// Everything that must pass before the server is called, in order: the key and
+    /// agent, the server and tool, the tool's approved definition, the policies.
+    async fn decide(
+        &self,
+        caller: &Caller,
+        call: &mut CallFacts,
+        request: &CallToolRequestParams,
+    ) -> Result<(), Stopped> {
+        let now = now_ms();
+        admission::check_key(&caller.view, now)?;
+        let servers = self
+            .state
+            .mcp_servers(&caller.view.key.tenant_id)
+            .unwrap_or_default();
+        let server = servers
+            .iter()
+            .find(|s| s.name == call.server && in_path(caller, s))
+            .ok_or_else(|| Refusal::ToolNotFound(call.prefixed.clone()))?;
+        call.server_state = Some(server.clone());
+        if !self.approved_now(server, &call.tool).await {
+            return Err(Refusal::ToolNotApproved(call.prefixed.clone()).into());
+        }
+        let admitted = Admitted {
+            route: Route {
+                provider: Provider::Mcp,
+                upstream_model: call.tool.clone(),
+            },
+            requested_model: call.prefixed.clone(),
+            price: None,
+        };
+        let gate = PolicyGate {
+            state: &self.state,
+            rates: &self.rates,
+            decisions: &self.decisions,
+        };
+        let details = || approval_details(&self.state, caller, call, request);
+        // Dropping the pass reports the decision on its own (a tool call's record
+        // does not carry it).
+        gate.check(&caller.view, &admitted, "tool_call", 0, now, Some(&details))
+            .map(drop)
+    }
+
+    /// Whether `tool` is approved on `server` with the definition the server lists now,
+    /// as this proxy last saw it (listing the server first if it never has).
+    async fn approved_now(&self, server: &McpServerState, tool: &str) -> bool {
+        if !self.drifts.has_observed(server) {
+            match self.upstreams.list_tools(server).await {
+                Ok(listed) => {
+                    for listed in &listed {
+                        self.drifts
+                            .is_pinned(server, &listed.tool.name, &listed.fingerprint);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(server = %server.name, %error, "MCP server's tools not listed");
+                    return false;
+                }
+            }
+        }
+        self.drifts.is_callable(server, tool)
+    }
+
+    /// Records the call, counts it, and sends an approval it asked for.
+    fn finish(
+        &self,
+        caller: &Caller,
+        call: &CallFacts,
+        outcome: &'static str,
+        decision: &'static str,
+        policy_id: Option<i64>,
+        started: Instant,
+    ) {
+        let elapsed = started.elapsed();
+        let reached_server = outcome != "refused";
+        self.metrics.count(
+            &call.server,
+            &call.tool,
+            decision,
+            reached_server.then(|| elapsed.as_secs_f64()),
+        );
+        if caller.view.agent.is_none() {
+            return;
+        }
+        let recorded_at = now_ms();
+        self.usage.record(UsageRecord {
+            record_id: new_id(IdKind::Usage, recorded_at),
+            key: caller.view.key.clone(),
+            model_provider: Provider::Mcp,
+            model_name: call.prefixed.clone(),
+            request_type: "tool_call",
+            input_tokens: 0,
+            output_tokens: 0,
+            recorded_at: Timestamp::from_millis(recorded_at),
+            budget: None,
+            evaluation: None,
+            capture: None,
+            tool_call: Some(Box::new(ToolCallRecord {
+                server_id: call
+                    .server_state
+                    .as_ref()
+                    .map(|s| s.id.clone())
+                    .unwrap_or_default(),
+                server: call.server.clone(),
+                tool: call.tool.clone(),
+                outcome,
+                decision,
+                policy_id,
+                latency_ms: i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX),
+            })),
+        });
+    }
+}
+
+/// The call as named: its server and tool, and what deciding it found.
+struct CallFacts {
+    server: String,
+    tool: String,
+    /// `<server>__<tool>`, the name policies match.
+    prefixed: String,
+    server_state: Option<McpServerState>,
+}
+
+impl CallFacts {
+    fn resolve(caller: &Caller, name: &str) -> CallFacts {
+        let (server, tool) = match &caller.server {
+            Some(server) => (server.clone(), name.to_owned()),
+            None => split(name).map_or_else(
+                || (String::new(), name.to_owned()),
+                |(server, tool)| (server.to_owned(), tool.to_owned()),
+            ),
+        };
+        CallFacts {
+            prefixed: prefixed(&server, &tool),
+            server,
+            tool,
+            server_state: None,
+        }
+    }
+}
+
+fn in_path(caller: &Caller, server: &McpServerState) -> bool {
+    caller
+        .server
+        .as_deref()
+        .is_none_or(|name| name == server.name)
+}
+
+fn policy_of(refusal: &Refusal) -> Option<i64> {
+    match refusal {
+        Refusal::PolicyViolation { policy_id, .. }
+        | Refusal::PolicyBudgetExceeded { policy_id, .. }
+        | Refusal::ApprovalRequired { policy_id } => Some(*policy_id),
+        Refusal::RateLimited { policy_id, .. } => *policy_id,
+        _ => None,
+    }
+}
+
+/// What a reviewer sees of a held tool call besides the request context every approval
+/// has: the server, the tool and its arguments, redacted by the tenant's payload rules
+/// (a rule's path starts at `arguments`), and omitted beyond
+/// [`MAX_APPROVAL_ARGUMENTS`].
+fn approval_details(
+    state: &EnforcementState,
+    caller: &Caller,
+    call: &CallFacts,
+    request: &CallToolRequestParams,
+) -> Map<String, Value> {
+    let mut shown = json!({ "arguments": request.arguments.clone().unwrap_or_default() });
+    if let Some(rules) = state.payload_capture(&caller.view.key.tenant_id) {
+        rules.redact(&mut shown);
+    }
+    let arguments = shown["arguments"].take();
+    let size = serde_json::to_vec(&arguments).map_or(usize::MAX, |bytes| bytes.len());
+    let mut details = Map::new();
+    details.insert("server".into(), json!(call.server));
+    details.insert("tool".into(), json!(call.tool));
+    if size <= MAX_APPROVAL_ARGUMENTS {
+        details.insert("arguments".into(), arguments);
+    } else {
+        details.insert("arguments_omitted".into(), json!("too_large"));
+    }
+    details
+}
+
+/// A refusal as the JSON-RPC error the agent's MCP client raises.
+fn refused(refusal: &Refusal) -> ErrorData {
+    let mut data = json!({ "code": refusal.code() });
+    if let Refusal::ApprovalRequired { policy_id } = refusal {
+        data["approval_policy_id"] = json!(policy_id);
+    }
+    if let Refusal::RateLimited {
+        retry_after_secs, ..
+    } = refusal
+    {
+        data["retry_after_secs"] = json!(retry_after_secs);
+    }
+    ErrorData::new(REFUSED, refusal.message(), Some(data))
+}
+
+/// Counters for deciding what a listing shows: no spend, empty rate windows, no
+/// grants; only allowlists and blocks can hide a tool.
+struct Listing;
+
+impl Counters for Listing {
+    fn month_spend_micros(&self, _scope: &Scope) -> i64 {
+        0
+    }
+    fn minute_counts(&self, _policy_id: i64, _per: RatePer) -> (i64, i64) {
+        (0, 0)
+    }
+    fn approval_granted(&self, _policy_id: i64) -> bool {
+        false
+    }
+}

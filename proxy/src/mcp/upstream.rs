@@ -1,0 +1,231 @@
+//! The gateway's side toward the tenants' MCP servers: one MCP client session per server
+//! and proxy process, opened on first use with the server's own credential (never the
+//! agent's) and shared by every agent of the tenant, like a pooled connection. A session
+//! that fails is dropped and the next use opens a new one.
+//!
+//! The client is the official SDK's (`rmcp`) Streamable HTTP client: the handshake,
+//! session ids, protocol versions and SSE answers are its job.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, Tool,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceExt};
+use tokio::sync::Mutex;
+use warden_shared::mcp::fingerprint;
+use warden_shared::snapshot::McpServerState;
+
+use crate::managed_keys::ManagedKeys;
+
+/// How long opening a session (the handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long listing a server's tools may take.
+const LIST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why a server could not be reached or answered. Never carries the credential.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("the server's credential cannot be read: {0}")]
+    Credential(String),
+    #[error("the server cannot be reached: {0}")]
+    Connect(String),
+    #[error("the server did not answer in time")]
+    Timeout,
+    #[error("the server failed the request: {0}")]
+    Failed(String),
+}
+
+/// A tool as its server lists it, with the fingerprint of its definition.
+#[derive(Debug, Clone)]
+pub struct ListedTool {
+    pub tool: Tool,
+    pub fingerprint: String,
+}
+
+type Session = RunningService<RoleClient, ClientConfig>;
+
+/// One server's session, and what it was opened for: a changed URL or credential opens
+/// a new one.
+struct Open {
+    url: String,
+    secret_ref: Option<String>,
+    session: Arc<Session>,
+}
+
+/// The sessions of this proxy, by server id.
+#[derive(Clone)]
+pub struct UpstreamClients {
+    sessions: Arc<DashMap<String, Arc<Mutex<Option<Open>>>>>,
+    managed_keys: ManagedKeys,
+}
+
+impl UpstreamClients {
+    pub fn new(managed_keys: ManagedKeys) -> UpstreamClients {
+        UpstreamClients {
+            sessions: Arc::new(DashMap::new()),
+            managed_keys,
+        }
+    }
+
+    /// The server's tools, listed now (every page), each with its fingerprint.
+    pub async fn list_tools(
+        &self,
+        server: &McpServerState,
+    ) -> Result<Vec<ListedTool>, UpstreamError> {
+        // A session the server forgot (it restarted) fails once; a new one is tried.
+        for attempt in 0..2 {
+            let session = self.session(server).await?;
+            match tokio::time::timeout(LIST_TIMEOUT, session.list_all_tools()).await {
+                Ok(Ok(tools)) => return Ok(tools.into_iter().map(listed).collect()),
+                Ok(Err(error)) => {
+                    self.forget(&server.id, &session).await;
+                    if attempt == 1 {
+                        return Err(UpstreamError::Failed(error.to_string()));
+                    }
+                }
+                Err(_) => {
+                    self.forget(&server.id, &session).await;
+                    return Err(UpstreamError::Timeout);
+                }
+            }
+        }
+        Err(UpstreamError::Timeout)
+    }
+
+    /// Calls `params` on the server. Not retried: the server may have acted on it.
+    pub async fn call_tool(
+        &self,
+        server: &McpServerState,
+        params: CallToolRequestParams,
+        timeout: Duration,
+    ) -> Result<CallToolResult, UpstreamError> {
+        let session = self.session(server).await?;
+        match tokio::time::timeout(timeout, session.call_tool(params)).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(error)) => {
+                if session.is_closed() {
+                    self.forget(&server.id, &session).await;
+                }
+                Err(UpstreamError::Failed(error.to_string()))
+            }
+            Err(_) => Err(UpstreamError::Timeout),
+        }
+    }
+
+    async fn session(&self, server: &McpServerState) -> Result<Arc<Session>, UpstreamError> {
+        let slot = self
+            .sessions
+            .entry(server.id.clone())
+            .or_insert_with(|| Arc::new(Mutex::new(None)))
+            .clone();
+        // One handshake per server at a time; the others wait for its session.
+        let mut open = slot.lock().await;
+        if let Some(current) = open.as_ref() {
+            if current.url == server.url
+                && current.secret_ref == server.secret_ref
+                && !current.session.is_closed()
+            {
+                return Ok(current.session.clone());
+            }
+        }
+        let credential = match &server.secret_ref {
+            Some(secret_ref) => Some(
+                self.managed_keys
+                    .resolve(secret_ref)
+                    .await
+                    .map_err(|error| UpstreamError::Credential(error.to_string()))?
+                    .expose()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        let session = Arc::new(connect(&server.url, credential).await?);
+        *open = Some(Open {
+            url: server.url.clone(),
+            secret_ref: server.secret_ref.clone(),
+            session: session.clone(),
+        });
+        Ok(session)
+    }
+
+    async fn forget(&self, server_id: &str, failed: &Arc<Session>) {
+        let Some(slot) = self.sessions.get(server_id).map(|slot| slot.clone()) else {
+            return;
+        };
+        let mut open = slot.lock().await;
+        if open
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(&current.session, failed))
+        {
+            *open = None;
+        }
+    }
+}
+
+/// Opens an MCP session with the server at `url`, presenting `credential` as a bearer
+/// token when there is one.
+pub async fn connect(url: &str, credential: Option<String>) -> Result<Session, UpstreamError> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(token) = credential {
+        config = config.auth_header(token);
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("warden-mcp-gateway", env!("CARGO_PKG_VERSION")),
+    );
+    match tokio::time::timeout(CONNECT_TIMEOUT, info.serve(transport)).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(error)) => Err(UpstreamError::Connect(error.to_string())),
+        Err(_) => Err(UpstreamError::Timeout),
+    }
+}
+
+/// A tool definition as a server lists it now, for an operator's approval.
+#[derive(Debug, Clone)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub fingerprint: String,
+    /// The definition as JSON (name, description, schemas, annotations).
+    pub definition: serde_json::Value,
+}
+
+/// Opens a session with the server at `url`, lists every tool and closes it: what the
+/// control plane pins when an operator approves a server.
+pub async fn fetch_definitions(
+    url: &str,
+    credential: Option<String>,
+) -> Result<Vec<ToolDefinition>, UpstreamError> {
+    let session = connect(url, credential).await?;
+    let tools = match tokio::time::timeout(LIST_TIMEOUT, session.list_all_tools()).await {
+        Ok(Ok(tools)) => Ok(tools),
+        Ok(Err(error)) => Err(UpstreamError::Failed(error.to_string())),
+        Err(_) => Err(UpstreamError::Timeout),
+    };
+    let _ = session.cancel().await;
+    Ok(tools?
+        .into_iter()
+        .map(|tool| {
+            let ListedTool { tool, fingerprint } = listed(tool);
+            ToolDefinition {
+                name: tool.name.to_string(),
+                fingerprint,
+                definition: serde_json::to_value(&tool).unwrap_or_default(),
+            }
+        })
+        .collect())
+}
+
+fn listed(tool: Tool) -> ListedTool {
+    let definition = serde_json::to_value(&tool).unwrap_or_default();
+    ListedTool {
+        fingerprint: fingerprint(&definition),
+        tool,
+    }
+}
