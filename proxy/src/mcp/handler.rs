@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -228,12 +228,16 @@ impl GatewayShared {
             .call_tool(&server, params, self.call_timeout)
             .await;
         match answer {
-            Ok(result) => {
+            Ok(mut result) => {
                 let outcome = if result.is_error == Some(true) {
                     "tool_error"
                 } else {
                     "ok"
                 };
+                // The server may speak an older protocol than the agent: the result is
+                // marked complete as the agent's version requires (the SDK drops the
+                // mark again for agents on older versions).
+                result.result_type = Some(ResultType::COMPLETE);
                 self.finish(caller, &call, outcome, "allowed", None, started);
                 Ok(CallToolResponse::Complete(result))
             }
