@@ -144,7 +144,7 @@ pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<S
         .await
         .map_err(|error| unreachable(error.to_string()))?;
     let now = state.clock.now();
-    let tools: Vec<ApprovedTool> = definitions
+    let mut tools: Vec<ApprovedTool> = definitions
         .into_iter()
         .map(|definition| ApprovedTool {
             name: definition.name,
@@ -153,6 +153,9 @@ pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<S
             approved_at: now,
         })
         .collect();
+    // In name order, as the server's tools are read back.
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools.dedup_by(|a, b| a.name == b.name);
     server.approved_at = Some(now);
     server.updated_at = now;
     let mut tx = state.db.begin_write().await?;

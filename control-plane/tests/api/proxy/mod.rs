@@ -10,6 +10,7 @@ mod enforcement;
 mod failures;
 mod key_limits;
 mod managed_keys;
+mod mcp_gateway;
 mod messages_api;
 mod metrics;
 mod mock;

@@ -1,7 +1,7 @@
 """An agent's MCP client (the official Python SDK, `mcp` from PyPI) against Warden's
 gateway, authenticated with a proxy key.
 
-Usage: agent_client.py URL KEY SCENARIO [TOOL ARGUMENTS_JSON]; prints one JSON object.
+Usage: mcp_agent.py URL KEY SCENARIO [TOOL ARGUMENTS_JSON]; prints one JSON object.
   list   the tools listed: {"tools": [names], "descriptions": {name: description}}
   call   calls TOOL with ARGUMENTS_JSON: {"text": ..., "is_error": bool} or, when
          Warden refuses, {"error": {"code": ..., "message": ..., "data": ...}}

@@ -1,7 +1,7 @@
 """An MCP server built with the official Python SDK (`mcp` from PyPI), the upstream the
 gateway tests reach through Warden.
 
-Usage: upstream_server.py PORT HEADERS_LOG [changed]
+Usage: mcp_upstream.py PORT HEADERS_LOG [changed]
   Serves Streamable HTTP at http://127.0.0.1:PORT/mcp. Every request's Authorization
   header (or `-` without one) is appended to HEADERS_LOG, so a test can check what
   the gateway presented. With `changed`, `search`'s description differs: the same
