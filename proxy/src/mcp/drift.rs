@@ -128,3 +128,50 @@ impl DriftReports {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use warden_shared::snapshot::PinnedTool;
+
+    use super::*;
+
+    fn server(pins: &[(&str, &str)]) -> McpServerState {
+        McpServerState {
+            id: "mcp_1".into(),
+            tenant_id: "ten_1".into(),
+            name: "docs".into(),
+            url: "https://docs.example.com/mcp".into(),
+            secret_ref: None,
+            pinned_tools: pins
+                .iter()
+                .map(|(name, fingerprint)| PinnedTool {
+                    name: (*name).into(),
+                    fingerprint: (*fingerprint).into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_approved_definitions_pass_and_changes_are_reported_once() {
+        let drifts = DriftReports::new(None);
+        let approved = server(&[("search", "f1")]);
+        assert!(!drifts.has_observed(&approved));
+        assert!(!drifts.is_callable(&approved, "search"), "not listed yet");
+        assert!(drifts.is_pinned(&approved, "search", "f1"));
+        assert!(drifts.is_callable(&approved, "search"));
+        // A changed definition is withheld, and calls stop with it.
+        assert!(!drifts.is_pinned(&approved, "search", "f2"));
+        assert!(!drifts.is_callable(&approved, "search"));
+        // A tool added after the approval is not approved.
+        assert!(!drifts.is_pinned(&approved, "delete", "f3"));
+        assert!(!drifts.is_callable(&approved, "delete"));
+        assert_eq!(drifts.reported.len(), 2);
+        assert!(!drifts.is_pinned(&approved, "search", "f2"));
+        assert_eq!(drifts.reported.len(), 2, "reported once per definition");
+        // A server never approved withholds everything without reporting drift.
+        let fresh = DriftReports::new(None);
+        assert!(!fresh.is_pinned(&server(&[]), "search", "f1"));
+        assert!(fresh.reported.is_empty());
+    }
+}

@@ -214,6 +214,7 @@ fn mcp_servers_follow_their_changes_and_their_tenant() {
         name: name.into(),
         url: format!("https://{name}.example.com/mcp"),
         secret_ref: None,
+        pinned_tools: Vec::new(),
     };
     state.apply(
         StreamMessage::Snapshot(Snapshot {
