@@ -385,6 +385,24 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         .unwrap();
     expect_status(ingested, 200).await;
     assert_eq!(app.count_rows("payload_captures", &tenant_id).await, 1);
+    // A tool call through the MCP gateway, as the proxies record it (in usage batches).
+    let tool_call = json!({ "batch_id": format!("seed-tool-{tenant_id}"), "records": [{
+        "record_id": format!("seed-tool-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,
+        "model_provider": "mcp", "model_name": "tools__search", "request_type": "tool_call",
+        "input_tokens": 0, "output_tokens": 0, "recorded_at": app.clock.now().to_string(),
+        "tool_call": { "server_id": format!("mcp_{tenant_id}"), "server": "tools",
+                       "tool": "search", "outcome": "ok", "decision": "allowed", "latency_ms": 3 } }] });
+    let ingested = app
+        .client
+        .post(format!("{}/internal/v1/usage-batches", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(&tool_call)
+        .send()
+        .await
+        .unwrap();
+    let ack = expect_status(ingested, 200).await;
+    assert_eq!(ack["data"]["accepted"], json!(1), "{ack}");
+    assert_eq!(app.count_rows("tool_calls", &tenant_id).await, 1);
     // A checkout started, and a provider event applied (as the webhook records it).
     expect_status(
         app.post("/billing/checkout", &key, json!({ "plan": "professional" }))
@@ -430,6 +448,10 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         "INSERT INTO sso_assertions (tenant_id, assertion_id, expires_at) VALUES ($1, 'a1', 0)",
         "INSERT INTO mcp_servers (id, tenant_id, name, url, enabled, created_at, updated_at) \
          VALUES ('mcp_' || $1, $1, 'tools', 'https://mcp.example.com/mcp', 1, 0, 0)",
+        "INSERT INTO mcp_server_tools (tenant_id, server_id, name, fingerprint, definition, \
+         approved_at) VALUES ($1, 'mcp_' || $1, 'search', 'f1', '{}', 0)",
+        "INSERT INTO mcp_tool_drifts (tenant_id, server_id, tool, fingerprint, first_seen_at) \
+         VALUES ($1, 'mcp_' || $1, 'search', 'f2', 0)",
     ] {
         sqlx::query(sql)
             .bind(&tenant_id)

@@ -376,6 +376,39 @@ db_test!(
             json!(["docs__add", "docs__create_issue", "docs__fail"])
         );
 
+        // Prometheus: calls by server, tool and decision; latency of those forwarded.
+        let metrics = proxy
+            .client
+            .get(format!("{}/metrics", proxy.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let series = |decision: &str, tool: &str| {
+            let wanted = format!(
+                "warden_proxy_tool_calls_total{{decision=\"{decision}\",server=\"docs\",tool=\"{tool}\"}}"
+            );
+            metrics
+                .lines()
+                .find(|line| line.starts_with(&wanted))
+                .and_then(|line| line.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(series("allowed", "add").as_deref(), Some("2"), "{metrics}");
+        assert_eq!(
+            series("policy_violation", "delete_repo").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            series("approval_required", "create_issue").as_deref(),
+            Some("1")
+        );
+        assert!(
+            metrics.contains("warden_proxy_tool_call_duration_seconds_count{server=\"docs\"} 4")
+        );
+
         // The server saw Warden's requests, never the agent's key (it takes no credential).
         let seen = upstream.authorizations();
         assert!(!seen.is_empty());
@@ -456,6 +489,64 @@ db_test!(
         .await;
         assert_eq!(trail["data"].as_array().unwrap().len(), 1);
         assert_eq!(trail["data"][0]["details"]["tool"], json!("search"));
+
+        // A rate limit on one tool, per agent: within a minute's window the second call is
+        // refused (a window may turn between two calls, so three are made).
+        create_policy(
+            &app,
+            &admin,
+            json!({ "name": "one add a minute", "policy_type": "rate_limit",
+                    "config": { "requests_per_minute": 1, "tools": ["docs__add"] } }),
+        )
+        .await;
+        let mut decisions = Vec::new();
+        for _ in 0..3 {
+            let answer = call(&gateway, &key, "docs__add", json!({ "a": 1, "b": 2 })).await;
+            decisions.push(
+                answer["error"]["data"]["code"]
+                    .as_str()
+                    .unwrap_or("allowed")
+                    .to_owned(),
+            );
+        }
+        assert_eq!(decisions[0], "allowed", "{decisions:?}");
+        assert!(
+            decisions.contains(&"rate_limit_exceeded".to_owned()),
+            "{decisions:?}"
+        );
+        // Other tools are not counted by it.
+        assert_eq!(
+            call(
+                &gateway,
+                &key,
+                "docs__create_issue",
+                json!({ "title": "a", "body": "b" })
+            )
+            .await["is_error"],
+            json!(false)
+        );
+
+        // A browser page cannot drive the gateway: a request with an Origin is refused.
+        let from_page = proxy
+            .client
+            .post(&gateway)
+            .bearer_auth(&key)
+            .header("origin", "https://evil.example")
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(from_page.status(), 403);
+        // Without a key there is no gateway at all.
+        let anonymous = proxy
+            .client
+            .post(&gateway)
+            .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(anonymous.status(), 401);
 
         // Approving again pins the new definition.
         register_again(&app, &admin, &server_id).await;
