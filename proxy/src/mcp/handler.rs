@@ -331,7 +331,7 @@ impl GatewayShared {
             &call.server,
             &call.tool,
             decision,
-            reached_server.then(|| elapsed.as_secs_f64()),
+            reached_server.then_some(elapsed.as_secs_f64()),
         );
         if caller.view.agent.is_none() {
             return;

@@ -250,7 +250,8 @@ fn matcher(value: &Value) -> Result<Matcher, ConfigError> {
     let mut matcher: Matcher = parse_as(value)?;
     check_models("models", &matcher.models, 0)?;
     check_models("tools", &matcher.tools, 0)?;
-    if !matcher.tools.is_empty() && !(matcher.models.is_empty() && matcher.providers.is_empty()) {
+    let matches_models = !matcher.models.is_empty() || !matcher.providers.is_empty();
+    if !matcher.tools.is_empty() && matches_models {
         return Err(error(
             "tools",
             "a matcher with tools matches tool calls: leave models and providers empty",

@@ -34,6 +34,9 @@ pub struct ToolCallInput {
     pub latency_ms: i64,
 }
 
+/// Tenant, agent, server, tool and refusal: what one `tool_call.refused` event counts.
+type RefusalKey<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
+
 /// Stores the records new to `tool_calls`; returns how many were new (the rest were
 /// seen before).
 pub async fn record_tool_calls(
@@ -41,7 +44,7 @@ pub async fn record_tool_calls(
     records: &[&ProxyUsageRecord],
 ) -> Result<i64, sqlx::Error> {
     let mut new = 0;
-    let mut refusals: BTreeMap<(&str, &str, &str, &str, &str), (i64, Timestamp)> = BTreeMap::new();
+    let mut refusals: BTreeMap<RefusalKey<'_>, (i64, Timestamp)> = BTreeMap::new();
     for record in records {
         let Some(call) = &record.tool_call else {
             continue;
