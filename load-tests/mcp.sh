@@ -3,9 +3,10 @@
 # then the same load, CONCURRENCY agents each calling the tool in a loop as an MCP
 # session of the official Rust SDK's client, sent directly to the server and through
 # Warden's /mcp (`warden dev`, release build), in alternating rounds. Prints each run's
-# calls per second, p50 and p99, the latency Warden adds at p50 and p99, and Warden's
-# CPU time per call (both planes: the gateway's decision and forwarding, and the
-# control plane storing the call's record).
+# calls per second, p50 and p99, the latency Warden adds at p50 and p99, Warden's CPU
+# time per call (both planes: the gateway's decision and forwarding, and the control
+# plane storing the call's record and decision) and, as the baseline of the same run,
+# the MCP server's own CPU time per call when called directly.
 #
 #   load-tests/mcp.sh                          # concurrency 16, 10 s per run, 3 rounds
 #   CONCURRENCY=32 DURATION=20 ROUNDS=5 load-tests/mcp.sh
@@ -30,7 +31,7 @@ wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; s
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICK=$(getconf CLK_TCK)
 
-"$BIN/mcp-server" "$SERVER" >/dev/null 2>&1 & PIDS+=($!)
+"$BIN/mcp-server" "$SERVER" >/dev/null 2>&1 & UPSTREAM=$!; PIDS+=($UPSTREAM)
 wait_http "http://$SERVER/mcp"
 
 WARDEN_OUTBOUND__ALLOW_PRIVATE='["127.0.0.1/32"]' RUST_LOG=warn \
@@ -50,9 +51,14 @@ json /policies "$ADMIN" '{"name":"load tools","policy_type":"tool_allowlist","co
 json /policies "$ADMIN" '{"name":"no deletes","policy_type":"block_tool","config":{"tools":["load__delete*"]}}' >/dev/null
 
 printf '%-8s %-7s %9s %9s %9s %8s\n' round target calls/s p50_us p99_us cpu_us
-DIRECT_P50=(); DIRECT_P99=(); WARDEN_P50=(); WARDEN_P99=(); CPU=()
+# cpu_us: the MCP server's CPU per call for `direct`, Warden's for `warden`.
+DIRECT_P50=(); DIRECT_P99=(); WARDEN_P50=(); WARDEN_P99=(); CPU=(); SERVER_CPU=()
 for round in $(seq 1 "$ROUNDS"); do
+  before=$(cpu_ticks "$UPSTREAM")
   direct=$("$BIN/mcp-load" "http://$SERVER/mcp" echo "$DURATION" "$CONCURRENCY")
+  after=$(cpu_ticks "$UPSTREAM")
+  calls=$(jq .calls <<<"$direct")
+  server_us=$(( (after - before) * 1000000 / TICK / (calls > 0 ? calls : 1) ))
   before=$(cpu_ticks "$WARDEN")
   warden=$("$BIN/mcp-load" "http://$PROXY/mcp" load__echo "$DURATION" "$CONCURRENCY" "$KEY")
   sleep 2 # the last records reach the ledger: their storing counts too
@@ -63,11 +69,11 @@ for round in $(seq 1 "$ROUNDS"); do
     line=${!run}
     if [ "$(jq .errors <<<"$line")" != 0 ]; then echo "$run: calls failed: $line" >&2; exit 1; fi
     printf '%-8s %-7s %9.0f %9s %9s %8s\n' "$round" "$run" "$(jq .calls_per_second <<<"$line")" \
-      "$(jq .p50_us <<<"$line")" "$(jq .p99_us <<<"$line")" "$([ "$run" = warden ] && echo "$cpu_us" || echo -)"
+      "$(jq .p50_us <<<"$line")" "$(jq .p99_us <<<"$line")" "$([ "$run" = warden ] && echo "$cpu_us" || echo "$server_us")"
   done
   DIRECT_P50+=("$(jq .p50_us <<<"$direct")"); DIRECT_P99+=("$(jq .p99_us <<<"$direct")")
   WARDEN_P50+=("$(jq .p50_us <<<"$warden")"); WARDEN_P99+=("$(jq .p99_us <<<"$warden")")
-  CPU+=("$cpu_us")
+  CPU+=("$cpu_us"); SERVER_CPU+=("$server_us")
 done
 
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -77,5 +83,5 @@ echo "medians of $ROUNDS rounds, $CONCURRENCY agents, ${DURATION} s per run:"
 echo "  direct p50 $(median "${DIRECT_P50[@]}") us, p99 $(median "${DIRECT_P99[@]}") us"
 echo "  warden p50 $(median "${WARDEN_P50[@]}") us, p99 $(median "${WARDEN_P99[@]}") us"
 echo "  added by Warden: p50 $(( $(median "${WARDEN_P50[@]}") - $(median "${DIRECT_P50[@]}") )) us, p99 $(( $(median "${WARDEN_P99[@]}") - $(median "${DIRECT_P99[@]}") )) us"
-echo "  Warden CPU per call (both planes): $(median "${CPU[@]}") us"
+echo "  Warden CPU per call (both planes): $(median "${CPU[@]}") us; the MCP server's own, direct: $(median "${SERVER_CPU[@]}") us"
 echo "  tool calls recorded: $RECORDED"

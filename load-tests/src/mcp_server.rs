@@ -14,6 +14,7 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler};
+use axum::serve::ListenerExt;
 use serde_json::json;
 
 struct Echo;
@@ -70,6 +71,11 @@ async fn main() -> std::io::Result<()> {
             .with_json_response(true),
     );
     let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(&address).await?;
+    // As real servers do: a response's header and body must not wait on Nagle for an ACK.
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await?
+        .tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
     axum::serve(listener, router).await
 }

@@ -28,6 +28,15 @@ pub fn provider() -> Object {
     names(Provider::BUILT_IN.iter().map(Provider::as_str), false)
 }
 
+/// A provider, or `mcp`: the provider of the MCP gateway's tool calls.
+pub fn provider_or_mcp() -> Object {
+    let names_with_mcp = Provider::BUILT_IN
+        .iter()
+        .chain([&Provider::Mcp])
+        .map(Provider::as_str);
+    names(names_with_mcp, false)
+}
+
 pub fn optional_provider() -> Object {
     names(Provider::BUILT_IN.iter().map(Provider::as_str), true)
 }

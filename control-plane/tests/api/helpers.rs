@@ -94,6 +94,11 @@ pub struct TestTenant {
 }
 
 impl TestApp {
+    /// The configuration the app was started with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     pub async fn spawn_with(backend: Backend, configure: impl FnOnce(&mut Config)) -> TestApp {
         let (database_url, dir) = match backend {
             Backend::Sqlite => {

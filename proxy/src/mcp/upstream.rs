@@ -1,5 +1,5 @@
 //! The gateway's side toward the tenants' MCP servers: one MCP client session per server
-//! and proxy process, opened on first use with the server's own credential (never the
+//! and event loop, opened on first use with the server's own credential (never the
 //! agent's) and shared by every agent of the tenant, like a pooled connection. A session
 //! that fails is dropped and the next use opens a new one.
 //!
@@ -58,10 +58,16 @@ struct Open {
     session: Arc<Session>,
 }
 
-/// The sessions of this proxy, by server id.
+/// A server's session as one thread of the proxy uses it.
+type SessionKey = (String, std::thread::ThreadId);
+
+/// The sessions of this proxy, by server and by thread. A session's tasks run on the
+/// runtime that opened it, and each event loop is a runtime of its own thread: a session
+/// per loop keeps a call on the loop its agent's connection is served by, instead of
+/// waking another loop's thread twice per call.
 #[derive(Clone)]
 pub struct UpstreamClients {
-    sessions: Arc<DashMap<String, Arc<Mutex<Option<Open>>>>>,
+    sessions: Arc<DashMap<SessionKey, Arc<Mutex<Option<Open>>>>>,
     managed_keys: ManagedKeys,
 }
 
@@ -121,7 +127,7 @@ impl UpstreamClients {
     async fn session(&self, server: &McpServerState) -> Result<Arc<Session>, UpstreamError> {
         let slot = self
             .sessions
-            .entry(server.id.clone())
+            .entry((server.id.clone(), std::thread::current().id()))
             .or_insert_with(|| Arc::new(Mutex::new(None)))
             .clone();
         // One handshake per server at a time; the others wait for its session.
@@ -154,18 +160,40 @@ impl UpstreamClients {
         Ok(session)
     }
 
+    /// Drops `failed` wherever it is held (a task on a multi-threaded runtime may have
+    /// moved to another thread since it took the session).
     async fn forget(&self, server_id: &str, failed: &Arc<Session>) {
-        let Some(slot) = self.sessions.get(server_id).map(|slot| slot.clone()) else {
-            return;
-        };
-        let mut open = slot.lock().await;
-        if open
-            .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(&current.session, failed))
-        {
-            *open = None;
+        let slots: Vec<_> = self
+            .sessions
+            .iter()
+            .filter(|entry| entry.key().0 == server_id)
+            .map(|entry| entry.value().clone())
+            .collect();
+        for slot in slots {
+            let mut open = slot.lock().await;
+            if open
+                .as_ref()
+                .is_some_and(|current| Arc::ptr_eq(&current.session, failed))
+            {
+                *open = None;
+            }
         }
     }
+}
+
+/// The HTTP client of the sessions with servers. Connections are pooled (the SDK's
+/// default opens one per message, which cost the gateway more CPU than everything else
+/// it does per call; `load-tests/mcp.sh`), and redirects are never followed: a server
+/// could otherwise send the gateway, with its credential, somewhere its registration
+/// was not allowed to point.
+fn http_client() -> Result<reqwest_mcp::Client, UpstreamError> {
+    reqwest_mcp::Client::builder()
+        .redirect(reqwest_mcp::redirect::Policy::none())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .tcp_nodelay(true)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .map_err(|error| UpstreamError::Connect(error.to_string()))
 }
 
 /// Opens an MCP session with the server at `url`, presenting `credential` as a bearer
@@ -175,7 +203,7 @@ pub async fn connect(url: &str, credential: Option<String>) -> Result<Session, U
     if let Some(token) = credential {
         config = config.auth_header(token);
     }
-    let transport = StreamableHttpClientTransport::from_config(config);
+    let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
     let info = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("warden-mcp-gateway", env!("CARGO_PKG_VERSION")),

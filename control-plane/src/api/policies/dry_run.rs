@@ -34,7 +34,9 @@ use crate::state::AppState;
 #[serde(deny_unknown_fields)]
 pub struct DryRunInput {
     pub agent_id: Text<1, 100>,
-    #[schema(schema_with = crate::api::openapi_enums::provider)]
+    /// A model provider, or `mcp` for a tool call through the MCP gateway (`model` is
+    /// then the tool as agents see it, `<server>__<tool>`).
+    #[schema(schema_with = crate::api::openapi_enums::provider_or_mcp)]
     pub provider: Provider,
     pub model: Text<1, 200>,
     /// Default: the agent's own environment.
@@ -58,7 +60,9 @@ pub async fn evaluate_policies(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<DryRunInput>,
 ) -> ApiResult<Response> {
-    provider_names::require_known(&state.providers, "provider", [&input.provider])?;
+    if input.provider != Provider::Mcp {
+        provider_names::require_known(&state.providers, "provider", [&input.provider])?;
+    }
     let results = dry_run(
         state.db.pool(),
         &caller.tenant_id,

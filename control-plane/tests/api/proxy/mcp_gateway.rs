@@ -622,3 +622,88 @@ db_test!(
         assert_eq!(server["data"]["approved_at"], Value::Null);
     }
 );
+
+/// Secrets Manager settings pointing at a moto server on `port` (started by the test).
+fn secrets_manager_at(port: u16) -> warden_proxy::config::SecretsManagerConfig {
+    warden_proxy::config::SecretsManagerConfig {
+        endpoint_url: Some(format!("http://127.0.0.1:{port}")),
+        access_key_id: Some(warden_shared::secret::Secret::new("test")),
+        secret_access_key: Some(warden_shared::secret::Secret::new("test")),
+        cache_ttl_secs: 1,
+        ..warden_proxy::config::SecretsManagerConfig::default()
+    }
+}
+
+db_test!(
+    the_server_gets_its_own_credential_from_secrets_manager_never_the_agents_key,
+    |config| {
+        config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
+        // The control plane reads the credential to approve the server: its Secrets
+        // Manager is named now, and started on that port by the test.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        config.proxy.secrets_manager = secrets_manager_at(port);
+    },
+    |app| {
+        let secrets = app.config().proxy.secrets_manager.clone();
+        let port: u16 = secrets
+            .endpoint_url
+            .as_deref()
+            .and_then(|url| url.rsplit(':').next())
+            .and_then(|port| port.parse().ok())
+            .unwrap();
+        let moto = super::moto::Moto::start_on(port).await;
+        let upstream = Upstream::start().await;
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start_with(&app, &provider, |config| {
+            config.secrets_manager = secrets.clone();
+        })
+        .await;
+        let (tenant, key, _) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "toolbot" }))
+            .await;
+        let admin = tenant.admin_key.clone();
+        moto.create_secret(
+            &format!("warden/managed/{}/mcp/docs", tenant.id),
+            "docs-server-token",
+        )
+        .await;
+        let created = expect_status(
+            app.post(
+                "/mcp-servers",
+                &admin,
+                json!({ "name": "docs", "url": upstream.url(), "secret_ref": "mcp/docs" }),
+            )
+            .await,
+            201,
+        )
+        .await;
+        let id = created["data"]["id"].as_str().unwrap();
+        expect_status(
+            app.post(&format!("/mcp-servers/{id}/approve"), &admin, json!({}))
+                .await,
+            200,
+        )
+        .await;
+        assert_eq!(
+            call(&format!("{}/mcp", proxy.base), &key, "docs__add", json!({ "a": 20, "b": 22 }))
+                .await,
+            json!({ "text": "42", "is_error": false })
+        );
+        // The approval (the control plane) and the call (the proxy) both presented the
+        // server's own token; the agent's key never reached it.
+        let seen = upstream.authorizations();
+        assert!(!seen.is_empty());
+        assert!(
+            seen.iter().all(|value| value == "Bearer docs-server-token"),
+            "{seen:?}"
+        );
+        assert!(!seen.iter().any(|value| value.contains(&key)));
+        // The credential is never shown.
+        let server = expect_status(app.get(&format!("/mcp-servers/{id}"), &admin).await, 200).await;
+        assert!(!server.to_string().contains("docs-server-token"));
+    }
+);

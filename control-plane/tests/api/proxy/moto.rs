@@ -30,13 +30,18 @@ impl Drop for Moto {
 
 impl Moto {
     pub async fn start() -> Moto {
-        let python = tokio::task::spawn_blocking(moto_python)
-            .await
-            .expect("installing moto");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
+        Moto::start_on(port).await
+    }
+
+    /// A server on `port`, for a configuration that had to name it before it started.
+    pub async fn start_on(port: u16) -> Moto {
+        let python = tokio::task::spawn_blocking(moto_python)
+            .await
+            .expect("installing moto");
         let child = Command::new(&python)
             .args([
                 "-m",
