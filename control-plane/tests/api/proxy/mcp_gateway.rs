@@ -655,7 +655,7 @@ db_test!(
             .and_then(|url| url.rsplit(':').next())
             .and_then(|port| port.parse().ok())
             .unwrap();
-        let moto = super::moto::Moto::start_on(port).await;
+        let moto = crate::proxy::moto::Moto::start_on(port).await;
         let upstream = Upstream::start().await;
         let provider = MockProvider::start().await;
         let proxy = TestProxy::start_with(&app, &provider, |config| {
@@ -689,8 +689,13 @@ db_test!(
         )
         .await;
         assert_eq!(
-            call(&format!("{}/mcp", proxy.base), &key, "docs__add", json!({ "a": 20, "b": 22 }))
-                .await,
+            call(
+                &format!("{}/mcp", proxy.base),
+                &key,
+                "docs__add",
+                json!({ "a": 20, "b": 22 })
+            )
+            .await,
             json!({ "text": "42", "is_error": false })
         );
         // The approval (the control plane) and the call (the proxy) both presented the
