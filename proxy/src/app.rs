@@ -158,14 +158,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             upstreams: UpstreamClients::new(managed_keys.clone()),
             rates: rates.clone(),
             decisions: decision_sink.clone(),
-            approvals: ApprovalQueue {
-                client: reqwest::Client::builder()
-                    .connect_timeout(Duration::from_secs(2))
-                    .build()?,
-                url: format!("{base}/internal/v1/policy-decisions"),
-                service_token: service_token.expose().to_owned(),
-                fallback: decision_sink.clone(),
-            },
+            approvals: approval_queue(&base, &service_token, &decision_sink)?,
             usage: usage_sink.clone(),
             metrics: GatewayMetrics::new(&metrics)?,
             drifts: DriftReports::new(Some(ReportTarget {
@@ -192,15 +185,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             usage: usage_sink.clone(),
             captures: captures.clone(),
             decisions: decision_sink.clone(),
-            approvals: ApprovalQueue {
-                // Each event loop's own, like its provider connections.
-                client: reqwest::Client::builder()
-                    .connect_timeout(Duration::from_secs(2))
-                    .build()?,
-                url: format!("{base}/internal/v1/policy-decisions"),
-                service_token: service_token.expose().to_owned(),
-                fallback: decision_sink.clone(),
-            },
+            // Each event loop's own, like its provider connections.
+            approvals: approval_queue(&base, &service_token, &decision_sink)?,
             rates: rates.clone(),
             metrics: metrics.clone(),
             providers: providers.clone(),
@@ -243,6 +229,22 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         client: reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .build()?,
+    })
+}
+
+/// Where held requests' approvals are queued, with an HTTP client of its own.
+fn approval_queue(
+    base: &str,
+    service_token: &Secret,
+    fallback: &decisions::DecisionSink,
+) -> Result<ApprovalQueue, reqwest::Error> {
+    Ok(ApprovalQueue {
+        client: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .build()?,
+        url: format!("{base}/internal/v1/policy-decisions"),
+        service_token: service_token.expose().to_owned(),
+        fallback: fallback.clone(),
     })
 }
 

@@ -94,6 +94,12 @@ pub struct TestTenant {
 }
 
 impl TestApp {
+    /// The control plane's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(format!("{}/metrics", self.base)).send();
+        response.await.unwrap().text().await.unwrap()
+    }
+
     /// The configuration the app was started with.
     pub fn config(&self) -> &Config {
         &self.config

@@ -120,15 +120,7 @@ db_test!(
             )
             .await;
         }
-        let text = app
-            .client
-            .get(format!("{}/metrics", app.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = app.metrics().await;
         let exposition = openmetrics_parser::prometheus::parse_prometheus(&text).unwrap();
         let family = &exposition.families["warden_http_requests_total"];
         let count = family

@@ -186,22 +186,14 @@ fn add_tools(graph: &mut Graph, uses: &[store::ToolUse]) {
     let mut servers: Vec<&String> = tools.values().map(|(server, _)| server).collect();
     servers.sort();
     servers.dedup();
-    let plain = |id: String, name: &str, kind| Node {
-        id,
-        name: name.to_owned(),
-        kind,
-        status: None,
-        blocked: None,
-        framework: None,
-    };
     let server_nodes: Vec<Node> = servers
         .iter()
-        .map(|s| plain(format!("mcp_server:{s}"), s, "mcp_server"))
+        .map(|s| plain_node(format!("mcp_server:{s}"), s, "mcp_server"))
         .collect();
     for (name, (server, calls)) in &tools {
         graph
             .nodes
-            .push(plain(format!("tool:{name}"), name, "tool"));
+            .push(plain_node(format!("tool:{name}"), name, "tool"));
         graph.edges.push(Edge {
             source: format!("tool:{name}"),
             target: format!("mcp_server:{server}"),
@@ -244,23 +236,15 @@ fn graph(agents: Vec<store::AgentNode>, calls: &[store::Call]) -> Graph {
     let mut providers: Vec<&String> = served.keys().map(|(_, provider)| provider).collect();
     providers.sort();
     providers.dedup();
-    let plain = |id: String, name: &str, kind| Node {
-        id,
-        name: name.to_owned(),
-        kind,
-        status: None,
-        blocked: None,
-        framework: None,
-    };
     nodes.extend(
         models
             .iter()
-            .map(|m| plain(format!("model:{m}"), m, "model")),
+            .map(|m| plain_node(format!("model:{m}"), m, "model")),
     );
     nodes.extend(
         providers
             .iter()
-            .map(|p| plain(format!("provider:{p}"), p, "provider")),
+            .map(|p| plain_node(format!("provider:{p}"), p, "provider")),
     );
     edges.extend(served.iter().map(|((model, provider), requests)| Edge {
         source: format!("model:{model}"),
@@ -269,4 +253,16 @@ fn graph(agents: Vec<store::AgentNode>, calls: &[store::Call]) -> Graph {
         request_count: *requests,
     }));
     Graph { nodes, edges }
+}
+
+/// A node that is not an agent: a model, provider, tool or MCP server.
+fn plain_node(id: String, name: &str, kind: &'static str) -> Node {
+    Node {
+        id,
+        name: name.to_owned(),
+        kind,
+        status: None,
+        blocked: None,
+        framework: None,
+    }
 }

@@ -151,15 +151,7 @@ notify_test!(
                 assert!(delivery["attempts"].as_i64() >= Some(1), "{delivery}");
             }
         }
-        let metrics = app
-            .client
-            .get(format!("{}/metrics", app.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = app.metrics().await;
         let exposition = openmetrics_parser::prometheus::parse_prometheus(&metrics).unwrap();
         assert!(exposition
             .families

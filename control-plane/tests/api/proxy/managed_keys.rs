@@ -77,15 +77,7 @@ db_test!(
                 .status(),
             200
         );
-        let metrics = proxy
-            .client
-            .get(format!("{}/metrics", proxy.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = proxy.metrics().await;
         assert!(
             metrics.contains("warden_proxy_managed_key_reads_total{outcome=\"ok\"} 1"),
             "{metrics}"

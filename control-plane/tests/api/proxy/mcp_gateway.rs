@@ -377,15 +377,7 @@ db_test!(
         );
 
         // Prometheus: calls by server, tool and decision; latency of those forwarded.
-        let metrics = proxy
-            .client
-            .get(format!("{}/metrics", proxy.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = proxy.metrics().await;
         let series = |decision: &str, tool: &str| {
             let wanted = format!(
                 "warden_proxy_tool_calls_total{{decision=\"{decision}\",server=\"docs\",tool=\"{tool}\"}}"

@@ -56,15 +56,7 @@ db_test!(
         );
 
         let text = eventually(Duration::from_secs(5), || async {
-            let text = proxy
-                .client
-                .get(format!("{}/metrics", proxy.base))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let text = proxy.metrics().await;
             // Wait for the usage flush, so the buffer gauges have settled too.
             text.contains("warden_proxy_usage_flushed_total 3")
                 .then_some(text)

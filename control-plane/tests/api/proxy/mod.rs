@@ -207,6 +207,12 @@ impl TestProxy {
         (tenant, raw, created)
     }
 
+    /// The proxy's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(format!("{}/metrics", self.base)).send();
+        response.await.unwrap().text().await.unwrap()
+    }
+
     /// A proxy key created with `admin` from `body`, once this proxy knows it (keys
     /// arrive within a second): raw key, body of the created key.
     pub async fn new_key(&self, app: &TestApp, admin: &str, body: Value) -> (String, Value) {

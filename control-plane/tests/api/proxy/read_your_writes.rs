@@ -315,15 +315,7 @@ async fn a_proxy_that_never_confirms_does_not_hold_writes_hostage() {
     assert!(waited >= Duration::from_millis(300), "waited {waited:?}");
     assert!(waited < Duration::from_secs(5), "waited {waited:?}");
 
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("warden_enforcement_writes_total{outcome=\"pending\"} 1"),
         "{metrics}"
