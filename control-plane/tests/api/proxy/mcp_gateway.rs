@@ -250,7 +250,22 @@ db_test!(
                     "config": { "tools": ["docs__create_issue"] } }),
         )
         .await;
-        let issue = json!({ "title": "Outage", "body": "Roll back" });
+        // The tenant's payload rules redact what reviewers see of the arguments.
+        let redacting = app
+            .request(
+                reqwest::Method::PUT,
+                "/payload-capture/config",
+                Some(&admin),
+            )
+            .json(&json!({ "enabled": true, "retention_days": 7,
+                           "processing_purpose": "reviewing held tool calls",
+                           "redaction_rules": [{ "id": "token", "field_path": "arguments.body",
+                                                 "pattern": "token-[0-9]+" }] }))
+            .send()
+            .await
+            .unwrap();
+        expect_status(redacting, 200).await;
+        let issue = json!({ "title": "Outage", "body": "Roll back with token-1234" });
         let refused = call(&gateway, &key, "docs__create_issue", issue.clone()).await;
         assert_eq!(refused["error"]["data"]["code"], json!("approval_required"));
         assert_eq!(refused["error"]["data"]["approval_policy_id"], held["id"]);
@@ -262,7 +277,10 @@ db_test!(
         assert_eq!(context["provider"], json!("mcp"));
         assert_eq!(context["server"], json!("docs"));
         assert_eq!(context["tool"], json!("create_issue"));
-        assert_eq!(context["arguments"], issue);
+        assert_eq!(
+            context["arguments"],
+            json!({ "title": "Outage", "body": "Roll back with [REDACTED:token]" })
+        );
         let id = approval["id"].as_i64().unwrap();
         expect_status(
             app.post(
