@@ -8,6 +8,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation, ListToolsResult,
     PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool,
@@ -137,9 +138,17 @@ impl GatewayShared {
     async fn visible_tools(&self, caller: &Caller) -> Vec<Tool> {
         let tenant_id = &caller.view.key.tenant_id;
         let servers = self.state.mcp_servers(tenant_id).unwrap_or_default();
+        let servers: Vec<&McpServerState> = servers.iter().filter(|s| in_path(caller, s)).collect();
+        // Asked all at once: a listing takes as long as the slowest server, not the sum.
+        let listings = join_all(
+            servers
+                .iter()
+                .map(|server| self.upstreams.list_tools(server)),
+        )
+        .await;
         let mut visible = Vec::new();
-        for server in servers.iter().filter(|s| in_path(caller, s)) {
-            let listed = match self.upstreams.list_tools(server).await {
+        for (server, listed) in servers.into_iter().zip(listings) {
+            let listed = match listed {
                 Ok(listed) => listed,
                 Err(error) => {
                     tracing::warn!(server = %server.name, tenant_id, %error, "MCP server's tools not listed");
