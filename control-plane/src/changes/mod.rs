@@ -38,6 +38,17 @@ pub struct Author<'a> {
     pub actor: &'a str,
 }
 
+impl<'a> Author<'a> {
+    /// What the proxies observed and reported (violations, approvals asked, tool calls
+    /// refused, changed tool definitions): the actor is `proxy`.
+    pub fn proxy(tenant_id: &'a str) -> Author<'a> {
+        Author {
+            tenant_id,
+            actor: "proxy",
+        }
+    }
+}
+
 /// Records `event` in the author's trail and, for `Proxies::Reload`, an outbox row for
 /// the event's target; returns the outbox version when one was written.
 pub async fn record(

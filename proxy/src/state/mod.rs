@@ -115,10 +115,6 @@ impl EnforcementState {
     }
 
     /// The tenant's enabled MCP servers, by name (for the MCP gateway).
-    #[allow(
-        dead_code,
-        reason = "the MCP gateway reads it; until it lands, only tests do"
-    )]
     pub fn mcp_servers(&self, tenant_id: &str) -> Option<Arc<Vec<McpServerState>>> {
         self.maps()
             .mcp_servers

@@ -124,10 +124,7 @@ pub async fn record_requested(
     let target_id = id.to_string();
     changes::record(
         tx,
-        Author {
-            tenant_id: request.tenant_id,
-            actor: "proxy",
-        },
+        Author::proxy(request.tenant_id),
         now,
         AuditEvent {
             event_type: "approval.requested",

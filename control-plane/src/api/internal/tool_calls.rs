@@ -89,10 +89,7 @@ pub async fn record_tool_calls(
     for ((tenant_id, agent_id, server, tool, decision), (count, at)) in refusals {
         changes::record(
             tx,
-            Author {
-                tenant_id,
-                actor: "proxy",
-            },
+            Author::proxy(tenant_id),
             at,
             AuditEvent {
                 event_type: "tool_call.refused",

@@ -58,10 +58,7 @@ pub async fn record_drift(state: &AppState, report: DriftReport) -> ApiResult<bo
     }
     changes::record(
         &mut tx,
-        Author {
-            tenant_id: report.tenant_id.as_str(),
-            actor: "proxy",
-        },
+        Author::proxy(report.tenant_id.as_str()),
         now,
         AuditEvent {
             event_type: "mcp_server.tool_changed",

@@ -118,10 +118,7 @@ async fn record(
 ) -> Result<(), sqlx::Error> {
     changes::record(
         tx,
-        Author {
-            tenant_id,
-            actor: "proxy",
-        },
+        Author::proxy(tenant_id),
         at,
         AuditEvent {
             event_type: "policy.violated",
