@@ -83,7 +83,6 @@ impl PolicyGate<'_> {
         request_type: &'static str,
         estimated_cost_micros: i64,
         now_ms: i64,
-        approval_details: Option<&dyn Fn() -> serde_json::Map<String, serde_json::Value>>,
     ) -> Result<PolicyPass, Stopped> {
         let key = &view.key;
         let Some(policies) = self.state.policies(&key.tenant_id) else {
@@ -129,13 +128,7 @@ impl PolicyGate<'_> {
         for counted in &counted {
             counted.give_back();
         }
-        let mut ask = approval_ask(&refusal, &request, admitted, request_type);
-        if let (Some(ask), Some(details)) = (ask.as_mut(), approval_details) {
-            if let Some(context) = ask.request_context.as_object_mut() {
-                context.extend(details());
-            }
-        }
-        let report = decision.into_report(ask);
+        let report = decision.into_report(approval_ask(&refusal, &request, admitted, request_type));
         if report.approval.is_some() {
             // Queued with the control plane before the refusal is answered.
             return Err(Stopped {

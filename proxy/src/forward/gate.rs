@@ -49,7 +49,6 @@ pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Stop
         endpoint.request_type(),
         *estimate_micros,
         now,
-        None,
     )?;
     let mut counted = GiveBack(passed_policies);
     if let Some(key_count) = shared.rates.count_key_request(&view.key, now)? {

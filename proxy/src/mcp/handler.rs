@@ -297,11 +297,21 @@ impl GatewayShared {
             rates: &self.rates,
             decisions: &self.decisions,
         };
-        let details = || approval_details(&self.state, caller, call, request);
         // Dropping the pass reports the decision on its own (a tool call's record
         // does not carry it).
-        gate.check(&caller.view, &admitted, "tool_call", 0, now, Some(&details))
-            .map(drop)
+        let mut stopped = match gate.check(&caller.view, &admitted, "tool_call", 0, now) {
+            Ok(_pass) => return Ok(()),
+            Err(stopped) => stopped,
+        };
+        // A held call's approval shows reviewers the tool and its arguments too.
+        let ask = stopped
+            .approval
+            .as_mut()
+            .and_then(|report| report.approval.as_mut());
+        if let Some(context) = ask.and_then(|ask| ask.request_context.as_object_mut()) {
+            context.extend(approval_details(&self.state, caller, call, request));
+        }
+        Err(stopped)
     }
 
     /// Whether `tool` is approved on `server` with the definition the server lists now,
