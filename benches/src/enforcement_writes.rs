@@ -121,6 +121,7 @@ async fn start_proxy(server: &BenchServer) -> tempfile::TempDir {
         },
         providers: ProvidersConfig::default(),
         service_token: Secret::new(SERVICE_TOKEN),
+        allow_private: Vec::new(),
     })
     .await
     .unwrap();

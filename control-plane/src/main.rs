@@ -131,6 +131,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
     telemetry::init(config.log_format, &config.log_level);
     let mut proxy = config.proxy.clone();
     let providers = config.providers.clone();
+    let allow_private = config.outbound.allow_private.clone();
     let app = startup::build(config, Clock::system())
         .await
         .map_err(|e| e.to_string())?;
@@ -144,6 +145,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         proxy,
         providers,
         service_token,
+        allow_private,
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -218,6 +220,7 @@ async fn run_proxy(config: Config) -> Result<(), String> {
         proxy: config.proxy,
         providers: config.providers,
         service_token,
+        allow_private: config.outbound.allow_private,
     })
     .await
     .map_err(|e| e.to_string())?;

@@ -17,6 +17,7 @@ use pingora::proxy::HttpProxy;
 use pingora::server::configuration::ServerConf;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use warden_shared::outbound::Allowance;
 use warden_shared::secret::Secret;
 
 use crate::batch_queue::BatchReceiver;
@@ -53,6 +54,9 @@ pub struct ProxySettings {
     pub providers: ProvidersConfig,
     /// The token the control plane's internal endpoints require.
     pub service_token: Secret,
+    /// Private hosts or networks the MCP gateway may reach servers at
+    /// (`outbound.allow_private`, the control plane's setting of the same name).
+    pub allow_private: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +79,8 @@ pub enum ProxyStartupError {
     },
     #[error("HTTP client: {0}")]
     Client(#[from] reqwest::Error),
+    #[error("{0}")]
+    Outbound(String),
 }
 
 /// A bound proxy, ready to serve.
@@ -94,6 +100,7 @@ pub struct ProxyApp {
     decisions: BatchReceiver<DecisionReport>,
     decisions_flush: FlushTarget,
     rates: Arc<RateWindows>,
+    mcp: Arc<McpGateway>,
     stream: StreamSource,
     client: reqwest::Client,
 }
@@ -103,7 +110,9 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         proxy: config,
         providers,
         service_token,
+        allow_private,
     } = settings;
+    let allowance = Arc::new(Allowance::new(&allow_private).map_err(ProxyStartupError::Outbound)?);
     // The MCP gateway's client (reqwest 0.13, built without a TLS provider) uses the
     // process default: ring, as everything else here. Installed once; a second build in
     // the same process finds it installed.
@@ -155,7 +164,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let mcp = Arc::new(McpGateway::new(
         GatewayShared {
             state: state.clone(),
-            upstreams: UpstreamClients::new(managed_keys.clone()),
+            upstreams: UpstreamClients::new(managed_keys.clone(), allowance),
             rates: rates.clone(),
             decisions: decision_sink.clone(),
             approvals: approval_queue(&base, &service_token, &decision_sink)?,
@@ -215,6 +224,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         },
         decisions,
         rates,
+        mcp,
         decisions_flush: FlushTarget {
             url: format!("{base}/internal/v1/policy-decisions"),
             service_token: service_token.expose().to_owned(),
@@ -268,6 +278,7 @@ impl ProxyApp {
             decisions,
             decisions_flush,
             rates,
+            mcp,
             stream,
             client,
             ..
@@ -280,7 +291,7 @@ impl ProxyApp {
             client.clone(),
             metrics.clone(),
         ));
-        let forgetter = tokio::spawn(forget_old_rate_windows(rates));
+        let forgetter = tokio::spawn(forget_stale(rates, mcp));
         let accept_failures = metrics.accept_failures.clone();
         let spooled = spool.is_some();
         let outlet = sink::Outlet {
@@ -372,13 +383,16 @@ fn open_spool(config: &ProxyConfig) -> Result<Option<OpenSpool>, ProxyStartupErr
         })
 }
 
-/// Drops rate-limit windows of past minutes once a minute, so idle buckets do not pile up.
-async fn forget_old_rate_windows(rates: Arc<RateWindows>) {
+/// Once a minute, drops what no request needs any more, so it does not pile up in a
+/// long-running proxy: rate-limit windows of past minutes, and the MCP sessions and
+/// definitions of servers deleted or disabled since.
+async fn forget_stale(rates: Arc<RateWindows>, mcp: Arc<McpGateway>) {
     let mut ticker = tokio::time::interval(Duration::from_secs(60));
     loop {
         ticker.tick().await;
         let minute = crate::rate_limit::minute_of(crate::clock::now_ms());
         rates.forget_before(minute);
+        mcp.forget_gone_servers();
     }
 }
 
@@ -396,6 +410,7 @@ mod tests {
             },
             providers: ProvidersConfig::default(),
             service_token: Secret::new("token"),
+            allow_private: Vec::new(),
         };
         let Err(error) = build(settings).await else {
             panic!("the proxy started with {} loops", MAX_EVENT_LOOPS + 1);

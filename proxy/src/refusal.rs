@@ -54,6 +54,9 @@ pub enum Refusal {
     /// An MCP tool whose definition is not an approved one (never approved, or changed
     /// since: see `crate::mcp::drift`).
     ToolNotApproved(String),
+    /// An MCP server the proxy must list before it can tell whether a tool is approved
+    /// did not answer (or is at an address the proxy may not reach); the server's name.
+    ToolServerUnreachable(String),
     NotFound,
     MethodNotAllowed,
     BodyTooLarge(usize),
@@ -89,6 +92,7 @@ impl Refusal {
             Refusal::UnsupportedMediaType => 415,
             Refusal::BadRequest(_) => 400,
             Refusal::UpstreamUnreachable(_)
+            | Refusal::ToolServerUnreachable(_)
             | Refusal::UpstreamFailed(_)
             | Refusal::ManagedKeyUnavailable(_) => 502,
             Refusal::ProviderNotConfigured(_) | Refusal::NotReady => 503,
@@ -125,7 +129,9 @@ impl Refusal {
             Refusal::UnsupportedMediaType => "unsupported_media_type",
             Refusal::BadRequest(_) => "invalid_request",
             Refusal::NotReady => "proxy_not_ready",
-            Refusal::UpstreamUnreachable(_) => "upstream_unreachable",
+            Refusal::UpstreamUnreachable(_) | Refusal::ToolServerUnreachable(_) => {
+                "upstream_unreachable"
+            }
             Refusal::UpstreamTimeout(_) => "upstream_timeout",
             Refusal::UpstreamFailed(_) => "upstream_failed",
         }
@@ -219,6 +225,9 @@ impl Refusal {
             Refusal::ToolNotApproved(tool) => format!(
                 "the tool `{tool}` is not approved as its server defines it now (never \
                  approved, or changed since); an operator must approve the server again"
+            ),
+            Refusal::ToolServerUnreachable(server) => format!(
+                "cannot reach the MCP server `{server}` to check its tools' definitions"
             ),
             Refusal::NotFound => "no such endpoint on the Warden proxy; it serves POST \
                 /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST \

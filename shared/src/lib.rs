@@ -10,6 +10,7 @@ pub mod ids;
 pub mod keys;
 pub mod managed;
 pub mod mcp;
+pub mod outbound;
 pub mod policy;
 pub mod pricing;
 pub mod redaction;

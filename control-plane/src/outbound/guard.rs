@@ -8,14 +8,14 @@
 //! (`2130706433`), octal (`0177.0.0.1`) and hexadecimal spellings of an IPv4 address are
 //! read as the address they mean.
 //!
-//! An operator can allow named hosts or networks (`outbound.allow_private`): for local
-//! receivers in development and tests, or a mail relay on a private network. It is off by
-//! default and dangerous: an allowed network is reachable by every tenant's channels.
+//! Which addresses are public, and the operator's exceptions (`outbound.allow_private`),
+//! are `warden_shared::outbound`'s: the proxy judges its MCP sessions' addresses by the
+//! same rules.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
-use ipnet::IpNet;
 use url::{Host, Url};
+use warden_shared::outbound::{Allowance, Forbidden};
 
 /// Why a URL or host is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,14 +28,8 @@ pub enum Refusal {
     NoHost,
     #[error("cannot resolve `{host}`: {reason}")]
     Unresolvable { host: String, reason: String },
-    #[error("`{host}` {}{addr}, a {range} address, which Warden does not call", if *.resolved { "resolves to " } else { "is " })]
-    Forbidden {
-        /// The host is a name that resolved to `addr` (not an address itself).
-        resolved: bool,
-        host: String,
-        addr: IpAddr,
-        range: &'static str,
-    },
+    #[error(transparent)]
+    Forbidden(#[from] Forbidden),
 }
 
 impl Refusal {
@@ -46,7 +40,7 @@ impl Refusal {
             Refusal::Scheme(_) => "scheme",
             Refusal::NoHost => "no_host",
             Refusal::Unresolvable { .. } => "unresolvable",
-            Refusal::Forbidden { .. } => "forbidden_address",
+            Refusal::Forbidden(_) => "forbidden_address",
         }
     }
 }
@@ -64,34 +58,21 @@ pub struct Checked {
 /// The operator's exceptions to the guard.
 #[derive(Debug, Clone, Default)]
 pub struct Guard {
-    hosts: Vec<String>,
-    networks: Vec<IpNet>,
+    allowance: Allowance,
 }
 
 impl Guard {
     /// A guard allowing `entries`, each a host name (`receiver.internal`, `localhost`), an
     /// address or a network in CIDR form (`127.0.0.1`, `10.1.0.0/16`, `::1/128`).
     pub fn new(entries: &[String]) -> Result<Guard, String> {
-        let mut guard = Guard::default();
-        for entry in entries {
-            let entry = entry.trim();
-            if let Ok(network) = entry.parse::<IpNet>() {
-                guard.networks.push(network);
-            } else if let Ok(addr) = entry.parse::<IpAddr>() {
-                guard.networks.push(IpNet::from(addr));
-            } else if !entry.is_empty()
-                && entry
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
-            {
-                guard.hosts.push(entry.to_ascii_lowercase());
-            } else {
-                return Err(format!(
-                    "outbound.allow_private: `{entry}` is neither a host name nor an address or network"
-                ));
-            }
-        }
-        Ok(guard)
+        Ok(Guard {
+            allowance: Allowance::new(entries)?,
+        })
+    }
+
+    /// The exceptions, for a client that resolves names itself (the MCP sessions).
+    pub fn allowance(&self) -> &Allowance {
+        &self.allowance
     }
 
     /// Parses `raw` as an http(s) URL and checks its host; returns the URL and the
@@ -167,23 +148,7 @@ impl Guard {
     }
 
     fn allowed(&self, host: &str, addr: IpAddr) -> Result<(), Refusal> {
-        let Some(range) = forbidden_range(addr) else {
-            return Ok(());
-        };
-        let host_allowed = self
-            .hosts
-            .iter()
-            .any(|allowed| allowed == &host.to_ascii_lowercase());
-        let addr = canonical(addr);
-        if host_allowed || self.networks.iter().any(|network| network.contains(&addr)) {
-            return Ok(());
-        }
-        Err(Refusal::Forbidden {
-            host: host.to_owned(),
-            resolved: host.parse::<IpAddr>().is_err() && !host.starts_with('['),
-            addr,
-            range,
-        })
+        Ok(self.allowance.check(host, addr)?)
     }
 }
 
@@ -203,85 +168,10 @@ fn url_host(url: &Url) -> String {
     url.host_str().unwrap_or_default().to_owned()
 }
 
-/// An IPv4 address carried inside an IPv6 one (mapped, NAT64, 6to4) as the IPv4 address,
-/// so that the IPv4 rules apply to it.
-fn canonical(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V6(v6) => embedded_v4(v6).map_or(addr, IpAddr::V4),
-        IpAddr::V4(_) => addr,
-    }
-}
-
-fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
-    if let Some(v4) = v6.to_ipv4_mapped() {
-        return Some(v4);
-    }
-    let segments = v6.segments();
-    let octets = v6.octets();
-    // NAT64 (64:ff9b::/96) and 6to4 (2002::/16) reach the IPv4 address they embed.
-    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return Some(Ipv4Addr::new(
-            octets[12], octets[13], octets[14], octets[15],
-        ));
-    }
-    if segments[0] == 0x2002 {
-        return Some(Ipv4Addr::new(octets[2], octets[3], octets[4], octets[5]));
-    }
-    None
-}
-
-/// The kind of non-public range `addr` is in, or `None` for a public address.
-pub fn forbidden_range(addr: IpAddr) -> Option<&'static str> {
-    match canonical(addr) {
-        IpAddr::V4(v4) => forbidden_v4(v4),
-        IpAddr::V6(v6) => forbidden_v6(v6),
-    }
-}
-
-fn forbidden_v4(v4: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, c, _] = v4.octets();
-    Some(match (a, b, c) {
-        (0, _, _) => "unspecified",
-        (127, _, _) => "loopback",
-        (10, _, _) | (192, 168, _) => "private",
-        (172, 16..=31, _) => "private",
-        (169, 254, _) => "link-local (cloud metadata)",
-        (100, 64..=127, _) => "shared (CGNAT)",
-        (192, 0, 0) => "IETF protocol assignment",
-        (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => "documentation",
-        (198, 18..=19, _) => "benchmarking",
-        (224..=239, _, _) => "multicast",
-        (240..=255, _, _) => "reserved or broadcast",
-        _ => return None,
-    })
-}
-
-fn forbidden_v6(v6: Ipv6Addr) -> Option<&'static str> {
-    let first = v6.segments()[0];
-    Some(if v6.is_unspecified() {
-        "unspecified"
-    } else if v6.is_loopback() {
-        "loopback"
-    } else if first & 0xffc0 == 0xfe80 {
-        "link-local"
-    } else if first & 0xfe00 == 0xfc00 {
-        // Unique local, which includes AWS's IPv6 metadata address fd00:ec2::254.
-        "unique local (private)"
-    } else if first & 0xff00 == 0xff00 {
-        "multicast"
-    } else if first == 0x2001 && v6.segments()[1] == 0x0db8 {
-        "documentation"
-    } else if v6.segments()[..6] == [0, 0, 0, 0, 0, 0] {
-        // IPv4-compatible (deprecated) addresses, ::a.b.c.d.
-        "IPv4-compatible"
-    } else {
-        return None;
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use warden_shared::outbound::forbidden_range;
 
     fn refused(raw: &str) -> Option<&'static str> {
         let url = parse_http_url(raw).ok()?;
@@ -294,30 +184,13 @@ mod tests {
     }
 
     #[test]
-    fn every_non_public_range_is_refused() {
+    fn every_spelling_of_a_private_address_is_read_as_that_address() {
         for raw in [
             "http://127.0.0.1/",
-            "http://127.255.255.254:8080/",
-            "http://10.0.0.1/",
-            "http://172.16.0.1/",
-            "http://172.31.255.255/",
-            "http://192.168.1.1/",
             "http://169.254.169.254/latest/meta-data/",
-            "http://100.64.0.1/",
-            "http://100.100.100.200/",
-            "http://0.0.0.0/",
-            "http://224.0.0.1/",
-            "http://255.255.255.255/",
             "http://[::1]/",
-            "http://[::]/",
-            "http://[fe80::1]/",
             "http://[fd00:ec2::254]/",
-            "http://[fc00::1]/",
-            "http://[ff02::1]/",
-            "http://[::ffff:127.0.0.1]/",
             "http://[::ffff:169.254.169.254]/",
-            "http://[64:ff9b::a9fe:a9fe]/",
-            "http://[2002:7f00:1::]/",
             // Decimal, octal and hexadecimal spellings of 127.0.0.1.
             "http://2130706433/",
             "http://0177.0.0.1/",
@@ -326,19 +199,8 @@ mod tests {
         ] {
             assert!(refused(raw).is_some(), "{raw} must be refused");
         }
-    }
-
-    #[test]
-    fn public_addresses_pass() {
-        for raw in [
-            "https://8.8.8.8/",
-            "https://1.1.1.1/",
-            "https://[2606:4700:4700::1111]/",
-            "http://172.32.0.1/",
-            "http://100.128.0.1/",
-        ] {
-            assert_eq!(refused(raw), None, "{raw} is public");
-        }
+        // The ranges themselves are `warden_shared::outbound`'s, tested there.
+        assert_eq!(refused("https://8.8.8.8/"), None);
     }
 
     #[test]
@@ -358,7 +220,7 @@ mod tests {
     async fn names_are_resolved_and_every_address_checked() {
         let guard = Guard::default();
         let refusal = guard.check_url("http://localhost:9/").await.unwrap_err();
-        assert!(matches!(refusal, Refusal::Forbidden { .. }), "{refusal:?}");
+        assert!(matches!(refusal, Refusal::Forbidden(_)), "{refusal:?}");
         let allowed = Guard::new(&["localhost".to_owned()]).unwrap();
         let (_, checked) = allowed.check_url("http://localhost:9/").await.unwrap();
         assert!(checked.addrs.iter().all(|addr| addr.port() == 9));

@@ -90,6 +90,13 @@ impl DriftReports {
             .is_some_and(|seen| *seen == pin.fingerprint)
     }
 
+    /// Forgets what was seen of servers `keep` refuses (deleted or disabled ones).
+    pub fn retain_servers(&self, keep: &impl Fn(&str) -> bool) {
+        self.observed.retain(|(server_id, _), _| keep(server_id));
+        self.listed.retain(|server_id| keep(server_id));
+        self.reported.retain(|(server_id, _, _)| keep(server_id));
+    }
+
     fn report(&self, report: DriftReport) {
         let key = (
             report.server_id.clone(),
@@ -173,5 +180,11 @@ mod tests {
         let fresh = DriftReports::new(None);
         assert!(!fresh.is_pinned(&server(&[]), "search", "f1"));
         assert!(fresh.reported.is_empty());
+        // A server gone from the state is forgotten: listed afresh if it comes back.
+        drifts.retain_servers(&|id| id != "mcp_1");
+        assert!(!drifts.has_observed(&approved));
+        assert!(drifts.reported.is_empty());
+        fresh.retain_servers(&|id| id == "mcp_1");
+        assert!(fresh.has_observed(&server(&[])));
     }
 }

@@ -216,10 +216,16 @@ impl GatewayShared {
                 // reviewer listing pending approvals right after finds it.
                 self.approvals.ask(*report).await;
             }
+            // A server that could not be listed is a failure of the server, not a
+            // refusal of the agent (nor audited as one).
+            let outcome = match refusal {
+                Refusal::ToolServerUnreachable(_) => "upstream_error",
+                _ => "refused",
+            };
             self.finish(
                 caller,
                 &call,
-                "refused",
+                outcome,
                 refusal.code(),
                 policy_of(&refusal),
                 started,
@@ -281,7 +287,7 @@ impl GatewayShared {
             .find(|s| s.name == call.server && in_path(caller, s))
             .ok_or_else(|| Refusal::ToolNotFound(call.prefixed.clone()))?;
         call.server_state = Some(server.clone());
-        if !self.approved_now(server, &call.tool).await {
+        if !self.approved_now(server, &call.tool).await? {
             return Err(Refusal::ToolNotApproved(call.prefixed.clone()).into());
         }
         let admitted = Admitted {
@@ -316,7 +322,7 @@ impl GatewayShared {
 
     /// Whether `tool` is approved on `server` with the definition the server lists now,
     /// as this proxy last saw it (listing the server first if it never has).
-    async fn approved_now(&self, server: &McpServerState, tool: &str) -> bool {
+    async fn approved_now(&self, server: &McpServerState, tool: &str) -> Result<bool, Refusal> {
         if !self.drifts.has_observed(server) {
             match self.upstreams.list_tools(server).await {
                 Ok(listed) => {
@@ -327,11 +333,11 @@ impl GatewayShared {
                 }
                 Err(error) => {
                     tracing::warn!(server = %server.name, %error, "MCP server's tools not listed");
-                    return false;
+                    return Err(Refusal::ToolServerUnreachable(server.name.clone()));
                 }
             }
         }
-        self.drifts.is_callable(server, tool)
+        Ok(self.drifts.is_callable(server, tool))
     }
 
     /// Records the call, counts it, and sends an approval it asked for.

@@ -13,6 +13,7 @@
 //! opened it, so replicas behind a load balancer need affinity on `MCP-Session-Id` for
 //! those clients. Current clients are served statelessly.
 
+pub mod address_guard;
 pub mod drift;
 pub mod handler;
 pub mod metrics;
@@ -37,6 +38,7 @@ use handler::Gateway;
 /// The gateway, shared by every event loop.
 pub struct McpGateway {
     service: StreamableHttpService<Gateway, LocalSessionManager>,
+    shared: Arc<GatewayShared>,
 }
 
 impl McpGateway {
@@ -61,7 +63,16 @@ impl McpGateway {
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        McpGateway { service }
+        McpGateway { service, shared }
+    }
+
+    /// Forgets the sessions with, and definitions seen of, servers no longer in the
+    /// state (deleted or disabled since): a long-running proxy does not keep them.
+    pub fn forget_gone_servers(&self) {
+        let current = self.shared.state.mcp_server_ids();
+        let keep = |id: &str| current.contains(id);
+        self.shared.upstreams.retain_servers(&keep);
+        self.shared.drifts.retain_servers(&keep);
     }
 
     /// Answers one HTTP request of the MCP transport for `caller`.

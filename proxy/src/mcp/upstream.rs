@@ -4,7 +4,8 @@
 //! that fails is dropped and the next use opens a new one.
 //!
 //! The client is the official SDK's (`rmcp`) Streamable HTTP client: the handshake,
-//! session ids, protocol versions and SSE answers are its job.
+//! session ids, protocol versions and SSE answers are its job. It connects to public
+//! addresses only, unless the operator allows others ([`super::address_guard`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +20,10 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
 use tokio::sync::Mutex;
 use warden_shared::mcp::fingerprint;
+use warden_shared::outbound::Allowance;
 use warden_shared::snapshot::McpServerState;
 
+use super::address_guard::{check_literal, GuardedResolver};
 use crate::managed_keys::ManagedKeys;
 
 /// How long opening a session (the handshake) may take.
@@ -33,6 +36,8 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(15);
 pub enum UpstreamError {
     #[error("the server's credential cannot be read: {0}")]
     Credential(String),
+    #[error("the server's address is not allowed: {0}")]
+    Forbidden(String),
     #[error("the server cannot be reached: {0}")]
     Connect(String),
     #[error("the server did not answer in time")]
@@ -69,13 +74,16 @@ type SessionKey = (String, std::thread::ThreadId);
 pub struct UpstreamClients {
     sessions: Arc<DashMap<SessionKey, Arc<Mutex<Option<Open>>>>>,
     managed_keys: ManagedKeys,
+    /// The private hosts and networks the operator allows servers at.
+    allowance: Arc<Allowance>,
 }
 
 impl UpstreamClients {
-    pub fn new(managed_keys: ManagedKeys) -> UpstreamClients {
+    pub fn new(managed_keys: ManagedKeys, allowance: Arc<Allowance>) -> UpstreamClients {
         UpstreamClients {
             sessions: Arc::new(DashMap::new()),
             managed_keys,
+            allowance,
         }
     }
 
@@ -151,13 +159,19 @@ impl UpstreamClients {
             ),
             None => None,
         };
-        let session = Arc::new(connect(&server.url, credential).await?);
+        let session = Arc::new(connect(&server.url, credential, &self.allowance).await?);
         *open = Some(Open {
             url: server.url.clone(),
             secret_ref: server.secret_ref.clone(),
             session: session.clone(),
         });
         Ok(session)
+    }
+
+    /// Closes the sessions of servers `keep` refuses (deleted or disabled ones): a
+    /// session dropped by its last holder ends its tasks and connections.
+    pub fn retain_servers(&self, keep: &impl Fn(&str) -> bool) {
+        self.sessions.retain(|(server_id, _), _| keep(server_id));
     }
 
     /// Drops `failed` wherever it is held (a task on a multi-threaded runtime may have
@@ -185,10 +199,15 @@ impl UpstreamClients {
 /// default opens one per message, which cost the gateway more CPU than everything else
 /// it does per call; `load-tests/mcp.sh`), and redirects are never followed: a server
 /// could otherwise send the gateway, with its credential, somewhere its registration
-/// was not allowed to point.
-fn http_client() -> Result<reqwest_mcp::Client, UpstreamError> {
+/// was not allowed to point. Names resolve through the address guard, and no proxy of
+/// the environment is used (it would resolve them instead, unguarded).
+fn http_client(allowance: &Arc<Allowance>) -> Result<reqwest_mcp::Client, UpstreamError> {
     reqwest_mcp::Client::builder()
         .redirect(reqwest_mcp::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(GuardedResolver {
+            allowance: allowance.clone(),
+        })
         .pool_idle_timeout(Duration::from_secs(60))
         .tcp_nodelay(true)
         .connect_timeout(CONNECT_TIMEOUT)
@@ -197,13 +216,18 @@ fn http_client() -> Result<reqwest_mcp::Client, UpstreamError> {
 }
 
 /// Opens an MCP session with the server at `url`, presenting `credential` as a bearer
-/// token when there is one.
-pub async fn connect(url: &str, credential: Option<String>) -> Result<Session, UpstreamError> {
+/// token when there is one; `allowance` names the private hosts it may be at.
+pub async fn connect(
+    url: &str,
+    credential: Option<String>,
+    allowance: &Arc<Allowance>,
+) -> Result<Session, UpstreamError> {
+    check_literal(url, allowance).map_err(|refused| UpstreamError::Forbidden(refused.to_string()))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url);
     if let Some(token) = credential {
         config = config.auth_header(token);
     }
-    let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
+    let transport = StreamableHttpClientTransport::with_client(http_client(allowance)?, config);
     let info = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("warden-mcp-gateway", env!("CARGO_PKG_VERSION")),
@@ -225,12 +249,13 @@ pub struct ToolDefinition {
 }
 
 /// Opens a session with the server at `url`, lists every tool and closes it: what the
-/// control plane pins when an operator approves a server.
+/// control plane pins when an operator approves a server, under its own allowance.
 pub async fn fetch_definitions(
     url: &str,
     credential: Option<String>,
+    allowance: &Allowance,
 ) -> Result<Vec<ToolDefinition>, UpstreamError> {
-    let session = connect(url, credential).await?;
+    let session = connect(url, credential, &Arc::new(allowance.clone())).await?;
     let tools = match tokio::time::timeout(LIST_TIMEOUT, session.list_all_tools()).await {
         Ok(Ok(tools)) => Ok(tools),
         Ok(Err(error)) => Err(UpstreamError::Failed(error.to_string())),

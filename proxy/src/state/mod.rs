@@ -114,6 +114,21 @@ impl EnforcementState {
             .map(|entry| entry.value().clone())
     }
 
+    /// The ids of every tenant's enabled MCP servers.
+    pub fn mcp_server_ids(&self) -> std::collections::HashSet<String> {
+        self.maps()
+            .mcp_servers
+            .iter()
+            .flat_map(|entry| {
+                entry
+                    .value()
+                    .iter()
+                    .map(|server| server.id.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// The tenant's enabled MCP servers, by name (for the MCP gateway).
     pub fn mcp_servers(&self, tenant_id: &str) -> Option<Arc<Vec<McpServerState>>> {
         self.maps()

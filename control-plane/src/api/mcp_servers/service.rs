@@ -128,7 +128,8 @@ pub async fn delete(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()
 /// proxies hold agents' listings and calls to. Replaces an earlier approval.
 pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ServerTools> {
     let mut server = get(state, caller, id).await?;
-    // Checked again: the name may resolve elsewhere than when the server was registered.
+    // Checked again, for a clear 422: the name may resolve elsewhere than when the server
+    // was registered. The fetch resolves it once more under the same rules.
     check_url(state, &server.url).await?;
     let credential = match &server.secret_ref {
         Some(secret_ref) => Some(
@@ -140,7 +141,8 @@ pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<S
         ),
         None => None,
     };
-    let definitions = warden_proxy::fetch_definitions(&server.url, credential)
+    let guard = &state.notification_sender.guard;
+    let definitions = warden_proxy::fetch_definitions(&server.url, credential, guard.allowance())
         .await
         .map_err(|error| unreachable(error.to_string()))?;
     let now = state.clock.now();

@@ -42,7 +42,8 @@ pub struct ToolCall {
     pub outcome: String,
     /// `allowed`, or the refusal's code (`approval_required`, `policy_violation`,
     /// `rate_limit_exceeded`, `agent_blocked`, `agent_quarantined`,
-    /// `tool_not_approved`, `tool_not_found`, ...).
+    /// `tool_not_approved`, `tool_not_found`, ...); `upstream_unreachable` with outcome
+    /// `upstream_error` when the proxy could not list the server to check the tool.
     pub decision: String,
     /// The policy that refused or held the call.
     pub policy_id: Option<i64>,

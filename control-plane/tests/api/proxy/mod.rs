@@ -64,12 +64,35 @@ impl TestProxy {
     }
 
     /// As [`TestProxy::start_with`], then `providers` changes the providers' settings
-    /// (each points at the mock with [`UPSTREAM_KEY`] before).
+    /// (each points at the mock with [`UPSTREAM_KEY`] before). The proxy allows the
+    /// private hosts `app` allows (`outbound.allow_private`), as one settings file gives
+    /// both planes the same.
     pub async fn start_configured(
         app: &TestApp,
         provider: &MockProvider,
         configure: impl FnOnce(&mut ProxyConfig),
         configure_providers: impl FnOnce(&mut ProvidersConfig),
+    ) -> TestProxy {
+        let allow_private = app.config().outbound.allow_private.clone();
+        TestProxy::launch(app, provider, configure, configure_providers, allow_private).await
+    }
+
+    /// A proxy allowing only the private hosts `allow_private` names, whatever `app`
+    /// allows.
+    pub async fn start_allowing(
+        app: &TestApp,
+        provider: &MockProvider,
+        allow_private: Vec<String>,
+    ) -> TestProxy {
+        TestProxy::launch(app, provider, |_| {}, |_| {}, allow_private).await
+    }
+
+    async fn launch(
+        app: &TestApp,
+        provider: &MockProvider,
+        configure: impl FnOnce(&mut ProxyConfig),
+        configure_providers: impl FnOnce(&mut ProvidersConfig),
+        allow_private: Vec<String>,
     ) -> TestProxy {
         let spool = tempfile::tempdir().expect("a spool folder");
         let mut proxy = ProxyConfig {
@@ -96,6 +119,7 @@ impl TestProxy {
             proxy,
             providers,
             service_token: Secret::new(SERVICE_TOKEN),
+            allow_private,
         })
         .await
         .expect("the proxy starts");
