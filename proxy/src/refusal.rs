@@ -226,9 +226,9 @@ impl Refusal {
                 "the tool `{tool}` is not approved as its server defines it now (never \
                  approved, or changed since); an operator must approve the server again"
             ),
-            Refusal::ToolServerUnreachable(server) => format!(
-                "cannot reach the MCP server `{server}` to check its tools' definitions"
-            ),
+            Refusal::ToolServerUnreachable(server) => {
+                format!("cannot reach the MCP server `{server}` to check its tools' definitions")
+            }
             Refusal::NotFound => "no such endpoint on the Warden proxy; it serves POST \
                 /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST \
                 /v1/messages/count_tokens, POST /v1/embeddings, GET /v1/models and the MCP \

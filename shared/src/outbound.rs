@@ -207,7 +207,10 @@ mod tests {
             "64:ff9b::a9fe:a9fe",
             "2002:7f00:1::",
         ] {
-            assert!(forbidden_range(addr(text)).is_some(), "{text} must be refused");
+            assert!(
+                forbidden_range(addr(text)).is_some(),
+                "{text} must be refused"
+            );
         }
     }
 
@@ -230,16 +233,29 @@ mod tests {
             Allowance::new(&["127.0.0.1/32".to_owned(), "Receiver.internal".to_owned()]).unwrap();
         assert!(allowance.check("127.0.0.1", addr("127.0.0.1")).is_ok());
         // A mapped spelling of the same address is the same address.
-        assert!(allowance.check("[::ffff:127.0.0.1]", addr("::ffff:127.0.0.1")).is_ok());
-        assert!(allowance.check("receiver.internal", addr("10.9.9.9")).is_ok());
-        let refused = allowance.check("rebound.example", addr("169.254.169.254")).unwrap_err();
+        assert!(allowance
+            .check("[::ffff:127.0.0.1]", addr("::ffff:127.0.0.1"))
+            .is_ok());
+        assert!(allowance
+            .check("receiver.internal", addr("10.9.9.9"))
+            .is_ok());
+        let refused = allowance
+            .check("rebound.example", addr("169.254.169.254"))
+            .unwrap_err();
         assert!(refused.resolved);
         assert_eq!(refused.range, "link-local (cloud metadata)");
-        assert!(refused.to_string().contains("resolves to 169.254.169.254"), "{refused}");
+        assert!(
+            refused.to_string().contains("resolves to 169.254.169.254"),
+            "{refused}"
+        );
         let literal = allowance.check("127.0.0.2", addr("127.0.0.2")).unwrap_err();
         assert!(!literal.resolved);
-        assert!(Allowance::default().check("localhost", addr("::1")).is_err());
-        assert!(Allowance::default().check("example.com", addr("93.184.216.34")).is_ok());
+        assert!(Allowance::default()
+            .check("localhost", addr("::1"))
+            .is_err());
+        assert!(Allowance::default()
+            .check("example.com", addr("93.184.216.34"))
+            .is_ok());
         assert!(Allowance::new(&["not valid!".to_owned()]).is_err());
     }
 }

@@ -47,7 +47,11 @@ pub fn check_literal(url: &str, allowance: &Allowance) -> Result<(), Forbidden> 
     };
     // The URL parser has already read every spelling of an IPv4 address (`2130706433`,
     // `0x7f.1`) as the address; IPv6 comes bracketed.
-    match host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+    match host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
         Ok(addr) => allowance.check(host, addr),
         Err(_) => Ok(()),
     }
@@ -76,7 +80,9 @@ mod tests {
         let refused = resolve(allowing(&[]), "localhost").await.unwrap_err();
         assert!(refused.contains("`localhost` resolves to"), "{refused}");
         assert!(refused.contains("loopback"), "{refused}");
-        let allowed = resolve(allowing(&["localhost"]), "localhost").await.unwrap();
+        let allowed = resolve(allowing(&["localhost"]), "localhost")
+            .await
+            .unwrap();
         assert!(!allowed.is_empty());
         let by_network = resolve(allowing(&["127.0.0.0/8", "::1/128"]), "localhost").await;
         assert!(by_network.is_ok(), "{by_network:?}");

@@ -222,7 +222,8 @@ pub async fn connect(
     credential: Option<String>,
     allowance: &Arc<Allowance>,
 ) -> Result<Session, UpstreamError> {
-    check_literal(url, allowance).map_err(|refused| UpstreamError::Forbidden(refused.to_string()))?;
+    check_literal(url, allowance)
+        .map_err(|refused| UpstreamError::Forbidden(refused.to_string()))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url);
     if let Some(token) = credential {
         config = config.auth_header(token);

@@ -149,4 +149,3 @@ async fn register_again(app: &TestApp, admin: &str, server_id: &str) {
     )
     .await;
 }
-

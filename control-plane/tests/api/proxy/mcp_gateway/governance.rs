@@ -299,4 +299,3 @@ db_test!(
         assert_eq!(changed["data"]["approved_at"], Value::Null);
     }
 );
-

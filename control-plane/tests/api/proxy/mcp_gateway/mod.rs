@@ -157,4 +157,3 @@ async fn register_at(app: &TestApp, admin: &str, name: &str, url: &str) -> Strin
     );
     id
 }
-
