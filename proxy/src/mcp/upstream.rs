@@ -283,3 +283,37 @@ fn listed(tool: Tool) -> ListedTool {
         tool,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use prometheus::{IntCounterVec, Opts};
+
+    use super::*;
+    use crate::config::SecretsManagerConfig;
+
+    #[tokio::test]
+    async fn the_sessions_of_servers_no_longer_kept_are_dropped() {
+        let reads = IntCounterVec::new(Opts::new("reads", "reads"), &["outcome"]).unwrap();
+        let keys = ManagedKeys::new(&SecretsManagerConfig::default(), reads).await;
+        let clients = UpstreamClients::new(keys, Arc::new(Allowance::default()));
+        let this_thread = std::thread::current().id();
+        let other_thread = std::thread::spawn(|| std::thread::current().id())
+            .join()
+            .unwrap();
+        for server in ["mcp_kept", "mcp_gone"] {
+            for thread in [this_thread, other_thread] {
+                clients
+                    .sessions
+                    .insert((server.to_owned(), thread), Arc::new(Mutex::new(None)));
+            }
+        }
+        clients.retain_servers(&|id| id == "mcp_kept");
+        let mut left: Vec<String> = clients
+            .sessions
+            .iter()
+            .map(|entry| entry.key().0.clone())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["mcp_kept", "mcp_kept"]);
+    }
+}

@@ -240,6 +240,8 @@ fn mcp_servers_follow_their_changes_and_their_tenant() {
         0,
     );
     assert_eq!(names(&state), ["docs"]);
+    // What the gateway keeps sessions for: the removed server is not among them.
+    assert_eq!(state.mcp_server_ids(), ["m1".to_owned()].into());
     assert!(state.mcp_servers("t2").is_none());
     state.apply(
         StreamMessage::Delta(Delta {
@@ -250,4 +252,5 @@ fn mcp_servers_follow_their_changes_and_their_tenant() {
         0,
     );
     assert!(state.mcp_servers("t1").is_none());
+    assert!(state.mcp_server_ids().is_empty());
 }
