@@ -210,30 +210,24 @@ impl GatewayShared {
         started: Instant,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut call = CallFacts::resolve(caller, &request.name);
-        if let Err(Stopped { refusal, approval }) = self.decide(caller, &mut call, &request).await {
-            if let Some(report) = approval {
-                // Queued before the refusal is answered, as for model requests: a
-                // reviewer listing pending approvals right after finds it.
-                self.approvals.ask(*report).await;
+        let server = match self.decide(caller, &mut call, &request).await {
+            Ok(server) => server,
+            Err(Stopped { refusal, approval }) => {
+                if let Some(report) = approval {
+                    // Queued before the refusal is answered, as for model requests: a
+                    // reviewer listing pending approvals right after finds it.
+                    self.approvals.ask(*report).await;
+                }
+                // A server that could not be listed is a failure of the server, not a
+                // refusal of the agent (nor audited as one).
+                let outcome = match refusal {
+                    Refusal::ToolServerUnreachable(_) => "upstream_error",
+                    _ => "refused",
+                };
+                let policy_id = policy_of(&refusal);
+                self.finish(caller, &call, outcome, refusal.code(), policy_id, started);
+                return Err(refused(&refusal));
             }
-            // A server that could not be listed is a failure of the server, not a
-            // refusal of the agent (nor audited as one).
-            let outcome = match refusal {
-                Refusal::ToolServerUnreachable(_) => "upstream_error",
-                _ => "refused",
-            };
-            self.finish(
-                caller,
-                &call,
-                outcome,
-                refusal.code(),
-                policy_of(&refusal),
-                started,
-            );
-            return Err(refused(&refusal));
-        }
-        let Some(server) = call.server_state.clone() else {
-            return Err(refused(&Refusal::NotFound));
         };
         // The server's own name for its tool; everything else as the agent sent it.
         let mut params = request;
@@ -275,19 +269,20 @@ impl GatewayShared {
         caller: &Caller,
         call: &mut CallFacts,
         request: &CallToolRequestParams,
-    ) -> Result<(), Stopped> {
+    ) -> Result<ChosenServer, Stopped> {
         let now = now_ms();
         admission::check_key(&caller.view, now)?;
         let servers = self
             .state
             .mcp_servers(&caller.view.key.tenant_id)
             .unwrap_or_default();
-        let server = servers
+        let index = servers
             .iter()
-            .find(|s| s.name == call.server && in_path(caller, s))
+            .position(|s| s.name == call.server && in_path(caller, s))
             .ok_or_else(|| Refusal::ToolNotFound(call.prefixed.clone()))?;
-        call.server_state = Some(server.clone());
-        if !self.approved_now(server, &call.tool).await? {
+        let server = ChosenServer { servers, index };
+        call.server_id.clone_from(&server.id);
+        if !self.approved_now(&server, &call.tool).await? {
             return Err(Refusal::ToolNotApproved(call.prefixed.clone()).into());
         }
         let admitted = Admitted {
@@ -306,7 +301,7 @@ impl GatewayShared {
         // Dropping the pass reports the decision on its own (a tool call's record
         // does not carry it).
         let mut stopped = match gate.check(&caller.view, &admitted, "tool_call", 0, now) {
-            Ok(_pass) => return Ok(()),
+            Ok(_pass) => return Ok(server),
             Err(stopped) => stopped,
         };
         // A held call's approval shows reviewers the tool and its arguments too.
@@ -375,11 +370,7 @@ impl GatewayShared {
             evaluation: None,
             capture: None,
             tool_call: Some(Box::new(ToolCallRecord {
-                server_id: call
-                    .server_state
-                    .as_ref()
-                    .map(|s| s.id.clone())
-                    .unwrap_or_default(),
+                server_id: call.server_id.clone(),
                 server: call.server.clone(),
                 tool: call.tool.clone(),
                 outcome,
@@ -397,7 +388,22 @@ struct CallFacts {
     tool: String,
     /// `<server>__<tool>`, the name policies match.
     prefixed: String,
-    server_state: Option<McpServerState>,
+    /// The registered server's id, once found; empty when the name matched none.
+    server_id: String,
+}
+
+/// The server a call goes to, in the tenant's list from the state (not a copy of it).
+struct ChosenServer {
+    servers: Arc<Vec<McpServerState>>,
+    index: usize,
+}
+
+impl std::ops::Deref for ChosenServer {
+    type Target = McpServerState;
+
+    fn deref(&self) -> &McpServerState {
+        &self.servers[self.index]
+    }
 }
 
 impl CallFacts {
@@ -413,7 +419,7 @@ impl CallFacts {
             prefixed: prefixed(&server, &tool),
             server,
             tool,
-            server_state: None,
+            server_id: String::new(),
         }
     }
 }

@@ -116,17 +116,11 @@ impl EnforcementState {
 
     /// The ids of every tenant's enabled MCP servers.
     pub fn mcp_server_ids(&self) -> std::collections::HashSet<String> {
-        self.maps()
-            .mcp_servers
-            .iter()
-            .flat_map(|entry| {
-                entry
-                    .value()
-                    .iter()
-                    .map(|server| server.id.clone())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+        let mut ids = std::collections::HashSet::new();
+        for servers in self.maps().mcp_servers.iter() {
+            ids.extend(servers.value().iter().map(|server| server.id.clone()));
+        }
+        ids
     }
 
     /// The tenant's enabled MCP servers, by name (for the MCP gateway).
