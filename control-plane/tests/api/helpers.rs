@@ -93,6 +93,14 @@ pub struct TestTenant {
     pub admin_key: String,
 }
 
+/// A port nothing listens on now, for a server a test starts later (or never).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 impl TestApp {
     /// The control plane's `/metrics` text.
     pub async fn metrics(&self) -> String {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use warden_control_plane::config::Config;
 
-use crate::helpers::{expect_status, Backend, TestApp, TestTenant};
+use crate::helpers::{expect_status, free_port, Backend, TestApp, TestTenant};
 
 /// The receiver's Python packages, pinned.
 const PACKAGES: &[&str] = &["aiosmtpd==1.4.6", "standardwebhooks==1.1.0"];
@@ -204,13 +204,6 @@ impl Receiver {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .unwrap()
-        .port()
 }
 
 /// A control plane whose delivery worker runs every 50 ms, allowed to call receivers on

@@ -6,12 +6,12 @@
 //! 650,000 log lines a second.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::helpers::SERVICE_TOKEN;
+use crate::helpers::{free_port, SERVICE_TOKEN};
 
 /// The proxy's descriptor limit: enough to start, well under the connections below.
 const DESCRIPTOR_LIMIT: u32 = 64;
@@ -89,11 +89,6 @@ fn a_proxy_out_of_descriptors_pauses_accepting_and_logs_once() {
     );
     child.kill().unwrap();
     child.wait().unwrap();
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 /// Waits until the proxy answers `/healthz` on a connection of its own (one it

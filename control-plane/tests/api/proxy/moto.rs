@@ -30,11 +30,7 @@ impl Drop for Moto {
 
 impl Moto {
     pub async fn start() -> Moto {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        Moto::start_on(port).await
+        Moto::start_on(crate::helpers::free_port()).await
     }
 
     /// A server on `port`, for a configuration that had to name it before it started.

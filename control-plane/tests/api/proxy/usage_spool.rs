@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{eventually, simple_chat, MockProvider, TestProxy, UPSTREAM_KEY};
-use crate::helpers::{TestApp, SERVICE_TOKEN};
+use crate::helpers::{free_port, TestApp, SERVICE_TOKEN};
 
 const REQUESTS: usize = 30;
 
@@ -160,12 +160,4 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }

@@ -15,7 +15,6 @@ mod drift;
 mod governance;
 mod servers;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -23,7 +22,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::eventually;
-use crate::helpers::{expect_status, TestApp};
+use crate::helpers::{expect_status, free_port, TestApp};
 use crate::python::venv_python;
 
 /// The SDK's version the tests run: the protocol moves fast, the tests should not.
@@ -41,11 +40,7 @@ impl Upstream {
     async fn start() -> Upstream {
         let dir = tempfile::tempdir().unwrap();
         let headers_log = dir.path().join("authorization.log");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let child = spawn(port, &headers_log, false).await;
         Upstream {
             port,

@@ -1,12 +1,11 @@
 //! Where registered servers may be and how the gateway presents itself to them.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::{call, register_at, tools, Upstream};
-use crate::helpers::{expect_error, expect_status};
+use crate::helpers::{expect_error, expect_status, free_port};
 use crate::proxy::{eventually, MockProvider, TestProxy};
 
 db_test!(
@@ -33,11 +32,7 @@ db_test!(
             .await;
         }
         // Allowed, but nothing answers there: nothing is approved.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let created = expect_status(
             app.post(
                 "/mcp-servers",
@@ -79,11 +74,7 @@ db_test!(
         config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
         // The control plane reads the credential to approve the server: its Secrets
         // Manager is named now, and started on that port by the test.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         config.proxy.secrets_manager = secrets_manager_at(port);
     },
     |app| {
