@@ -20,16 +20,8 @@ SERVER=127.0.0.1:19300
 API=127.0.0.1:19380
 PROXY=127.0.0.1:19381
 
-cargo build --release -q -p warden-control-plane -p warden-load-tests
-BIN=target/release
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; exit 1; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-TICK=$(getconf CLK_TCK)
+# shellcheck source=load-tests/lib.sh
+source load-tests/lib.sh
 
 "$BIN/mcp-server" "$SERVER" >/dev/null 2>&1 & UPSTREAM=$!; PIDS+=($UPSTREAM)
 wait_http "http://$SERVER/mcp"

@@ -39,15 +39,8 @@ need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need nginx; then
   apt-get update -qq && apt-get install -y -qq wrk nginx >/dev/null
 fi
-cargo build --release -q -p warden-control-plane -p warden-load-tests
-BIN=target/release
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer from $1" >&2; exit 1; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# shellcheck source=load-tests/lib.sh
+source load-tests/lib.sh
 rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
 
 MOCK_ARGS=()
