@@ -52,6 +52,40 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// The proxy's usage batches set aside in its spool (the ledger refused them or
+    /// failed on them repeatedly): list, replay to the control plane, or discard.
+    Spool {
+        #[command(subcommand)]
+        command: SpoolCommand,
+        /// Optional TOML file (`proxy.usage_spool_dir`, `proxy.control_plane_url`,
+        /// `service_token`); WARDEN_ variables override it.
+        #[arg(long, global = true)]
+        config: Option<PathBuf>,
+        /// The spool folder, instead of `proxy.usage_spool_dir` (`warden dev` uses
+        /// `warden-data/usage-spool`).
+        #[arg(long, global = true)]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SpoolCommand {
+    /// Lists the batches set aside: id, records, bytes.
+    List,
+    /// Posts batches to the control plane again; each acknowledged one leaves the folder
+    /// (its records are counted once, whatever was counted before).
+    Replay {
+        /// Batch ids; every batch set aside without them.
+        batch_ids: Vec<String>,
+    },
+    /// Deletes batches for good: their usage never reaches the ledger.
+    Discard {
+        /// Batch ids to delete (`--all` for every one).
+        batch_ids: Vec<String>,
+        /// Every batch set aside.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -87,6 +121,11 @@ fn main() -> ExitCode {
         Command::Audit {
             command: AuditCommand::Verify { config, tenant },
         } => runtime(1).and_then(|rt| rt.block_on(verify_audit(config, tenant))),
+        Command::Spool {
+            command,
+            config,
+            dir,
+        } => runtime(1).and_then(|rt| rt.block_on(spool(command, config, dir))),
         // Its configuration first: it sizes the runtime.
         Command::Proxy { config } => Config::load(config.as_deref())
             .map_err(|e| e.to_string())
@@ -167,6 +206,105 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         .map_err(|e| e.to_string())?;
     println!("warden: stopped cleanly");
     Ok(())
+}
+
+/// `warden spool`: the batches set aside in the proxy's usage spool.
+async fn spool(
+    command: SpoolCommand,
+    config: Option<PathBuf>,
+    dir: Option<PathBuf>,
+) -> Result<(), String> {
+    use warden_proxy::SetAsideBatch;
+    let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
+    let dir = dir.unwrap_or_else(|| config.proxy.usage_spool_dir.clone());
+    let listed = SetAsideBatch::list(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let chosen = |ids: &[String], all: bool| -> Result<Vec<String>, String> {
+        if all || ids.is_empty() {
+            return Ok(listed.iter().map(|b| b.batch_id.clone()).collect());
+        }
+        match ids
+            .iter()
+            .find(|id| !listed.iter().any(|b| &b.batch_id == *id))
+        {
+            Some(missing) => Err(format!(
+                "no batch {missing} is set aside in {}",
+                dir.display()
+            )),
+            None => Ok(ids.to_vec()),
+        }
+    };
+    match command {
+        SpoolCommand::List => {
+            println!("{} batch(es) set aside in {}", listed.len(), dir.display());
+            for batch in &listed {
+                let records = batch.records.map_or("?".to_owned(), |n| n.to_string());
+                println!(
+                    "{}\t{records} records\t{} bytes",
+                    batch.batch_id, batch.bytes
+                );
+            }
+            Ok(())
+        }
+        SpoolCommand::Discard { batch_ids, all } => {
+            if batch_ids.is_empty() && !all {
+                return Err("name the batches to discard, or pass --all".to_owned());
+            }
+            for batch_id in chosen(&batch_ids, all)? {
+                SetAsideBatch::discard(&dir, &batch_id).map_err(|e| format!("{batch_id}: {e}"))?;
+                println!("{batch_id}: discarded");
+            }
+            Ok(())
+        }
+        SpoolCommand::Replay { batch_ids } => {
+            let token = config
+                .service_token
+                .as_ref()
+                .ok_or("replay needs the service token (WARDEN_SERVICE_TOKEN)")?;
+            let url = format!(
+                "{}/internal/v1/usage-batches",
+                config.proxy.control_plane_url.trim_end_matches('/')
+            );
+            let client = reqwest::Client::new();
+            let mut failed = 0;
+            for batch_id in chosen(&batch_ids, false)? {
+                let body =
+                    SetAsideBatch::read(&dir, &batch_id).map_err(|e| format!("{batch_id}: {e}"))?;
+                let sent = client
+                    .post(&url)
+                    .bearer_auth(token.expose())
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(response) if response.status().is_success() => {
+                        let ack: serde_json::Value = response.json().await.unwrap_or_default();
+                        let data = &ack["data"];
+                        println!(
+                            "{batch_id}: accepted {}, duplicates {}, dropped {}, rejected {}",
+                            data["accepted"], data["duplicates"], data["dropped"], data["rejected"]
+                        );
+                        SetAsideBatch::discard(&dir, &batch_id)
+                            .map_err(|e| format!("{batch_id}: {e}"))?;
+                    }
+                    Ok(response) => {
+                        failed += 1;
+                        let status = response.status();
+                        let text = response.text().await.unwrap_or_default();
+                        println!("{batch_id}: not taken ({status}): {text}");
+                    }
+                    Err(error) => {
+                        failed += 1;
+                        println!("{batch_id}: cannot reach {url}: {error}");
+                    }
+                }
+            }
+            if failed > 0 {
+                return Err(format!("{failed} batch(es) stay set aside"));
+            }
+            Ok(())
+        }
+    }
 }
 
 async fn verify_audit(config: Option<PathBuf>, tenant: Option<String>) -> Result<(), String> {

@@ -22,6 +22,7 @@ pub struct HttpMetrics {
     latency: HistogramVec,
     enforcement_writes: IntCounterVec,
     enforcement_wait: HistogramVec,
+    ingest_dropped: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -63,6 +64,16 @@ impl HttpMetrics {
             ]),
             &["outcome"],
         )?;
+        let ingest_dropped = IntCounterVec::new(
+            Opts::new(
+                "warden_ingest_records_dropped_total",
+                "Records the proxies sent that the control plane dropped, by kind (usage, \
+                 tool_call, decision, tool_drift) and reason (tenant_deleted: their tenant \
+                 was deleted while they were on their way).",
+            ),
+            &["kind", "reason"],
+        )?;
+        registry.register(Box::new(ingest_dropped.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(enforcement_writes.clone()))?;
@@ -73,6 +84,7 @@ impl HttpMetrics {
             latency,
             enforcement_writes,
             enforcement_wait,
+            ingest_dropped,
         })
     }
 
@@ -111,6 +123,17 @@ impl HttpMetrics {
         self.enforcement_wait
             .with_label_values(&[outcome])
             .observe(seconds);
+    }
+}
+
+impl HttpMetrics {
+    /// Counts `count` records of `kind` an ingest endpoint dropped for `reason`.
+    pub fn count_ingest_dropped(&self, kind: &str, reason: &str, count: usize) {
+        if count > 0 {
+            self.ingest_dropped
+                .with_label_values(&[kind, reason])
+                .inc_by(count as u64);
+        }
     }
 }
 

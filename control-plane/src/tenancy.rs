@@ -212,6 +212,15 @@ pub const PLATFORM_TABLES: &[&str] = &[
 /// Removes every row of `tenant_id`, the tenant row last. Returns false when there was
 /// no such tenant.
 pub async fn delete_tenant_rows(tx: &mut WriteTx, tenant_id: &str) -> Result<bool, sqlx::Error> {
+    // First the tenant's own row: an ingest batch holding it (`FOR KEY SHARE`, see
+    // `api::internal::store::live_tenants`) commits before the rows below are deleted,
+    // and one arriving later finds the tenant gone instead of failing on its key.
+    if crate::db::bulk::is_postgres(tx) {
+        sqlx::query("SELECT id FROM tenants WHERE id = $1 FOR UPDATE")
+            .bind(tenant_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    }
     for delete in TENANT_TABLE_DELETES {
         sqlx::query(delete)
             .bind(tenant_id)

@@ -149,6 +149,32 @@ pub struct Admission {
     pub warnings: Vec<BudgetWarning>,
 }
 
+/// What this proxy holds across every budget it counts, for `/metrics`: an operator (and
+/// the exit-path tests) can see that no request leaves a reservation behind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Estimated cost of requests in flight, summed over their scopes.
+    pub reserved_micros: i64,
+    /// Cost of finished requests whose usage the ledger has not acknowledged yet.
+    pub pending_micros: i64,
+}
+
+impl Budgets {
+    /// The sums of every scope's reservations and pending costs (a scrape's work: every
+    /// scope's lock is taken once, briefly).
+    pub fn held(&self) -> Held {
+        let mut held = Held::default();
+        for scopes in self.tenants.iter() {
+            for counters in scopes.iter() {
+                let counters = lock(counters.value());
+                held.reserved_micros += counters.reserved;
+                held.pending_micros += counters.pending;
+            }
+        }
+        held
+    }
+}
+
 impl Budgets {
     /// The scope's counters, if this proxy has any.
     fn existing(&self, tenant_id: &str, scope: &str) -> Option<Shared> {

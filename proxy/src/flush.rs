@@ -42,11 +42,19 @@ pub async fn post_json(
         .await
 }
 
+/// How many times the control plane may answer a batch with a server error of its own
+/// (500, or another 5xx but 502, 503 and 504) before the batch is given up: a batch that
+/// keeps failing must not hold back the batches behind it. About 4 s of retries.
+pub const MAX_BATCH_FAULTS: u32 = 5;
+
 /// Posts `body` (batch `batch_id`) until the control plane answers for it, with backoff
 /// (the very same body each time: the endpoints are idempotent). Returns the
-/// acknowledgement's `data`, or `None` when the batch itself was refused (a 4xx other
-/// than 401 and 429: no retry can succeed). Each failed attempt counts in `failures`;
-/// `what` names the batch in logs.
+/// acknowledgement's `data`, or `None` when the batch is not taken: refused (a 4xx other
+/// than 401 and 429: no retry can succeed) or failed with a server error
+/// [`MAX_BATCH_FAULTS`] times. A control plane that cannot be reached, or answers 502,
+/// 503 (its database is down) or 504, is waited for without limit: that is an outage,
+/// not a bad batch, and every batch would fail alike. Each failed attempt counts in
+/// `failures`; `what` names the batch in logs.
 pub async fn post_until_answered<A: DeserializeOwned + Default>(
     client: &reqwest::Client,
     target: &FlushTarget,
@@ -56,6 +64,7 @@ pub async fn post_until_answered<A: DeserializeOwned + Default>(
     failures: &IntCounter,
 ) -> Option<A> {
     let mut backoff = Duration::from_millis(250);
+    let mut faults = 0;
     loop {
         let sent = post_json(
             client,
@@ -76,8 +85,17 @@ pub async fn post_until_answered<A: DeserializeOwned + Default>(
                     && response.status() != 429 =>
             {
                 failures.inc();
-                tracing::error!(%batch_id, status = %response.status(), "control plane refused a {what} batch; dropped");
+                tracing::error!(%batch_id, status = %response.status(), "control plane refused a {what} batch");
                 return None;
+            }
+            Ok(response) if is_fault_of_the_batch(response.status()) => {
+                failures.inc();
+                faults += 1;
+                if faults >= MAX_BATCH_FAULTS {
+                    tracing::error!(%batch_id, status = %response.status(), attempts = faults, "control plane failed a {what} batch every time; giving it up so later batches can go");
+                    return None;
+                }
+                tracing::warn!(%batch_id, status = %response.status(), retry_in = ?backoff, "{what} batch failed; retrying");
             }
             Ok(response) => {
                 failures.inc();
@@ -91,4 +109,10 @@ pub async fn post_until_answered<A: DeserializeOwned + Default>(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(15));
     }
+}
+
+/// A server error that this batch may have caused, as opposed to an unavailable control
+/// plane (or a gateway in front of it saying so).
+fn is_fault_of_the_batch(status: reqwest::StatusCode) -> bool {
+    status.is_server_error() && !matches!(status.as_u16(), 502..=504)
 }

@@ -51,3 +51,4 @@ pub(crate) mod upstream_request;
 pub(crate) mod usage;
 
 pub use app::{build, ProxyApp, ProxySettings, ProxyStartupError};
+pub use usage::spool::SetAsideBatch;

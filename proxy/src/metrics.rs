@@ -29,6 +29,8 @@ pub struct ProxyMetrics {
     pub usage_flushed: IntCounter,
     pub usage_dropped: IntCounter,
     pub usage_unspooled: IntCounter,
+    pub usage_set_aside: IntCounter,
+    pub usage_batches_set_aside: IntCounter,
     pub usage_flush_failures: IntCounter,
     pub stream_reconnects: IntCounter,
     pub managed_key_reads: IntCounterVec,
@@ -37,6 +39,8 @@ pub struct ProxyMetrics {
     pub accept_failures: IntCounter,
     pub payload_captures: IntCounterVec,
     pub payload_capture_buffer: IntGauge,
+    pub budget_reserved_micros: IntGauge,
+    pub budget_pending_micros: IntGauge,
     /// Each provider's series of `duration`, `tokens` and `cost_micros`, looked up once
     /// here rather than by label on every request.
     by_provider: Arc<Vec<(Provider, ProviderMetrics)>>,
@@ -128,6 +132,15 @@ impl ProxyMetrics {
                 "Usage records held in memory only because the spool was full or could not \
                  be written (lost if the proxy stops before they are sent)",
             )?,
+            usage_set_aside: counter(
+                "warden_proxy_usage_set_aside_total",
+                "Usage records in batches set aside in the spool because the ledger refused \
+                 them or failed on them repeatedly (`warden spool` lists and replays them)",
+            )?,
+            usage_batches_set_aside: counter(
+                "warden_proxy_usage_batches_set_aside_total",
+                "Usage batches set aside in the spool (see warden_proxy_usage_set_aside_total)",
+            )?,
             usage_flush_failures: counter(
                 "warden_proxy_usage_flush_failures_total",
                 "Failed attempts to send a usage batch",
@@ -168,6 +181,16 @@ impl ProxyMetrics {
             payload_capture_buffer: gauge(
                 "warden_proxy_payload_capture_buffer_bytes",
                 "Bytes of request bodies held for capture until their usage batch is written",
+            )?,
+            budget_reserved_micros: gauge(
+                "warden_proxy_budget_reserved_microdollars",
+                "Estimated cost reserved in budgets by requests in flight, summed over their \
+                 scopes (0 when the proxy is idle)",
+            )?,
+            budget_pending_micros: gauge(
+                "warden_proxy_budget_pending_microdollars",
+                "Cost of finished requests counted in budgets while their usage awaits the \
+                 ledger's acknowledgement, summed over their scopes",
             )?,
             by_provider: Arc::new(
                 providers
@@ -211,6 +234,8 @@ impl ProxyMetrics {
             &self.usage_queued,
             &self.usage_in_flight,
             &self.payload_capture_buffer,
+            &self.budget_reserved_micros,
+            &self.budget_pending_micros,
         ] {
             r.register(Box::new(gauge.clone()))?;
         }
@@ -218,6 +243,8 @@ impl ProxyMetrics {
             &self.usage_flushed,
             &self.usage_dropped,
             &self.usage_unspooled,
+            &self.usage_set_aside,
+            &self.usage_batches_set_aside,
             &self.usage_flush_failures,
             &self.stream_reconnects,
             &self.decisions_dropped,

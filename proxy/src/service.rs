@@ -110,6 +110,15 @@ impl ProxyService {
                     .metrics
                     .snapshot_age_seconds
                     .set(if shared.state.is_loaded() { age } else { -1 });
+                let held = shared.state.budgets.held();
+                shared
+                    .metrics
+                    .budget_reserved_micros
+                    .set(held.reserved_micros);
+                shared
+                    .metrics
+                    .budget_pending_micros
+                    .set(held.pending_micros);
                 let text = shared.metrics.render();
                 respond(session, 200, "text/plain; version=0.0.4", Bytes::from(text)).await;
                 Ok(())

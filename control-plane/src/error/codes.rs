@@ -128,6 +128,8 @@ error_codes! {
         "A server fault; the response's request id finds it in the logs.";
     NotReady => SERVICE_UNAVAILABLE, "not_ready",
         "The readiness probe: the database does not answer.";
+    DatabaseUnavailable => SERVICE_UNAVAILABLE, "database_unavailable",
+        "The database cannot be reached now; nothing was changed. Retry after `Retry-After` seconds.";
 }
 
 impl ErrorCode {

@@ -85,7 +85,35 @@ impl ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
+        if is_unavailable(&error) {
+            tracing::warn!(%error, "database unavailable");
+            let mut unavailable = Self::new(
+                ErrorCode::DatabaseUnavailable,
+                "the database cannot be reached now; nothing was changed, retry shortly",
+            );
+            unavailable.retry_after_secs = Some(1);
+            return unavailable;
+        }
         ApiError::internal(format_args!("database: {error}"))
+    }
+}
+
+/// Whether `error` says the database is out of reach (down, restarting, refusing
+/// connections), as opposed to a fault of the statement: the transaction rolled back,
+/// so the write changed nothing and may be retried as it is.
+fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        // PostgreSQL's connection exceptions (08), and shutdown or not accepting
+        // connections yet (57P01 to 57P03).
+        sqlx::Error::Database(database) => database.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
     }
 }
 

@@ -20,6 +20,7 @@ mod compliance;
 mod cost;
 mod dev_mode;
 mod health;
+mod ingest_edges;
 mod internal;
 mod isolation;
 mod kill_switch;

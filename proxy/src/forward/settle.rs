@@ -35,7 +35,7 @@ pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed,
         admission,
         ..
     } = passed;
-    let tokens = tokens_of(&ready, &relayed, exchange.is_none());
+    let tokens = tokens_of(&ready, &relayed, status, exchange.is_none());
     let admitted = ready.admitted;
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(tokens.input + tokens.output);
@@ -93,19 +93,24 @@ pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed,
     );
 }
 
-/// Usage the provider reported; otherwise, for a stream cut short, a request whose
-/// client hung up before the answer (`cancelled`) or a provider that never reports, an
-/// estimate from the request size and the text relayed. An error answer without usage
-/// counts as a request with no tokens.
-fn tokens_of(ready: &Ready<'_>, relayed: &Relayed, cancelled: bool) -> Tokens {
-    relayed.usage.unwrap_or(if ready.streaming || cancelled {
-        Tokens {
-            input: estimate_tokens(ready.body.len()),
-            output: estimate_tokens(relayed.generated_chars),
-        }
-    } else {
-        Tokens::default()
-    })
+/// Usage the provider reported. Without it: an error answer (4xx, 5xx) counts as a
+/// request with no tokens, streamed or not (providers do not bill them, and a storm of
+/// streamed 429s must not drain budgets); a successful stream cut short, a provider that
+/// never reports, or a request whose client hung up before the answer (`cancelled`: the
+/// provider had it and may have worked on it) is estimated from the request size and the
+/// text relayed. A plain answer without usage counts no tokens.
+fn tokens_of(ready: &Ready<'_>, relayed: &Relayed, status: u16, cancelled: bool) -> Tokens {
+    if let Some(usage) = relayed.usage {
+        return usage;
+    }
+    let provider_error = !cancelled && status >= 400;
+    if provider_error || !(ready.streaming || cancelled) {
+        return Tokens::default();
+    }
+    Tokens {
+        input: estimate_tokens(ready.body.len()),
+        output: estimate_tokens(relayed.generated_chars),
+    }
 }
 
 /// What a forwarded request came to, for the metrics.

@@ -303,12 +303,21 @@ async fn send_batches(mut waiting: mpsc::UnboundedReceiver<Taken>, sending: Send
         for batch_id in left {
             match spool.read(&batch_id).await {
                 Ok(body) => {
-                    let ack =
-                        send_until_acknowledged(&client, &target, &batch_id, body, 0, &metrics)
-                            .await;
+                    let ack = send_until_acknowledged(
+                        &client,
+                        &target,
+                        &batch_id,
+                        body.clone(),
+                        0,
+                        &metrics,
+                    )
+                    .await;
                     if let Some(ack) = ack {
                         metrics.usage_flushed.inc_by(ack.accepted + ack.duplicates);
                         budgets.apply_ledger(&ack.spend, FigureSource::Acknowledgement);
+                    } else {
+                        set_aside(spool, &batch_id, &body, true, None, &metrics).await;
+                        continue;
                     }
                 }
                 Err(error) => {
@@ -327,7 +336,10 @@ async fn send_batches(mut waiting: mpsc::UnboundedReceiver<Taken>, sending: Send
             _room,
         } = taken;
         let count = records.len();
-        let ack = send_until_acknowledged(&client, &target, &batch_id, body, count, &metrics).await;
+        let ack =
+            send_until_acknowledged(&client, &target, &batch_id, body.clone(), count, &metrics)
+                .await;
+        let mut kept = false;
         match ack {
             Some(ack) => {
                 metrics.usage_flushed.inc_by(count as u64);
@@ -336,13 +348,56 @@ async fn send_batches(mut waiting: mpsc::UnboundedReceiver<Taken>, sending: Send
                 // scope's spend.
                 budgets.apply_ledger(&ack.spend, FigureSource::Acknowledgement);
             }
-            None => metrics.usage_dropped.inc_by(count as u64),
+            None => match &spool {
+                Some(spool) => {
+                    kept = set_aside(spool, &batch_id, &body, spooled, Some(count), &metrics).await;
+                }
+                None => metrics.usage_dropped.inc_by(count as u64),
+            },
         }
+        // Acknowledged or set aside: either way its costs leave what this proxy counts
+        // as pending (a batch set aside reaches the ledger only when replayed).
         records.iter().for_each(finished);
-        if let (Some(spool), true) = (&spool, spooled) {
+        if let (Some(spool), true, false) = (&spool, spooled, kept) {
             spool.remove(&batch_id).await;
         }
     }
+}
+
+/// Sets aside a batch the ledger will not take (`count` records, when known); whether it
+/// was kept. Logged once, with its id, and counted.
+async fn set_aside(
+    spool: &Arc<Spool>,
+    batch_id: &str,
+    body: &Bytes,
+    spooled: bool,
+    count: Option<usize>,
+    metrics: &ProxyMetrics,
+) -> bool {
+    let kept = spool.set_aside(batch_id, body, spooled).await;
+    let records = count.unwrap_or_else(|| records_in(body));
+    if kept {
+        metrics.usage_batches_set_aside.inc();
+        metrics.usage_set_aside.inc_by(records as u64);
+        tracing::error!(
+            %batch_id,
+            records,
+            "usage batch set aside in the spool's set-aside folder: the ledger would not take it; \
+             later batches go on (`warden spool list` shows it, `warden spool replay` sends it \
+             again, the next start offers it again)"
+        );
+    } else {
+        metrics.usage_dropped.inc_by(records as u64);
+    }
+    kept
+}
+
+/// The records in a batch's body (a batch an earlier run left).
+fn records_in(body: &Bytes) -> usize {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|batch| batch.get("records")?.as_array().map(Vec::len))
+        .unwrap_or(0)
 }
 
 /// The parts of the ledger's acknowledgement the proxy reads.
@@ -354,6 +409,8 @@ struct UsageAck {
     duplicates: u64,
     #[serde(default)]
     rejected: i64,
+    #[serde(default)]
+    dropped: i64,
     #[serde(default)]
     errors: serde_json::Value,
     #[serde(default)]
@@ -382,6 +439,9 @@ async fn send_until_acknowledged(
     .await;
     metrics.usage_in_flight.set(0);
     let ack = ack?;
+    if ack.dropped > 0 {
+        tracing::warn!(%batch_id, dropped = ack.dropped, "ledger dropped usage records of deleted tenants");
+    }
     if ack.rejected > 0 {
         // Refused records (an agent deleted meanwhile, say) would be refused again: log
         // them instead of retrying forever.

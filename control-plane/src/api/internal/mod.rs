@@ -92,6 +92,9 @@ pub struct BatchAck {
     pub accepted: i64,
     pub duplicates: i64,
     pub rejected: i64,
+    /// Records of tenants deleted while the records were on their way: dropped, never
+    /// an error (nothing a resend could change).
+    pub dropped: i64,
     pub errors: Vec<ItemError>,
     /// Month-to-date spend of the budget scopes this batch added to, after it.
     #[schema(value_type = Vec<Object>)]
@@ -104,6 +107,8 @@ pub struct DecisionAck {
     pub evaluations_written: usize,
     pub approvals_created: usize,
     pub rejected: usize,
+    /// Decisions of tenants deleted meanwhile: dropped.
+    pub dropped: usize,
     pub errors: Vec<ItemError>,
 }
 

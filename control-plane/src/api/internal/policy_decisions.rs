@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use warden_shared::timestamp::Timestamp;
 
 use super::input::{DecisionBatch, ProxyDecision};
+use super::usage_batches::report_dropped;
 use super::{store, DecisionAck};
 use crate::api::approvals::{
     record_lapsed, record_requested, store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS,
@@ -56,6 +57,7 @@ pub async fn ingest_policy_decisions(
         evaluations_written: 0,
         approvals_created: 0,
         rejected: 0,
+        dropped: 0,
         errors: Vec::new(),
     };
     let mut tx = state.db.begin_write().await?;
@@ -64,7 +66,17 @@ pub async fn ingest_policy_decisions(
     // reported). Under concurrent resends on PostgreSQL, the second waits on the key.
     let first_time = store::claim_decision_batch(&mut tx, batch.batch_id.as_str(), now).await?;
     let mut lists = ResultLists::new(&batch.result_lists);
-    let placed = place_decisions(&mut tx, batch.decisions, &mut lists, &mut ack.errors).await?;
+    let mut gone = Vec::new();
+    let placed = place_decisions(
+        &mut tx,
+        batch.decisions,
+        &mut lists,
+        &mut ack.errors,
+        &mut gone,
+    )
+    .await?;
+    report_dropped(state, &ack.batch_id, "decision", &gone);
+    ack.dropped = gone.len();
     if first_time {
         ack.evaluations_written =
             record_evaluations(&mut tx, &evaluation_rows(&placed, &lists)).await?;
@@ -94,15 +106,18 @@ fn check_size(batch: &DecisionBatch) -> ApiResult<()> {
 
 /// Parses each decision and finds its results list and its agent's team; a decision
 /// that does not parse, whose results are malformed or whose agent the tenant does not
-/// have goes to `errors` instead.
+/// have goes to `errors` instead, and one whose tenant was deleted meanwhile to `gone`
+/// (its tenant's id).
 async fn place_decisions(
     tx: &mut WriteTx,
     decisions: Vec<Box<RawValue>>,
     lists: &mut ResultLists<'_>,
     errors: &mut Vec<ItemError>,
+    gone: &mut Vec<String>,
 ) -> ApiResult<Vec<Placed>> {
     // A batch is mostly a few agents' requests: each agent is looked up once.
     let mut teams: HashMap<(String, String), Option<Option<String>>> = HashMap::new();
+    let mut tenants: HashMap<String, bool> = HashMap::new();
     let mut placed = Vec::new();
     for (index, raw) in decisions.into_iter().enumerate() {
         let decision = match parse_raw::<ProxyDecision>(&raw) {
@@ -119,6 +134,19 @@ async fn place_decisions(
                 continue;
             }
         };
+        let tenant_id = decision.tenant_id.as_str();
+        let live = match tenants.get(tenant_id) {
+            Some(live) => *live,
+            None => {
+                let live = !store::live_tenants(tx, [tenant_id]).await?.is_empty();
+                tenants.insert(tenant_id.to_owned(), live);
+                live
+            }
+        };
+        if !live {
+            gone.push(tenant_id.to_owned());
+            continue;
+        }
         let key = (
             decision.tenant_id.as_str().to_owned(),
             decision.evaluation.agent_id.as_str().to_owned(),

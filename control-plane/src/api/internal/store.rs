@@ -3,9 +3,38 @@
 //! tenant; decision batch ids are the proxies', not a tenant's. Usage is written by
 //! `crate::ledger`, evaluation records by `api::policies`, approvals by `api::approvals`.
 
+use std::collections::BTreeSet;
+
 use warden_shared::timestamp::Timestamp;
 
+use crate::db::bulk::is_postgres;
 use crate::db::WriteTx;
+
+/// Which of `tenant_ids` still exist. On PostgreSQL each found tenant row is locked
+/// (`FOR KEY SHARE`) until the transaction ends, in id order: a tenant deletion locks
+/// its row first (`tenancy::delete_tenant_rows`), so it either commits before the batch
+/// looks (and the batch drops the tenant's records) or waits until the batch commits
+/// (and deletes what the batch wrote). On SQLite write transactions run one at a time.
+pub async fn live_tenants<'a>(
+    tx: &mut WriteTx,
+    tenant_ids: impl IntoIterator<Item = &'a str>,
+) -> Result<BTreeSet<String>, sqlx::Error> {
+    let wanted: BTreeSet<&str> = tenant_ids.into_iter().collect();
+    let sql = if is_postgres(tx) {
+        "SELECT id FROM tenants WHERE id = $1 FOR KEY SHARE"
+    } else {
+        "SELECT id FROM tenants WHERE id = $1"
+    };
+    let mut live = BTreeSet::new();
+    for tenant_id in wanted {
+        let found: Option<String> = sqlx::query_scalar(sql)
+            .bind(tenant_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+        live.extend(found);
+    }
+    Ok(live)
+}
 
 /// Remembers a decision batch's id; false when it was seen before. A concurrent resend
 /// on PostgreSQL waits here on the first one's key.

@@ -30,6 +30,16 @@ pub struct DriftReport {
 pub async fn record_drift(state: &AppState, report: DriftReport) -> ApiResult<bool> {
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
+    // Held until the end, so the tenant cannot be deleted under the report.
+    let tenant_id = report.tenant_id.as_str();
+    if super::store::live_tenants(&mut tx, [tenant_id])
+        .await?
+        .is_empty()
+    {
+        let gone = [tenant_id.to_owned()];
+        super::usage_batches::report_dropped(state, "-", "tool_drift", &gone);
+        return Ok(false);
+    }
     let server: Option<String> =
         sqlx::query_scalar("SELECT name FROM mcp_servers WHERE tenant_id = $1 AND id = $2")
             .bind(report.tenant_id.as_str())

@@ -7,9 +7,12 @@
 //! whose id was ingested before is counted as a duplicate and changes nothing. The whole
 //! batch is one transaction: either every new record lands with its rollup or none does.
 
+use std::collections::BTreeSet;
+
 use warden_shared::timestamp::Timestamp;
 
 use super::input::{ParsedBatch, ProxyUsageRecord, RecordEvaluation};
+use super::store;
 use super::tool_calls::record_tool_calls;
 use super::BatchAck;
 use crate::api::payload_capture::{record_captures, RecordCapture};
@@ -45,11 +48,28 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
         accepted: 0,
         duplicates: 0,
         rejected: 0,
+        dropped: 0,
         errors: Vec::new(),
         spend: Vec::new(),
     };
     let mut lists = ResultLists::new(&batch.result_lists);
     let (parsed, tool_calls) = check_records(batch.records, &mut lists, now, &mut ack.errors);
+    let mut tx = state.db.begin_write().await?;
+    // A tenant deleted while its usage was on its way: its records are dropped (no row
+    // may name it), the rest of the batch lands.
+    let live = store::live_tenants(
+        &mut tx,
+        parsed
+            .iter()
+            .map(|(_, (keys, _), _)| keys.tenant_id.as_str())
+            .chain(tool_calls.iter().map(|record| record.tenant_id.as_str())),
+    )
+    .await?;
+    let (parsed, gone_usage) = keep_live(parsed, |(_, (keys, _), _)| &keys.tenant_id, &live);
+    let (tool_calls, gone_calls) = keep_live(tool_calls, |record| &record.tenant_id, &live);
+    report_dropped(state, &ack.batch_id, "usage", &gone_usage);
+    report_dropped(state, &ack.batch_id, "tool_call", &gone_calls);
+    ack.dropped = count(gone_usage.len() + gone_calls.len());
     let mut entries = Vec::with_capacity(parsed.len());
     let mut indexes = Vec::with_capacity(parsed.len());
     let mut decided = Vec::with_capacity(parsed.len());
@@ -74,11 +94,10 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
             Err(error) => ack.errors.push(ItemError::from_api_error(*index, error)),
         }
     }
-    let mut tx = state.db.begin_write().await?;
     let calls: Vec<&ProxyUsageRecord> = tool_calls.iter().collect();
     let new_calls = record_tool_calls(&mut tx, &calls).await?;
     ack.accepted += new_calls;
-    ack.duplicates += i64::try_from(calls.len()).unwrap_or(i64::MAX) - new_calls;
+    ack.duplicates += count(calls.len()) - new_calls;
     place_decisions(&mut tx, &mut entries, &decided).await?;
     let recorded = ledger::record_batch(&mut tx, batch.batch_id.as_str(), &entries, now).await?;
     ack.spend = recorded.spend;
@@ -88,8 +107,52 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
     count_outcomes(&mut ack, indexes, recorded.outcomes);
     ack.errors.sort_by_key(|error| error.index);
     tx.commit().await?;
-    ack.rejected = i64::try_from(ack.errors.len()).unwrap_or(i64::MAX);
+    ack.rejected = count(ack.errors.len());
     Ok(ack)
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Splits `items` into those whose tenant is in `live` and the tenant ids of the others
+/// (one per item dropped).
+pub(super) fn keep_live<T>(
+    items: Vec<T>,
+    tenant_of: impl Fn(&T) -> &String,
+    live: &BTreeSet<String>,
+) -> (Vec<T>, Vec<String>) {
+    let mut gone = Vec::new();
+    let kept = items
+        .into_iter()
+        .filter(|item| {
+            let tenant_id = tenant_of(item);
+            let alive = live.contains(tenant_id);
+            if !alive {
+                gone.push(tenant_id.clone());
+            }
+            alive
+        })
+        .collect();
+    (kept, gone)
+}
+
+/// Counts and logs (one line per batch and kind) the records of deleted tenants.
+pub(super) fn report_dropped(state: &AppState, batch_id: &str, kind: &str, gone: &[String]) {
+    if gone.is_empty() {
+        return;
+    }
+    state
+        .metrics
+        .count_ingest_dropped(kind, "tenant_deleted", gone.len());
+    let tenants: BTreeSet<&str> = gone.iter().map(String::as_str).collect();
+    tracing::warn!(
+        %batch_id,
+        kind,
+        dropped = gone.len(),
+        tenants = ?tenants,
+        "records of deleted tenants dropped (counted in warden_ingest_records_dropped_total)"
+    );
 }
 
 /// A record that passed the checks of its own: its index in the batch, its keys and

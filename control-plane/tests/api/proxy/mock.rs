@@ -116,16 +116,34 @@ async fn chat(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -
     note(&state.received, "/v1/chat/completions", headers, &body);
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     let model = request["model"].as_str().unwrap_or("unknown").to_owned();
-    if model == "mock-error" {
+    // A behaviour named in `user` keeps a priced model name (the exit-path tests price
+    // what failed requests were charged); otherwise the model names it.
+    let behaviour = request["user"]
+        .as_str()
+        .filter(|user| user.starts_with("mock-"))
+        .unwrap_or(&model)
+        .to_owned();
+    if let Some(status) = behaviour.strip_prefix("mock-status-") {
+        // A provider's error answer, as JSON whether or not a stream was asked for.
+        let status = StatusCode::from_u16(status.parse().unwrap_or(500)).unwrap();
+        let error = json!({ "error": { "message": "the mock refused", "type": "mock_error", "code": null } });
+        return (status, axum::Json(error)).into_response();
+    }
+    if behaviour == "mock-cut-stream" {
+        return cut_stream(&model);
+    }
+    let model = model.as_str();
+    let behaviour = behaviour.as_str();
+    if behaviour == "mock-error" {
         let error = json!({ "error": { "message": "the mock failed", "type": "server_error", "code": null } });
         return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response();
     }
-    if model == "mock-hang" {
+    if behaviour == "mock-hang" {
         let mut guard = Abandoned(false, state.abandoned.clone());
         tokio::time::sleep(std::time::Duration::from_secs(30)).await;
         guard.0 = true;
     }
-    if model == "mock-stall" {
+    if behaviour == "mock-stall" {
         // Headers and the start of a body, then silence.
         let start = futures_util::stream::once(async { Ok::<_, std::convert::Infallible>("{") });
         let silence = futures_util::stream::once(async {
@@ -138,8 +156,9 @@ async fn chat(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -
         )
             .into_response();
     }
-    if model == "mock-slow-stream" {
-        return slow_stream(state.abandoned.clone());
+    if behaviour == "mock-slow-stream" {
+        let usage = request["stream_options"]["include_usage"] == json!(true);
+        return slow_stream(state.abandoned.clone(), usage);
     }
     if request["stream"] == json!(true) {
         let mut events = String::new();
@@ -180,14 +199,26 @@ impl Drop for Abandoned {
     }
 }
 
-/// Fifty chunks, 50 ms apart; notes when the reader goes away before the end.
-fn slow_stream(abandoned: Arc<AtomicUsize>) -> Response {
+/// Fifty chunks, 50 ms apart (then the usage chunk when `usage`, and `[DONE]`); notes
+/// when the reader goes away before the end.
+fn slow_stream(abandoned: Arc<AtomicUsize>, usage: bool) -> Response {
     let guard = Abandoned(false, abandoned);
-    let chunks = futures_util::stream::unfold((0, guard), |(n, mut guard)| async move {
+    let chunks = futures_util::stream::unfold((0, guard), move |(n, mut guard)| async move {
         if n == 50 {
             guard.0 = true;
             drop(guard);
             return None;
+        }
+        if n == 49 {
+            let last = if usage {
+                let usage = json!({ "object": "chat.completion.chunk", "choices": [],
+                    "usage": { "prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                               "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS } });
+                format!("data: {usage}\n\ndata: [DONE]\n\n")
+            } else {
+                "data: [DONE]\n\n".to_owned()
+            };
+            return Some((Ok(last), (n + 1, guard)));
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let chunk = json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0,
@@ -200,6 +231,30 @@ fn slow_stream(abandoned: Arc<AtomicUsize>) -> Response {
     (
         [("content-type", "text/event-stream")],
         axum::body::Body::from_stream(chunks),
+    )
+        .into_response()
+}
+
+/// Three chunks of text ("Hello from the mock", 19 characters), then the connection
+/// breaks: a stream cut short before its usage.
+fn cut_stream(model: &str) -> Response {
+    let chunks: Vec<Result<String, std::io::Error>> = ["Hello", " from", " the mock"]
+        .iter()
+        .map(|word| {
+            let chunk = json!({ "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
+                "model": model, "choices": [{ "index": 0, "delta": { "content": word }, "finish_reason": null }] });
+            Ok(format!("data: {chunk}\n\n"))
+        })
+        .collect();
+    // The break comes once the text has left, as a provider's dropped connection would.
+    let broken = futures_util::stream::once(async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        Err(std::io::Error::other("the mock breaks the stream"))
+    });
+    let body = futures_util::StreamExt::chain(futures_util::stream::iter(chunks), broken);
+    (
+        [("content-type", "text/event-stream")],
+        axum::body::Body::from_stream(body),
     )
         .into_response()
 }
