@@ -25,6 +25,16 @@ pub struct DriftReport {
     pub pinned_fingerprint: Option<String>,
 }
 
+/// Whether a tool may be called, by the server's listing and its approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolStanding {
+    Callable,
+    /// Listed, but not with an approved definition (never approved, or changed since).
+    NotApproved,
+    /// The server does not list it.
+    Unknown,
+}
+
 #[derive(Clone)]
 pub struct DriftReports {
     /// (server id, tool) → the fingerprint last listed.
@@ -80,14 +90,19 @@ impl DriftReports {
         self.listed.contains(&server.id)
     }
 
-    /// Whether `tool` is pinned and was last listed with its pinned definition.
-    pub fn is_callable(&self, server: &McpServerState, tool: &str) -> bool {
-        let Some(pin) = server.pinned_tools.iter().find(|pin| pin.name == tool) else {
-            return false;
+    /// What `tool` is on `server` by this proxy's last listing: callable when pinned and
+    /// last listed with its pinned definition, unknown when the server never listed it.
+    pub fn standing(&self, server: &McpServerState, tool: &str) -> ToolStanding {
+        let seen = self.observed.get(&(server.id.clone(), tool.to_owned()));
+        let Some(seen) = seen else {
+            return ToolStanding::Unknown;
         };
-        self.observed
-            .get(&(server.id.clone(), tool.to_owned()))
-            .is_some_and(|seen| *seen == pin.fingerprint)
+        let pinned = server.pinned_tools.iter().find(|pin| pin.name == tool);
+        if pinned.is_some_and(|pin| *seen == pin.fingerprint) {
+            ToolStanding::Callable
+        } else {
+            ToolStanding::NotApproved
+        }
     }
 
     /// Forgets what was seen of servers `keep` refuses (deleted or disabled ones).
@@ -164,15 +179,17 @@ mod tests {
         let drifts = DriftReports::new(None);
         let approved = server(&[("search", "f1")]);
         assert!(!drifts.has_observed(&approved));
-        assert!(!drifts.is_callable(&approved, "search"), "not listed yet");
+        let standing = |tool: &str| drifts.standing(&approved, tool);
+        assert_eq!(standing("search"), ToolStanding::Unknown, "not listed yet");
         assert!(drifts.is_pinned(&approved, "search", "f1"));
-        assert!(drifts.is_callable(&approved, "search"));
+        assert_eq!(standing("search"), ToolStanding::Callable);
         // A changed definition is withheld, and calls stop with it.
         assert!(!drifts.is_pinned(&approved, "search", "f2"));
-        assert!(!drifts.is_callable(&approved, "search"));
-        // A tool added after the approval is not approved.
+        assert_eq!(standing("search"), ToolStanding::NotApproved);
+        // A tool added after the approval is not approved; one never listed is unknown.
         assert!(!drifts.is_pinned(&approved, "delete", "f3"));
-        assert!(!drifts.is_callable(&approved, "delete"));
+        assert_eq!(standing("delete"), ToolStanding::NotApproved);
+        assert_eq!(standing("nonexistent"), ToolStanding::Unknown);
         assert_eq!(drifts.reported.len(), 2);
         assert!(!drifts.is_pinned(&approved, "search", "f2"));
         assert_eq!(drifts.reported.len(), 2, "reported once per definition");

@@ -23,7 +23,7 @@ use warden_shared::registry::Provider;
 use warden_shared::snapshot::McpServerState;
 use warden_shared::timestamp::Timestamp;
 
-use super::drift::DriftReports;
+use super::drift::{DriftReports, ToolStanding};
 use super::metrics::GatewayMetrics;
 use super::upstream::{ListedTool, UpstreamClients};
 use crate::admission::{self, Admitted};
@@ -282,8 +282,14 @@ impl GatewayShared {
             .ok_or_else(|| Refusal::ToolNotFound(call.prefixed.clone()))?;
         let server = ChosenServer { servers, index };
         call.server_id.clone_from(&server.id);
-        if !self.approved_now(&server, &call.tool).await? {
-            return Err(Refusal::ToolNotApproved(call.prefixed.clone()).into());
+        match self.standing_now(&server, &call.tool).await? {
+            ToolStanding::Callable => {}
+            ToolStanding::NotApproved => {
+                return Err(Refusal::ToolNotApproved(call.prefixed.clone()).into())
+            }
+            ToolStanding::Unknown => {
+                return Err(Refusal::ToolNotFound(call.prefixed.clone()).into())
+            }
         }
         let admitted = Admitted {
             route: Route {
@@ -315,9 +321,13 @@ impl GatewayShared {
         Err(stopped)
     }
 
-    /// Whether `tool` is approved on `server` with the definition the server lists now,
-    /// as this proxy last saw it (listing the server first if it never has).
-    async fn approved_now(&self, server: &McpServerState, tool: &str) -> Result<bool, Refusal> {
+    /// Whether `tool` is listed by `server` and approved with the definition it lists
+    /// now, as this proxy last saw it (listing the server first if it never has).
+    async fn standing_now(
+        &self,
+        server: &McpServerState,
+        tool: &str,
+    ) -> Result<ToolStanding, Refusal> {
         if !self.drifts.has_observed(server) {
             match self.upstreams.list_tools(server).await {
                 Ok(listed) => {
@@ -332,7 +342,7 @@ impl GatewayShared {
                 }
             }
         }
-        Ok(self.drifts.is_callable(server, tool))
+        Ok(self.drifts.standing(server, tool))
     }
 
     /// Records the call, counts it, and sends an approval it asked for.

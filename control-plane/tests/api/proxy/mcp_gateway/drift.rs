@@ -40,6 +40,27 @@ db_test!(
         );
         let refused = call(&gateway, &key, "docs__search", json!({ "query": "x" })).await;
         assert_eq!(refused["error"]["data"]["code"], json!("tool_not_approved"));
+        // A tool the server does not have is not found, not waiting for an approval.
+        let unknown = call(&gateway, &key, "docs__no_such_tool", json!({})).await;
+        assert_eq!(
+            unknown["error"]["data"]["code"],
+            json!("tool_not_found"),
+            "{unknown}"
+        );
+        let recorded = eventually(Duration::from_secs(10), || {
+            let (app, admin) = (&app, &admin);
+            async move {
+                let calls = expect_status(app.get("/tool-calls?limit=100", admin).await, 200).await;
+                calls["data"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["tool"] == json!("no_such_tool"))
+                    .cloned()
+            }
+        })
+        .await;
+        assert_eq!(recorded["decision"], json!("tool_not_found"), "{recorded}");
 
         // The change is reported once: on the server's tools and in the audit trail.
         let changed = eventually(Duration::from_secs(10), || {
