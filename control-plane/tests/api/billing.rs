@@ -106,11 +106,8 @@ db_test!(
                 .starts_with("https://pay.example.com/c/chk_"),
             "{checkout}"
         );
-        let amount: f64 = checkout["prorated_amount_usd"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        // A number, as every `*_usd` field is (spec 2.1).
+        let amount = checkout["prorated_amount_usd"].as_f64().unwrap();
         assert!(amount > 0.0 && amount <= 99.0, "{checkout}");
 
         let now = app.clock.now().as_millis() / 1000;
@@ -255,7 +252,10 @@ db_test!(downgrades_wait_for_the_period_end_and_need_room, |app| {
     assert_eq!(downgrade["action"], "downgrade");
     let effective = downgrade["effective_date"].as_str().unwrap().to_owned();
     assert!(effective.ends_with("-01T00:00:00.000Z"), "{downgrade}");
-    assert!(downgrade["message"].as_str().unwrap().contains("starter"));
+    let message = downgrade["message"].as_str().unwrap();
+    assert!(message.contains("starter"), "{message}");
+    // The target plan's agent limit, in the words spec section 8 reads it from.
+    assert!(message.contains("25 active agents or fewer"), "{message}");
     let account = billing(&app, key).await;
     assert_eq!(account["plan"], "professional");
     assert_eq!(account["pending_change"]["plan"], "starter");

@@ -295,3 +295,50 @@ async fn the_document_is_whole_and_names_what_it_accepts() {
         json!({ "$ref": "#/components/schemas/BlockInput" })
     );
 }
+
+/// Spec 2.1: every `*_usd` field is a number, except `total_cost_today_usd` in proxy
+/// stats (an exact decimal string). Walks every schema of the document, request and
+/// answer bodies alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_usd_field_is_a_number_but_the_one_the_spec_names() {
+    let app = crate::helpers::TestApp::spawn_with(crate::helpers::Backend::Sqlite, |_| {}).await;
+    let doc = app.openapi().await;
+    fn is_number(schema: &Value) -> bool {
+        let typed = |t: &Value| t == "number" || t == "integer";
+        match &schema["type"] {
+            Value::Array(types) => types.iter().any(typed),
+            t if typed(t) => true,
+            _ => ["oneOf", "anyOf", "allOf"].iter().any(|key| {
+                schema[*key]
+                    .as_array()
+                    .is_some_and(|options| options.iter().any(is_number))
+            }),
+        }
+    }
+    fn walk(value: &Value, path: &str, checked: &mut usize, wrong: &mut Vec<String>) {
+        match value {
+            Value::Object(members) => {
+                if let Some(Value::Object(properties)) = members.get("properties") {
+                    for (name, schema) in properties {
+                        if name.ends_with("_usd") {
+                            *checked += 1;
+                            let exception = name == "total_cost_today_usd";
+                            if is_number(schema) == exception {
+                                wrong.push(format!("{path}.{name}: {schema}"));
+                            }
+                        }
+                    }
+                }
+                for (key, member) in members {
+                    walk(member, &format!("{path}/{key}"), checked, wrong);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, path, checked, wrong)),
+            _ => {}
+        }
+    }
+    let (mut checked, mut wrong) = (0, Vec::new());
+    walk(&doc, "", &mut checked, &mut wrong);
+    assert!(checked > 10, "only {checked} `*_usd` fields found");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

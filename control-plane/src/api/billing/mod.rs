@@ -96,7 +96,7 @@ pub struct CheckoutOutcome {
     pub from_plan: String,
     pub to_plan: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub prorated_amount_usd: Option<String>,
+    pub prorated_amount_usd: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkout_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::pricing::{micros_to_decimal, micros_to_usd};
+use warden_shared::pricing::micros_to_usd;
 use warden_shared::timestamp::Timestamp;
 
 use super::store::{self, Checkout};
@@ -181,7 +181,7 @@ pub async fn checkout(state: &AppState, caller: &Caller, plan: &str) -> ApiResul
             action: "upgrade",
             from_plan: from.as_str().to_owned(),
             to_plan: to.as_str().to_owned(),
-            prorated_amount_usd: Some(micros_to_decimal(amount)),
+            prorated_amount_usd: Some(micros_to_usd(amount)),
             checkout_url: Some(format!(
                 "{}/{id}",
                 state.config.billing.checkout_base_url.trim_end_matches('/')
@@ -214,7 +214,8 @@ pub async fn checkout(state: &AppState, caller: &Caller, plan: &str) -> ApiResul
             expires_at: None,
             effective_date: Some(end),
             message: Some(format!(
-                "The {} plan stays until {end}; the {} plan applies from then.",
+                "The {} plan stays until {end}; the {} plan applies from then, with {limit} \
+                 active agents or fewer.",
                 from.as_str(),
                 to.as_str()
             )),
