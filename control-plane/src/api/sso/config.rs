@@ -6,6 +6,7 @@ use openssl::hash::MessageDigest;
 use openssl::x509::X509;
 use serde_json::json;
 use warden_shared::ids::{new_id, IdKind};
+use warden_shared::timestamp::Timestamp;
 
 use super::store::{self, StoredConfig};
 use super::{saml, SpMetadata, SsoConfig, SsoConfigInput, SsoConfigWritten};
@@ -161,7 +162,7 @@ fn render(stored: &StoredConfig) -> ApiResult<SsoConfig> {
         idp_sso_url: stored.idp_sso_url.clone(),
         idp_slo_url: stored.idp_slo_url.clone(),
         idp_cert_sha256: fingerprint(&certificate)?,
-        idp_cert_expires_at: certificate.not_after().to_string(),
+        idp_cert_expires_at: unix_time(certificate.not_after())?,
         enabled: stored.enabled,
         auto_provision: stored.auto_provision,
         created_at: stored.created_at,
@@ -209,6 +210,14 @@ fn check_certificate(text: &str, now_ms: i64) -> ApiResult<CheckedCertificate> {
         pem: String::from_utf8(pem).map_err(ApiError::internal)?,
         sha256: fingerprint(&certificate)?,
     })
+}
+
+/// An ASN.1 time as a timestamp: ISO 8601 UTC in answers, like every other time.
+fn unix_time(time: &openssl::asn1::Asn1TimeRef) -> ApiResult<Timestamp> {
+    let epoch = Asn1Time::from_unix(0).map_err(ApiError::internal)?;
+    let since = epoch.diff(time).map_err(ApiError::internal)?;
+    let secs = i64::from(since.days) * 86_400 + i64::from(since.secs);
+    Ok(Timestamp::from_millis(secs * 1000))
 }
 
 fn fingerprint(certificate: &X509) -> ApiResult<String> {

@@ -84,8 +84,9 @@ pub struct SsoConfig {
     pub idp_slo_url: Option<String>,
     /// SHA-256 fingerprint of the configured certificate (`AB:CD:...`).
     pub idp_cert_sha256: String,
-    /// When the configured certificate expires (`Dec 31 23:59:59 2027 GMT`).
-    pub idp_cert_expires_at: String,
+    /// When the configured certificate expires.
+    #[schema(value_type = String, format = DateTime)]
+    pub idp_cert_expires_at: Timestamp,
     pub enabled: bool,
     pub auto_provision: bool,
     #[schema(value_type = String, format = DateTime)]

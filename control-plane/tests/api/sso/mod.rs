@@ -197,6 +197,14 @@ db_test!(
         assert!(shown["data"].get("idp_x509_cert").is_none());
         assert!(!shown.to_string().contains("BEGIN CERTIFICATE"));
         assert_eq!(shown["data"]["idp_cert_sha256"].as_str().unwrap().len(), 95);
+        // ISO 8601 UTC like every time of the API: the test IdP's certificate lasts a year.
+        let expires = shown["data"]["idp_cert_expires_at"].as_str().unwrap();
+        let expires = warden_shared::timestamp::Timestamp::parse_rfc3339(expires).expect(expires);
+        let in_a_year = app.clock.now().as_millis() + 365 * 86_400_000;
+        assert!(
+            (expires.as_millis() - in_a_year).abs() < 2 * 86_400_000,
+            "{expires}"
+        );
 
         // The SP as the IdP imports it.
         let sp = expect_status(app.get("/sso/metadata", &admin).await, 200).await;
