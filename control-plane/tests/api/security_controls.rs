@@ -97,7 +97,6 @@ db_test!(lifecycle_sets_expiry_review_and_sponsor, |app| {
     assert!(ids(&expect_status(expired().await, 200).await).is_empty());
 
     for body in [
-        json!({ "expires_at": "2001-01-01T00:00:00Z" }),
         json!({ "expires_at": "next week" }),
         json!({ "review_frequency": "daily" }),
         json!({ "sponsor_id": "" }),
@@ -158,6 +157,54 @@ db_test!(the_proxy_refuses_an_agent_whose_lifecycle_expired, |app| {
     assert_eq!(refused.status(), 403);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"]["code"], "agent_expired", "{body}");
+    // An expiry already past (an inventory synced late): accepted, the agent is expired
+    // at once, listed so, refused by the proxy, and audited as expired.
+    let (other_key, other) = proxy
+        .new_key(
+            &app,
+            &tenant.admin_key,
+            json!({ "developer_label": "already gone" }),
+        )
+        .await;
+    let other_agent = other["agent_id"].as_str().unwrap();
+    let set = lifecycle(
+        &app,
+        &tenant.admin_key,
+        other_agent,
+        json!({ "expires_at": "2001-01-01T00:00:00Z" }),
+    )
+    .await;
+    assert_eq!(set.status(), 204);
+    assert_eq!(set.headers()["warden-enforcement"], "applied");
+    let refused = proxy.chat(&other_key, simple_chat("gpt-4o-mini")).await;
+    assert_eq!(refused.status(), 403);
+    let expired = expect_status(app.get("/agents/expired", &tenant.admin_key).await, 200).await;
+    assert!(
+        expired["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == other_agent),
+        "{expired}"
+    );
+    let trail = expect_status(
+        app.get(
+            "/audit-trail?event_type=agent.lifecycle_updated",
+            &tenant.admin_key,
+        )
+        .await,
+        200,
+    )
+    .await;
+    let event = trail["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["target_id"] == other_agent)
+        .cloned()
+        .unwrap();
+    assert_eq!(event["details"]["expired"], json!(true), "{event}");
+
     // Extended: served again at once.
     let later = warden_shared::timestamp::Timestamp::from_millis(crate::helpers::now_ms() + DAY_MS);
     lifecycle(

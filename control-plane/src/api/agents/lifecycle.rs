@@ -5,7 +5,9 @@
 //! `review_frequency` (`weekly` 7 days, `monthly` 30, `quarterly` 91, `annually` 365)
 //! sets `review_date` one period from the call: sending it again, even unchanged,
 //! records a review and moves the date on; `null` removes the schedule. `expires_at`
-//! must lie in the future (`null` removes it); to stop an agent now, block it.
+//! may lie in the past (an inventory synced late, or expiring an agent now): the agent is
+//! then expired at once, listed by `/agents/expired`, refused by the proxies and audited
+//! with `expired: true`; `null` removes it.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -67,7 +69,7 @@ impl ReviewFrequency {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LifecycleInput {
-    /// An RFC 3339 date-time in the future.
+    /// An RFC 3339 date-time; one already past expires the agent at once.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub expires_at: Option<Option<String>>,

@@ -343,12 +343,8 @@ pub async fn update_lifecycle(
             let at = Timestamp::parse_rfc3339(text).ok_or_else(|| {
                 ApiError::validation("expires_at", "expires_at: expected an RFC 3339 date-time")
             })?;
-            if at <= now {
-                return Err(ApiError::validation(
-                    "expires_at",
-                    "expires_at: must be in the future (block the agent to stop it now)",
-                ));
-            }
+            // A time already past is ordinary (an inventory synced after the fact, or
+            // expiring an agent now): the agent is expired from the answer on.
             Some(at.as_millis())
         }
     };
@@ -396,6 +392,7 @@ pub async fn update_lifecycle(
             target_id: agent_id,
             details: json!({
                 "expires_at": expires_at.map(Timestamp::from_millis),
+                "expired": expires_at.is_some_and(|at| at <= now.as_millis()),
                 "review_frequency": lifecycle.review_frequency,
                 "review_date": review_date.map(Timestamp::from_millis),
                 "sponsor_id": lifecycle.sponsor_id,
