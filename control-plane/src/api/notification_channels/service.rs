@@ -15,6 +15,7 @@ use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::notifications::channel::{
     masked, merged, url_not_allowed, ChannelConfig, ChannelType, Target,
 };
+use crate::outbound::Refusal;
 use crate::notifications::events::TEST_EVENT;
 use crate::notifications::send::{new_signing_secret, Channel, Message};
 use crate::state::AppState;
@@ -216,7 +217,10 @@ async fn find(state: &AppState, caller: &Caller, channel_id: &str) -> ApiResult<
         .ok_or_else(|| ApiError::not_found("notification_channel"))
 }
 
-/// Checks every URL and host the channel calls with the outbound guard.
+/// Checks every URL and host the channel calls with the outbound guard. A name that does
+/// not resolve now is accepted: it cannot lead inward today, and a DNS blip or a private
+/// resolver must not block setup. Each send resolves and checks again (the real
+/// defence), and reports a name that still does not resolve as its failure.
 async fn guard_targets(state: &AppState, config: &ChannelConfig) -> ApiResult<()> {
     let guard = &state.notification_sender.guard;
     for target in config.targets() {
@@ -226,7 +230,10 @@ async fn guard_targets(state: &AppState, config: &ChannelConfig) -> ApiResult<()
                 (field, guard.check_host(host, port).await.map(|_| ()))
             }
         };
-        result.map_err(|refusal| url_not_allowed(field, &refusal))?;
+        match result {
+            Ok(()) | Err(Refusal::Unresolvable { .. }) => {}
+            Err(refusal) => return Err(url_not_allowed(field, &refusal)),
+        }
     }
     Ok(())
 }

@@ -154,3 +154,38 @@ async fn the_guard_runs_again_at_every_send() {
         .await;
     expect_error(response, 422, "url_not_allowed").await;
 }
+
+db_test!(
+    a_name_that_does_not_resolve_now_is_accepted_and_its_sends_fail_clearly,
+    |app| {
+        let tenant = app.new_tenant("free").await;
+        let key = &tenant.admin_key;
+        // `.invalid` never resolves (RFC 6761): as a provider's name looks from a host
+        // whose resolver cannot reach it.
+        for (channel_type, config) in [
+            ("slack", json!({ "webhook_url": "https://hooks.slack.invalid/services/T0/B0/x" })),
+            (
+                "pagerduty",
+                json!({ "routing_key": "k", "events_url": "https://events.pagerduty.invalid/v2/enqueue" }),
+            ),
+        ] {
+            let body = json!({"name": channel_type, "channel_type": channel_type,
+                              "events": ["agent.blocked"], "config": config});
+            let created = expect_status(
+                app.post("/notifications/channels", key, body).await,
+                201,
+            )
+            .await;
+            let id = created["data"]["id"].as_str().unwrap();
+            let result = expect_status(
+                app.post(&format!("/notifications/channels/{id}/test"), key, json!({}))
+                    .await,
+                200,
+            )
+            .await;
+            assert_eq!(result["success"], false, "{result}");
+            let message = result["message"].as_str().unwrap();
+            assert!(message.contains("cannot resolve"), "{message}");
+        }
+    }
+);
