@@ -190,7 +190,7 @@ impl Default for Config {
             violation_summary_interval_secs: 15,
             approval_expiry_interval_secs: 60,
             payload_purge_interval_secs: 3600,
-            anomaly_detection_interval_secs: 300,
+            anomaly_detection_interval_secs: 60,
             auth: AuthConfig::default(),
             notifications: NotificationsConfig::default(),
             outbound: OutboundConfig::default(),

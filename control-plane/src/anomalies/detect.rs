@@ -81,8 +81,39 @@ fn usd(micros: i64) -> f64 {
 }
 
 /// The last day's spend far above the agent's median day, by a robust measure (median
-/// and median absolute deviation), and above the absolute floor.
+/// and median absolute deviation), and above the absolute floor; or, history or not,
+/// at or above a `daily_cost_usd` the tenant set itself (a new agent stuck in a loop on
+/// its first day is the commonest runaway, and has no baseline). The baseline-relative
+/// finding, when there is one, says more and is the one reported.
 pub fn cost_spike(signals: &Signals, t: &CostSpike, now: i64) -> Option<Finding> {
+    baseline_spike(signals, t, now).or_else(|| over_daily_limit(signals, t, now))
+}
+
+/// The last day's spend at or above the tenant's own `daily_cost_usd`.
+fn over_daily_limit(signals: &Signals, t: &CostSpike, now: i64) -> Option<Finding> {
+    let limit = t.daily_cost_usd?;
+    let observed_usd = usd(signals.daily_cost.first().copied().flatten()?);
+    if observed_usd < limit || limit <= 0.0 {
+        return None;
+    }
+    Some(Finding {
+        anomaly_type: "cost_spike",
+        cause: "daily_cost",
+        severity: severity_of(observed_usd / limit),
+        description: format!(
+            "Spent ${observed_usd:.2} in the last 24 hours, at or above the rule's daily_cost_usd of ${limit:.2}"
+        ),
+        details: json!({
+            "current_cost_usd": observed_usd,
+            "threshold_usd": limit,
+            "baseline_cost_usd": Value::Null,
+            "window": { "from_ms": now - DAY_MS, "to_ms": now },
+            "explanation": format!("Alert at ${limit} or more in 24 hours (the rule's daily_cost_usd), whatever the history"),
+        }),
+    })
+}
+
+fn baseline_spike(signals: &Signals, t: &CostSpike, now: i64) -> Option<Finding> {
     let days = usize::try_from(t.baseline_days.unwrap_or(14)).unwrap_or(14);
     let observed = signals.daily_cost.first().copied().flatten()?;
     let history: Vec<f64> = signals
@@ -345,6 +376,37 @@ mod tests {
         // Too little history: no judgement.
         signals.daily_cost = days(&[400, 10, 11, 9]);
         assert!(cost_spike(&signals, &t, 0).is_none());
+    }
+
+    #[test]
+    fn a_daily_cost_the_tenant_set_is_crossed_history_or_not() {
+        let t = CostSpike {
+            daily_cost_usd: Some(1.0),
+            ..CostSpike::default()
+        };
+        // A new agent's first day: $50, no history.
+        let first_day = Signals {
+            daily_cost: days(&[50]),
+            ..Signals::default()
+        };
+        let found = cost_spike(&first_day, &t, 0).unwrap();
+        assert_eq!(found.cause, "daily_cost");
+        assert_eq!(found.details["threshold_usd"], 1.0);
+        assert_eq!(found.severity, "critical");
+        let under = Signals {
+            daily_cost: days(&[0]),
+            ..Signals::default()
+        };
+        assert!(cost_spike(&under, &t, 0).is_none());
+        // With history and a spike, the baseline-relative finding is reported.
+        let spiking = Signals {
+            daily_cost: days(&[40, 10, 11, 9, 10, 12, 10, 9, 11]),
+            ..Signals::default()
+        };
+        let found = cost_spike(&spiking, &t, 0).unwrap();
+        assert_eq!(found.details["baseline_cost_usd"], 10.0);
+        // Without a limit of its own, a first day is not judged.
+        assert!(cost_spike(&first_day, &CostSpike::default(), 0).is_none());
     }
 
     #[test]

@@ -17,7 +17,8 @@ pub const TYPES: [&str; 4] = [
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CostSpike {
-    /// Spend in 24 hours below this never counts as a spike (default 1.0 USD).
+    /// Spend in 24 hours below this never counts as a spike (default 1.0 USD); set by the
+    /// tenant, spend at or above it is a spike whatever the history.
     pub daily_cost_usd: Option<f64>,
     /// How far above the baseline median, in percent, at least (default 200).
     pub min_deviation_percent: Option<f64>,

@@ -30,6 +30,41 @@ async fn anomalies(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
 }
 
 db_test!(
+    a_daily_cost_the_tenant_set_opens_an_anomaly_on_an_agents_first_day,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let key = &tenant.admin_key;
+        expect_status(
+            app.post(
+                "/anomaly-rules",
+                key,
+                json!({ "anomaly_type": "cost_spike", "threshold_config": { "daily_cost_usd": 1 } }),
+            )
+            .await,
+            201,
+        )
+        .await;
+        let looping = app.register_agent(key, json!({ "name": "looping" })).await;
+        let thrifty = app.register_agent(key, json!({ "name": "thrifty" })).await;
+        let (looping, thrifty) = (
+            looping["id"].as_str().unwrap(),
+            thrifty["id"].as_str().unwrap(),
+        );
+        // A new agent stuck in a loop: $50 on its first day, no history at all.
+        usage(&app, key, looping, "gpt-4o", 50.0, 1000).await;
+        usage(&app, key, thrifty, "gpt-4o", 0.5, 1000).await;
+        let report = detect(&app, &tenant).await;
+        assert_eq!(report.opened, 1, "{report:?}");
+        let found = anomalies(&app, key, "?type=cost_spike").await;
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0]["agent_id"], looping);
+        assert_eq!(found[0]["details"]["current_cost_usd"], 50.0);
+        assert_eq!(found[0]["details"]["threshold_usd"], 1.0);
+        assert_eq!(found[0]["severity"], "critical");
+    }
+);
+
+db_test!(
     a_cost_spike_against_two_weeks_of_history_opens_one_anomaly,
     |app| {
         let tenant = app.new_tenant("starter").await;

@@ -15,9 +15,9 @@ use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::notifications::channel::{
     masked, merged, url_not_allowed, ChannelConfig, ChannelType, Target,
 };
-use crate::outbound::Refusal;
 use crate::notifications::events::TEST_EVENT;
 use crate::notifications::send::{new_signing_secret, Channel, Message};
+use crate::outbound::Refusal;
 use crate::state::AppState;
 
 /// Channels one tenant may have.

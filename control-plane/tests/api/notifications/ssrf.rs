@@ -163,7 +163,10 @@ db_test!(
         // `.invalid` never resolves (RFC 6761): as a provider's name looks from a host
         // whose resolver cannot reach it.
         for (channel_type, config) in [
-            ("slack", json!({ "webhook_url": "https://hooks.slack.invalid/services/T0/B0/x" })),
+            (
+                "slack",
+                json!({ "webhook_url": "https://hooks.slack.invalid/services/T0/B0/x" }),
+            ),
             (
                 "pagerduty",
                 json!({ "routing_key": "k", "events_url": "https://events.pagerduty.invalid/v2/enqueue" }),
@@ -171,15 +174,16 @@ db_test!(
         ] {
             let body = json!({"name": channel_type, "channel_type": channel_type,
                               "events": ["agent.blocked"], "config": config});
-            let created = expect_status(
-                app.post("/notifications/channels", key, body).await,
-                201,
-            )
-            .await;
+            let created =
+                expect_status(app.post("/notifications/channels", key, body).await, 201).await;
             let id = created["data"]["id"].as_str().unwrap();
             let result = expect_status(
-                app.post(&format!("/notifications/channels/{id}/test"), key, json!({}))
-                    .await,
+                app.post(
+                    &format!("/notifications/channels/{id}/test"),
+                    key,
+                    json!({}),
+                )
+                .await,
                 200,
             )
             .await;
