@@ -74,6 +74,12 @@ pub struct Delta {
     pub version: i64,
     pub upserts: Vec<Entity>,
     pub removals: Vec<EntityRef>,
+    /// This month's spend of the budget scopes the upserted budget limits and
+    /// `budget_limit` policies name, as the change was read: a proxy takes it with the
+    /// change, so a new limit holds against the spend already made from the moment the
+    /// proxy acknowledges it, not a spend message later.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spend: Vec<ScopeSpend>,
 }
 
 /// The current state of one entity.
@@ -266,6 +272,12 @@ mod tests {
                 plan: "starter".into(),
             })],
             removals: vec![EntityRef::Key("key_1".into())],
+            spend: vec![ScopeSpend {
+                tenant_id: "ten_1".into(),
+                scope: "tenant".into(),
+                month: 1,
+                cost_micros: 5,
+            }],
         });
         let line = serde_json::to_string(&message).unwrap_or_default();
         assert!(line.starts_with(r#"{"type":"delta","version":7"#), "{line}");

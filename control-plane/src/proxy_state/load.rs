@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
-use warden_shared::policy::PolicyType;
+use warden_shared::policy::{budget_scope, PolicyType, Scope};
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, ApprovalGrant, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState,
     McpServerState, PayloadCaptureState, PinnedTool, PolicyState, ProxyKeyState,
     RedactionRuleState, ScopeSpend, Snapshot, TenantState,
 };
+use warden_shared::timestamp::Timestamp;
 
 use crate::changes::ChangeKind;
 use crate::db::json_column;
@@ -328,7 +329,52 @@ pub async fn delta_since(
             None => tracing::warn!(kind, "unknown change kind in the outbox"),
         }
     }
+    delta.spend = spend_of_budgets(pool, &delta.upserts, now_ms).await?;
     Ok(Some(delta))
+}
+
+/// This month's spend of the scopes that the budget limits and `budget_limit` policies
+/// among `upserts` name (a row `ledger::spend::track_scope` started when the budget was
+/// written).
+async fn spend_of_budgets(
+    pool: &AnyPool,
+    upserts: &[Entity],
+    now_ms: i64,
+) -> Result<Vec<ScopeSpend>, sqlx::Error> {
+    let mut scopes = std::collections::BTreeSet::new();
+    for entity in upserts {
+        match entity {
+            Entity::BudgetLimit(limit) => {
+                scopes.insert((limit.tenant_id.as_str(), limit.scope.clone()));
+            }
+            Entity::Policy(policy) if policy.policy_type == PolicyType::BudgetLimit => {
+                if let Some(scope) = Scope::parse(&policy.scope) {
+                    scopes.insert((policy.tenant_id.as_str(), budget_scope(&scope)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let month = Timestamp::from_millis(now_ms).month_start();
+    let mut spend = Vec::with_capacity(scopes.len());
+    for (tenant_id, scope) in scopes {
+        let cost: Option<i64> = sqlx::query_scalar(
+            "SELECT cost_micros FROM usage_spend_monthly \
+             WHERE tenant_id = $1 AND scope = $2 AND month = $3",
+        )
+        .bind(tenant_id)
+        .bind(&scope)
+        .bind(month)
+        .fetch_optional(pool)
+        .await?;
+        spend.push(ScopeSpend {
+            tenant_id: tenant_id.to_owned(),
+            scope,
+            month,
+            cost_micros: cost.unwrap_or(0),
+        });
+    }
+    Ok(spend)
 }
 
 async fn add_current_state(

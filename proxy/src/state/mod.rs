@@ -204,6 +204,10 @@ impl EnforcementState {
     }
 
     fn merge(&self, delta: Delta) {
+        // The spend first: a limit it comes with holds against it from the moment the
+        // limit is in the maps.
+        self.budgets
+            .apply_ledger(&delta.spend, FigureSource::Stream);
         let maps = self.maps();
         for entity in delta.upserts {
             maps.upsert(entity);

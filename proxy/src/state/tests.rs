@@ -65,6 +65,7 @@ fn deltas_update_and_remove_what_the_snapshot_loaded() {
             version: 5,
             upserts: vec![Entity::Agent(agent("a1", "t1", true))],
             removals: vec![EntityRef::Key("k2".into())],
+            spend: Vec::new(),
         }),
         20,
     );
@@ -83,6 +84,7 @@ fn deltas_update_and_remove_what_the_snapshot_loaded() {
             version: 6,
             upserts: vec![],
             removals: vec![EntityRef::Tenant("t1".into())],
+            spend: Vec::new(),
         }),
         30,
     );
@@ -122,6 +124,7 @@ fn managed_keys_are_found_by_tenant_and_provider() {
             version: 1,
             upserts: vec![Entity::ManagedKey(managed)],
             removals: vec![],
+            spend: Vec::new(),
         }),
         1,
     );
@@ -133,6 +136,7 @@ fn managed_keys_are_found_by_tenant_and_provider() {
             version: 2,
             upserts: vec![],
             removals: vec![EntityRef::ManagedKey("mk1".into())],
+            spend: Vec::new(),
         }),
         2,
     );
@@ -187,6 +191,7 @@ fn policies_and_grants_follow_the_stream() {
             version: 2,
             upserts: vec![Entity::Policy(policy(1, 20))],
             removals: vec![EntityRef::Policy("2".into()), EntityRef::Grant("5".into())],
+            spend: Vec::new(),
         }),
         2,
     );
@@ -199,6 +204,7 @@ fn policies_and_grants_follow_the_stream() {
             version: 3,
             upserts: vec![Entity::Policy(broken)],
             removals: vec![EntityRef::Tenant("t1".into())],
+            spend: Vec::new(),
         }),
         3,
     );
@@ -236,6 +242,7 @@ fn mcp_servers_follow_their_changes_and_their_tenant() {
             version: 2,
             upserts: vec![Entity::McpServer(server("m1", "docs"))],
             removals: vec![EntityRef::McpServer("m2".into())],
+            spend: Vec::new(),
         }),
         0,
     );
@@ -248,6 +255,7 @@ fn mcp_servers_follow_their_changes_and_their_tenant() {
             version: 3,
             upserts: vec![],
             removals: vec![EntityRef::Tenant("t1".into())],
+            spend: Vec::new(),
         }),
         0,
     );

@@ -145,11 +145,10 @@ async fn burst(proxies: &[&TestProxy], raw: &str) -> i64 {
     answers.iter().filter(|s| **s == 200).count() as i64
 }
 
-/// Creates a budget limit and waits for the proxies to have heard of it.
+/// Creates a budget limit: in force on the proxies, with its scope's spend, when the
+/// call returns.
 async fn create_limit(app: &TestApp, admin_key: &str, body: Value) -> String {
     let created = expect_status(app.post("/budget/limits", admin_key, body).await, 201).await;
-    // The publisher polls its outbox every 100 ms; a second covers a loaded machine.
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
     created["data"]["id"].as_str().unwrap().to_owned()
 }
 
@@ -438,5 +437,109 @@ db_test!(
         // The three refused requests counted nothing: the second of two passes, a third not.
         assert_eq!(proxy.chat(&raw, small_request()).await.status(), 200);
         assert_eq!(proxy.chat(&raw, small_request()).await.status(), 429);
+    }
+);
+
+/// Both proxies answer a small request with `status` at once.
+async fn both_answer(proxies: [&TestProxy; 2], raw: &str, status: u16, when: &str) {
+    for (index, proxy) in proxies.iter().enumerate() {
+        let response = proxy.chat(raw, small_request()).await;
+        let code = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or_default();
+        assert_eq!(code, status, "proxy {index}, {when}: {body}");
+        if status == 402 {
+            assert_eq!(body["error"]["code"], json!("budget_exceeded"), "{body}");
+        }
+    }
+}
+
+db_test!(
+    a_new_limit_holds_against_the_spend_already_made_when_its_call_returns,
+    |app| {
+        let provider = MockProvider::start().await;
+        let first = TestProxy::start(&app, &provider).await;
+        let second = TestProxy::start(&app, &provider).await;
+        let (tenant, raw, _) = first
+            .tenant_with_key(&app, json!({ "developer_label": "spender" }))
+            .await;
+        let admin = tenant.admin_key.clone();
+        eventually(Duration::from_secs(3), || async {
+            let listed = second
+                .client
+                .get(format!("{}/v1/models", second.base))
+                .bearer_auth(&raw);
+            (listed.send().await.unwrap().status() == 200).then_some(())
+        })
+        .await;
+        for _ in 0..5 {
+            assert_eq!(first.chat(&raw, small_request()).await.status(), 200);
+        }
+        let settled = |requests: i64| {
+            let (app, admin) = (&app, &admin);
+            async move {
+                eventually(Duration::from_secs(10), || async {
+                    let summary = expect_status(app.get("/cost/summary", admin).await, 200).await;
+                    (summary["data"]["total_requests"] == json!(requests))
+                        .then(|| ledger_spend(app, admin))
+                })
+                .await
+                .await
+            }
+        };
+        let spent = settled(5).await;
+        assert!(spent > 0);
+
+        // A limit equal to the month's spend: reached already, on every proxy at once.
+        let limit_usd = spent as f64 / 1e6;
+        let created = app
+            .post(
+                "/budget/limits",
+                &admin,
+                json!({ "monthly_limit_usd": limit_usd }),
+            )
+            .await;
+        assert_eq!(created.headers()["warden-enforcement"], "applied");
+        let limit = expect_status(created, 201).await["data"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        both_answer([&first, &second], &raw, 402, "a limit at the spend").await;
+
+        // Raised: both pass at once.
+        let raised = app
+            .patch(
+                &format!("/budget/limits/{limit}"),
+                &admin,
+                json!({ "monthly_limit_usd": limit_usd * 1000.0 }),
+            )
+            .await;
+        assert_eq!(raised.headers()["warden-enforcement"], "applied");
+        expect_status(raised, 200).await;
+        both_answer([&first, &second], &raw, 200, "a raised limit").await;
+
+        // A `budget_limit` policy below the spend takes the same path.
+        expect_status(
+            app.delete(&format!("/budget/limits/{limit}"), &admin).await,
+            204,
+        )
+        .await;
+        let spent = settled(7).await;
+        let policy = app
+            .post(
+                "/policies",
+                &admin,
+                json!({ "name": "spent already", "policy_type": "budget_limit",
+                        "config": { "monthly_limit_usd": spent as f64 / 2e6 } }),
+            )
+            .await;
+        assert_eq!(policy.headers()["warden-enforcement"], "applied");
+        expect_status(policy, 201).await;
+        both_answer(
+            [&first, &second],
+            &raw,
+            402,
+            "a budget_limit policy below the spend",
+        )
+        .await;
     }
 );
