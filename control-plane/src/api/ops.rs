@@ -50,7 +50,12 @@ async fn healthz() -> Json<Health> {
     responses((status = 200, description = "Ready", body = Health),
         (status = 503, description = "The database does not answer (`not_ready`)")))]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    match state.db.ping().await {
+    // Probes time out within a second or two: a database that does not answer quickly
+    // is not ready, whatever the pool's own acquire timeout.
+    let pinged = tokio::time::timeout(std::time::Duration::from_secs(2), state.db.ping())
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolTimedOut));
+    match pinged {
         Ok(()) => Ok(Json(Health { status: "ready" })),
         Err(error) => {
             tracing::warn!(%error, "readiness check failed");

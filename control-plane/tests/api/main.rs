@@ -18,6 +18,7 @@ mod billing;
 mod budgets;
 mod compliance;
 mod cost;
+mod database_outage;
 mod dev_mode;
 mod health;
 mod ingest_edges;

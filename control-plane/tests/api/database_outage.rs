@@ -1,0 +1,312 @@
+//! PostgreSQL restarted while agents send traffic: the proxy keeps serving from memory
+//! with no 5xx of its own, the control plane reports not ready and answers writes with
+//! 503 `database_unavailable` (changing nothing), recovers by itself, and the usage and
+//! decisions of the outage land exactly once afterwards.
+//!
+//! The test starts a PostgreSQL server of its own (initdb on a free port, as the
+//! `postgres` user when run as root), so it can stop and start it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use warden_control_plane::config::Secret;
+
+use crate::helpers::{create_policy, expect_error, expect_status, free_port, Backend, TestApp};
+use crate::proxy::{eventually, simple_chat, MockProvider, TestProxy};
+
+/// A PostgreSQL server in a folder of its own, stopped and removed when dropped.
+struct OwnPostgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl OwnPostgres {
+    fn start() -> OwnPostgres {
+        let bin = postgres_bin();
+        let dir = tempfile::tempdir().unwrap();
+        if is_root() {
+            // PostgreSQL refuses to run as root: its folder belongs to `postgres`.
+            let chown = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(chown.success());
+        }
+        let server = OwnPostgres {
+            dir,
+            bin,
+            port: free_port(),
+        };
+        server.run(
+            "initdb",
+            &["-A", "trust", "-U", "postgres", "--no-sync", "-D"],
+            true,
+        );
+        server.start_again();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Runs one of PostgreSQL's programs (as `postgres` when root), with the data folder
+    /// last when `with_data`.
+    fn run(&self, program: &str, args: &[&str], with_data: bool) {
+        let program = self.bin.join(program);
+        let mut command = if is_root() {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(program);
+            command
+        } else {
+            Command::new(program)
+        };
+        command.args(args);
+        if with_data {
+            command.arg(self.data());
+        }
+        let output = command.output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("log");
+        let log = log.to_str().unwrap();
+        self.run(
+            "pg_ctl",
+            &["-w", "-l", log, "-o", &options, "start", "-D"],
+            true,
+        );
+    }
+
+    /// A fast shutdown: sessions are ended (`57P01`), as in a restart or failover.
+    fn stop(&self) {
+        self.run("pg_ctl", &["-w", "-m", "fast", "stop", "-D"], true);
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let program = self.bin.join("pg_ctl");
+        let mut command = if is_root() {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(program);
+            command
+        } else {
+            Command::new(program)
+        };
+        let _ = command
+            .args(["-m", "immediate", "stop", "-D"])
+            .arg(self.data())
+            .output();
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
+}
+
+/// The newest PostgreSQL server programs installed (Debian keeps them off the PATH).
+fn postgres_bin() -> PathBuf {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.path().join("bin"))
+                .filter(|bin| bin.join("pg_ctl").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort_by_key(|bin| {
+        bin.parent()
+            .and_then(Path::file_name)
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+    });
+    found
+        .pop()
+        .expect("PostgreSQL's server programs (pg_ctl, initdb) under /usr/lib/postgresql")
+}
+
+/// What the agents saw, counted as they go.
+#[derive(Default)]
+struct Seen {
+    served: AtomicI64,
+    refused: AtomicI64,
+    other: AtomicI64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
+    let postgres = OwnPostgres::start();
+    let url = postgres.url();
+    let app = TestApp::spawn_with(Backend::Postgres, |config| {
+        config.database_url = Secret::new(url);
+    })
+    .await;
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (tenant, key, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "steady" }))
+        .await;
+    let admin = tenant.admin_key.clone();
+    // Requests for gpt-4.1 are refused by a policy: their decisions travel apart.
+    create_policy(
+        &app,
+        &admin,
+        json!({ "name": "mini only", "policy_type": "model_allowlist",
+                "config": { "allowed_models": ["gpt-4o-mini*"] } }),
+    )
+    .await;
+    let agents_before =
+        expect_status(app.get("/agents", &admin).await, 200).await["meta"]["total"].clone();
+
+    // Agents at work, before, during and after the outage.
+    let seen = Arc::new(Seen::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let (seen, stop) = (seen.clone(), stop.clone());
+        let (client, base, key) = (proxy.client.clone(), proxy.base.clone(), key.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let model = if n % 5 == 0 { "gpt-4.1" } else { "gpt-4o-mini" };
+                let answer = client
+                    .post(format!("{base}/v1/chat/completions"))
+                    .bearer_auth(&key)
+                    .json(&simple_chat(model))
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16());
+                let counter = match answer {
+                    Ok(200) => &seen.served,
+                    Ok(403) => &seen.refused,
+                    _ => &seen.other,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    postgres.stop();
+    let outage = Instant::now();
+    // Not ready, by itself and quickly.
+    let ready = || {
+        let app = &app;
+        async move {
+            app.client
+                .get(format!("{}/readyz", app.base))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    eventually(Duration::from_secs(10), || async {
+        (ready().await == 503).then_some(())
+    })
+    .await;
+    // A management write is refused clearly and changes nothing.
+    let refused = app
+        .post("/agents", &admin, json!({ "name": "during-the-outage" }))
+        .await;
+    let body = expect_error(refused, 503, "database_unavailable").await;
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("nothing was changed"));
+    let served_during = seen.served.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        seen.served.load(Ordering::Relaxed) > served_during,
+        "the proxy kept serving during the outage"
+    );
+
+    postgres.start_again();
+    let down_for = outage.elapsed();
+    eventually(Duration::from_secs(30), || async {
+        (ready().await == 200).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    traffic.await.unwrap();
+
+    let served = seen.served.load(Ordering::Relaxed);
+    let refused = seen.refused.load(Ordering::Relaxed);
+    assert_eq!(
+        seen.other.load(Ordering::Relaxed),
+        0,
+        "no other answer than 200 and 403"
+    );
+    assert!(served > 0 && refused > 0);
+    // Every request of the outage lands, once: usage (with its decision) and the
+    // refusals' decisions.
+    eventually(Duration::from_secs(45), || async {
+        (app.count_rows("usage_records", &tenant.id).await == served).then_some(())
+    })
+    .await;
+    let failed = || async {
+        expect_status(
+            app.get("/policy-evaluations?result=fail", &admin).await,
+            200,
+        )
+        .await["meta"]["total"]
+            .as_i64()
+            .unwrap()
+    };
+    eventually(Duration::from_secs(45), || async {
+        (failed().await == refused).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(app.count_rows("usage_records", &tenant.id).await, served);
+    assert_eq!(failed().await, refused);
+    let summary = expect_status(app.get("/cost/summary", &admin).await, 200).await;
+    assert_eq!(summary["data"]["total_requests"], json!(served));
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics.contains("warden_proxy_usage_batches_set_aside_total 0"),
+        "an outage sets no batch aside"
+    );
+    let agents_after =
+        expect_status(app.get("/agents", &admin).await, 200).await["meta"]["total"].clone();
+    assert_eq!(agents_after, agents_before);
+    // Writes work again.
+    expect_status(
+        app.post("/agents", &admin, json!({ "name": "after-the-outage" }))
+            .await,
+        201,
+    )
+    .await;
+    eprintln!(
+        "database down {down_for:?}: {served} requests served, {refused} refused by policy, all recorded once"
+    );
+}
