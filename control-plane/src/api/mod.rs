@@ -103,6 +103,7 @@ pub fn router() -> (Router<AppState>, OpenApi) {
     SecurityAddon.modify(&mut openapi);
     openapi_errors::ErrorResponses.modify(&mut openapi);
     openapi_bodies::OptionalBodies.modify(&mut openapi);
+    openapi_bodies::AtLeastOneField(&["UpdateIncidentInput"]).modify(&mut openapi);
     let router = router
         .merge(ops::openapi_router(openapi.clone()))
         .fallback(route_not_found)

@@ -12,6 +12,23 @@ use super::openapi_errors::operations;
 
 pub struct OptionalBodies;
 
+/// Bodies that must name at least one field say so with `minProperties: 1`. Set here:
+/// utoipa-gen 5.5 writes the `min_properties` attribute as `maxProperties`.
+pub struct AtLeastOneField(pub &'static [&'static str]);
+
+impl Modify for AtLeastOneField {
+    fn modify(&self, openapi: &mut OpenApi) {
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        for name in self.0 {
+            if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(*name) {
+                object.min_properties = Some(1);
+            }
+        }
+    }
+}
+
 impl Modify for OptionalBodies {
     fn modify(&self, openapi: &mut OpenApi) {
         for item in openapi.paths.paths.values_mut() {

@@ -62,10 +62,28 @@ pub fn optional_environment() -> Object {
 
 /// One or more notification event names (a channel's `events`).
 pub fn event_names() -> utoipa::openapi::schema::Array {
+    event_names_array(false)
+}
+
+/// Event names on a PATCH: `null` leaves them as they are.
+pub fn optional_event_names() -> utoipa::openapi::schema::Array {
+    event_names_array(true)
+}
+
+fn event_names_array(nullable: bool) -> utoipa::openapi::schema::Array {
     let names = crate::notifications::events::EVENTS
         .iter()
         .map(|kind| kind.name);
+    let schema_type = if nullable {
+        utoipa::openapi::schema::SchemaType::from_iter([
+            utoipa::openapi::schema::Type::Array,
+            utoipa::openapi::schema::Type::Null,
+        ])
+    } else {
+        utoipa::openapi::schema::SchemaType::new(utoipa::openapi::schema::Type::Array)
+    };
     utoipa::openapi::schema::ArrayBuilder::new()
+        .schema_type(schema_type)
         .items(self::names(names, false))
         .min_items(Some(1))
         .build()

@@ -77,6 +77,7 @@ pub struct CreateTenantInput {
     pub plan: Plan,
     /// 1 to 1,000,000 active agents; defaults to the plan's limit.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub agent_limit: Option<i64>,
 }
 

@@ -39,6 +39,7 @@ pub async fn me(caller: Authorized<require::AnyScope>) -> Response {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({ "name": "dashboard", "scopes": ["registry:read"], "expires_in_days": 30 }))]
 pub struct CreateApiKeyInput {
     pub name: Text<1, 100>,
     /// Scopes to grant. Combined with `key_type` when both are given; at least one of

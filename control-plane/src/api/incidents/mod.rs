@@ -111,10 +111,10 @@ pub struct ReportIncidentInput {
     pub critical_infrastructure: Option<bool>,
 }
 
-/// Any of the fields, at least one.
+/// Any of the fields, at least one (`minProperties: 1`, set by
+/// `openapi_bodies::AtLeastOneField`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(min_properties = 1)]
 pub struct UpdateIncidentInput {
     #[serde(default)]
     pub status: Option<IncidentStatus>,

@@ -9,7 +9,7 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::extract::{parse_json, parse_raw};
 use crate::api::payload_capture::RecordCapture;
-use crate::api::policies::{EvaluationReport, ReportedResult};
+use crate::api::policies::EvaluationReport;
 use crate::api::validate::Text;
 use crate::error::ApiResult;
 
@@ -19,10 +19,15 @@ pub struct UsageBatch {
     pub batch_id: Text<1, 100>,
     /// Results lists the records' decisions share: an `evaluation.results` is the index
     /// of its list here (or the list itself). A batch's requests mostly came out alike.
+    /// Each is a list of `ReportedResult`, read when a record names it: a malformed list
+    /// refuses the records naming it (in `errors`), never the batch; one no record names
+    /// is not read.
     #[serde(default)]
-    #[schema(value_type = Vec<Vec<ReportedResult>>)]
+    #[schema(value_type = Vec<Value>)]
     pub result_lists: Vec<Box<RawValue>>,
-    #[schema(value_type = Vec<ProxyUsageRecord>)]
+    /// Each a `ProxyUsageRecord`, checked alone: a malformed record is reported by its
+    /// index in `errors` and the others land (a proxy's batch never fails whole).
+    #[schema(value_type = Vec<Value>)]
     pub records: Vec<Box<RawValue>>,
 }
 
@@ -120,11 +125,15 @@ pub struct DecisionBatch {
     pub batch_id: Text<1, 100>,
     /// Results lists the decisions share: a decision's `evaluation.results` may be the
     /// index of its list here instead of the list itself. A batch's decisions mostly
-    /// came out alike, so the proxy sends each distinct list once.
+    /// came out alike, so the proxy sends each distinct list once. Each is a list of
+    /// `ReportedResult`, read when a decision names it: a malformed list refuses the
+    /// decisions naming it (in `errors`), never the batch.
     #[serde(default)]
-    #[schema(value_type = Vec<Vec<ReportedResult>>)]
+    #[schema(value_type = Vec<Value>)]
     pub result_lists: Vec<Box<RawValue>>,
-    #[schema(value_type = Vec<ProxyDecision>)]
+    /// Each a `ProxyDecision`, checked alone: a malformed decision is reported by its
+    /// index in `errors` and the others are written.
+    #[schema(value_type = Vec<Value>)]
     pub decisions: Vec<Box<RawValue>>,
 }
 

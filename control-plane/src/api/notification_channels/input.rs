@@ -11,6 +11,11 @@ use crate::notifications::events;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "name": "security on-call", "channel_type": "webhook",
+    "events": ["agent.blocked", "anomaly.detected"],
+    "config": { "url": "https://hooks.example.com/warden" }
+}))]
 pub struct CreateChannelInput {
     pub name: Text<1, 100>,
     pub channel_type: ChannelType,
@@ -41,9 +46,9 @@ pub struct UpdateChannelInput {
     pub config: Option<Map<String, Value>>,
     #[serde(default)]
     pub enabled: Option<bool>,
-    /// One or more event names.
+    /// One or more event names; `null` leaves them as they are.
     #[serde(default)]
-    #[schema(schema_with = crate::api::openapi_enums::event_names)]
+    #[schema(schema_with = crate::api::openapi_enums::optional_event_names)]
     pub events: Option<Vec<String>>,
     /// Refused: a channel's type is fixed at creation.
     #[serde(default)]

@@ -36,6 +36,7 @@ pub struct CreatePolicyInput {
     pub enabled: Option<bool>,
     /// -10000 to 10000, default 0; higher is evaluated first.
     #[serde(default)]
+    #[schema(minimum = -10_000, maximum = 10_000)]
     pub priority: Option<i64>,
 }
 
@@ -60,6 +61,7 @@ pub struct UpdatePolicyInput {
     #[serde(default)]
     pub enabled: Option<bool>,
     #[serde(default)]
+    #[schema(minimum = -10_000, maximum = 10_000)]
     pub priority: Option<i64>,
 }
 

@@ -140,6 +140,7 @@ pub struct FromTemplateInput {
     #[serde(default)]
     pub name: Option<input::PolicyName>,
     #[serde(default)]
+    #[schema(minimum = -10_000, maximum = 10_000)]
     pub priority: Option<i64>,
 }
 
