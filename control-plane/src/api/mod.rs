@@ -138,6 +138,11 @@ fn base_document() -> OpenApi {
             audit_trail::ExportFormat::schema(),
         ),
         (crate::plans::Plan::name(), crate::plans::Plan::schema()),
+        // The tool-call list's `outcome` filter.
+        (
+            validate::Text::<1, 32>::name(),
+            validate::Text::<1, 32>::schema(),
+        ),
     ] {
         schemas.insert(name.into_owned(), schema);
     }

@@ -7,6 +7,8 @@
 pub mod bulk;
 #[cfg(test)]
 mod migrations_in_step;
+#[cfg(test)]
+mod migrations_landed;
 
 use std::str::FromStr;
 use std::time::Duration;
