@@ -1,19 +1,14 @@
-//! Prometheus metrics of the management API: requests and latency by route template.
+//! Prometheus metrics of the management API: requests and latency by route template
+//! (counted by `api::http_metrics::track`).
 //!
 //! Labels use the matched route template (`/api/v1/agents/{agent_id}`), never the raw
 //! path, so label cardinality stays bounded whatever clients send.
 
-use std::time::Instant;
-
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
 use crate::proxy_state::confirm::Confirmation;
-use crate::state::AppState;
 
 /// The control plane's own registry and the HTTP metrics in it.
 pub struct HttpMetrics {
@@ -102,7 +97,7 @@ impl HttpMetrics {
         String::from_utf8(buffer).unwrap_or_default()
     }
 
-    fn observe(&self, method: &str, route: &str, status: &str, seconds: f64) {
+    pub fn observe(&self, method: &str, route: &str, status: &str, seconds: f64) {
         self.requests
             .with_label_values(&[method, route, status])
             .inc();
@@ -135,29 +130,4 @@ impl HttpMetrics {
                 .inc_by(count as u64);
         }
     }
-}
-
-/// Middleware that counts and times every request.
-pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().as_str().to_owned();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let response = next.run(request).await;
-    let seconds = started.elapsed().as_secs_f64();
-    state
-        .metrics
-        .observe(&method, &route, response.status().as_str(), seconds);
-    // One line per request, inside the request's span (its id, and the tenant once the
-    // credential is known); never a credential or a body.
-    tracing::info!(
-        method = %method,
-        route = %route,
-        status = response.status().as_u16(),
-        duration_ms = (seconds * 1000.0 * 100.0).round() / 100.0,
-        "request"
-    );
-    response
 }

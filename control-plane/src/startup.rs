@@ -16,13 +16,12 @@ use tower_http::request_id::{
 use tower_http::trace::TraceLayer;
 use warden_shared::ids::{new_id, IdKind};
 
-use crate::auth::throttle::Throttle;
 use crate::bootstrap::{self, BootstrapOutcome};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
-use crate::metrics::{self, HttpMetrics};
+use crate::metrics::HttpMetrics;
 use crate::notifications::metrics::NotificationMetrics;
 use crate::notifications::send::Sender;
 use crate::notifications::worker::Worker;
@@ -30,6 +29,7 @@ use crate::outbound::Guard;
 use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
 use crate::state::AppState;
+use crate::throttle::Throttle;
 
 /// A bound, migrated control plane, ready to serve.
 pub struct Application {
@@ -264,7 +264,7 @@ fn app_router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            metrics::track,
+            crate::api::http_metrics::track,
         ))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(CatchPanicLayer::custom(|_| {

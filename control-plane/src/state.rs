@@ -3,15 +3,15 @@
 use std::sync::Arc;
 use warden_shared::catalog::ProviderCatalog;
 
-use crate::api::health::HealthCache;
-use crate::auth::throttle::Throttle;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
+use crate::health::HealthCache;
 use crate::metrics::HttpMetrics;
 use crate::notifications::send::Sender;
 use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
+use crate::throttle::Throttle;
 
 /// Cheap to clone: everything inside is reference-counted or a pool handle.
 #[derive(Clone)]

@@ -8,7 +8,6 @@ pub mod envelope;
 pub mod extract;
 pub mod money;
 pub mod read_your_writes;
-pub mod validate;
 
 mod admin;
 mod agents;
@@ -23,6 +22,7 @@ mod compliance;
 pub mod cost;
 mod fria;
 pub mod health;
+pub mod http_metrics;
 mod incidents;
 pub mod internal;
 mod managed_keys;
@@ -41,6 +41,7 @@ mod posture;
 mod provider_names;
 mod proxy_keys;
 mod proxy_stats;
+pub mod range;
 mod relationships;
 mod risk;
 mod sso;
@@ -140,8 +141,8 @@ fn base_document() -> OpenApi {
         (crate::plans::Plan::name(), crate::plans::Plan::schema()),
         // The tool-call list's `outcome` filter.
         (
-            validate::Text::<1, 32>::name(),
-            validate::Text::<1, 32>::schema(),
+            crate::validate::Text::<1, 32>::name(),
+            crate::validate::Text::<1, 32>::schema(),
         ),
     ] {
         schemas.insert(name.into_owned(), schema);

@@ -6,7 +6,6 @@
 //! so a caller without the scope learns nothing about the resource (403 before 404).
 
 pub mod password;
-pub mod throttle;
 
 use std::marker::PhantomData;
 

@@ -16,7 +16,7 @@ use std::future::Future;
 use warden_shared::timestamp::Timestamp;
 
 use crate::db::WriteTx;
-use crate::notifications::outbox::Raised;
+use crate::notifications::outbox::{Happened, Raised};
 
 pub use audit::AuditEvent;
 pub use outbox::ChangeKind;
@@ -68,7 +68,12 @@ pub async fn record(
         actor: author.actor,
         at,
         audit_event_id: &audit_event_id,
-        event: &event,
+        event: Happened {
+            event_type: event.event_type,
+            target_type: event.target_type,
+            target_id: event.target_id,
+            details: &event.details,
+        },
     };
     crate::notifications::outbox::enqueue(tx, &raised).await?;
     if let Some(version) = version {

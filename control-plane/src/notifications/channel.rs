@@ -6,8 +6,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::api::validate::Email;
 use crate::error::{ApiError, ApiResult};
+use crate::validate::Email;
 
 /// PagerDuty's Events API v2 endpoint, used when a channel names none.
 pub const PAGERDUTY_EVENTS_URL: &str = "https://events.pagerduty.com/v2/enqueue";

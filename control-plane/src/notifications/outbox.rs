@@ -7,16 +7,25 @@ use warden_shared::ids::{new_id, IdKind};
 use warden_shared::timestamp::Timestamp;
 
 use super::events::{self, EventKind};
-use crate::changes::AuditEvent;
 use crate::db::{json_column, WriteTx};
 
-/// What was recorded, as the notification payload describes it.
+/// What was recorded, as the notification payload describes it: the audit event
+/// (`crate::changes` records both) and who made it when.
 pub struct Raised<'a> {
     pub tenant_id: &'a str,
     pub actor: &'a str,
     pub at: Timestamp,
     pub audit_event_id: &'a str,
-    pub event: &'a AuditEvent<'a>,
+    pub event: Happened<'a>,
+}
+
+/// The audit event a notification reports.
+#[derive(Clone, Copy)]
+pub struct Happened<'a> {
+    pub event_type: &'a str,
+    pub target_type: &'a str,
+    pub target_id: &'a str,
+    pub details: &'a Value,
 }
 
 /// Queues the notification `raised` means, if any, for every channel that wants it;
@@ -103,7 +112,7 @@ async fn anomaly_rule_webhooks(
 /// The payload every channel type is built from, and the body a webhook receives: the
 /// Standard Webhooks shape `{type, timestamp, data}`.
 pub fn payload_of(kind: &EventKind, raised: &Raised<'_>) -> Value {
-    let event = raised.event;
+    let event = &raised.event;
     json!({
         "type": kind.name,
         "timestamp": raised.at,
@@ -123,7 +132,7 @@ pub fn payload_of(kind: &EventKind, raised: &Raised<'_>) -> Value {
 
 /// One line a person reads: the event's title, its target, and the reason when the
 /// change gave one.
-fn summary(kind: &EventKind, event: &AuditEvent<'_>) -> String {
+fn summary(kind: &EventKind, event: &Happened<'_>) -> String {
     let mut line = format!("{}: {} {}", kind.title, event.target_type, event.target_id);
     if let Some(name) = event.details.get("name").and_then(Value::as_str) {
         line.push_str(&format!(" ({name})"));

@@ -16,11 +16,11 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::api::validate::{Email, Text};
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::plans::Plan;
 use crate::state::AppState;
+use crate::validate::{Email, Text};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

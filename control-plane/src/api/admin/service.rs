@@ -6,8 +6,8 @@ use warden_shared::ids::{is_valid_id, IdKind};
 use warden_shared::scopes::Scope;
 
 use super::{store, CreateTenantInput, CreatedTenant, Tenant};
-use crate::api::cost::month_start;
 use crate::api::envelope::Page;
+use crate::api::range::month_start;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
 use crate::error::{ApiError, ApiResult, ErrorCode};

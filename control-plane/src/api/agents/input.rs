@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use warden_shared::registry::{Environment, Provider};
 
 use crate::api::teams::TeamName;
-use crate::api::validate::{present, Text};
+use crate::validate::{present, Text};
 
 pub type AgentName = Text<1, 200>;
 pub type Description = Text<0, 2000>;
@@ -121,4 +121,55 @@ pub struct UpdateAgentInput {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Object>)]
     pub tags: Option<Option<Tags>>,
+}
+
+pub type Reason = Text<1, 1000>;
+
+/// How often an agent is to be reviewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewFrequency {
+    Weekly,
+    Monthly,
+    Quarterly,
+    Annually,
+}
+
+impl ReviewFrequency {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReviewFrequency::Weekly => "weekly",
+            ReviewFrequency::Monthly => "monthly",
+            ReviewFrequency::Quarterly => "quarterly",
+            ReviewFrequency::Annually => "annually",
+        }
+    }
+
+    /// The period in milliseconds.
+    pub const fn period_ms(self) -> i64 {
+        const DAY_MS: i64 = 86_400_000;
+        match self {
+            ReviewFrequency::Weekly => 7 * DAY_MS,
+            ReviewFrequency::Monthly => 30 * DAY_MS,
+            ReviewFrequency::Quarterly => 91 * DAY_MS,
+            ReviewFrequency::Annually => 365 * DAY_MS,
+        }
+    }
+}
+
+/// Every field optional: absent leaves it, `null` clears it.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleInput {
+    /// An RFC 3339 date-time; one already past expires the agent at once.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<ReviewFrequency>)]
+    pub review_frequency: Option<Option<ReviewFrequency>>,
+    /// Who answers for the agent (1 to 200 characters).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Text<1, 200>>)]
+    pub sponsor_id: Option<Option<Text<1, 200>>>,
 }

@@ -12,12 +12,12 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::input::Reason;
 use super::service;
 use super::store::EnforcementFlag;
 use super::Agent;
 use crate::api::envelope::{self, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery, OptionalJson};
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -30,8 +30,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(release_quarantine))
         .routes(routes!(list_quarantined_agents))
 }
-
-pub type Reason = Text<1, 1000>;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -11,17 +11,15 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::input::LifecycleInput;
 use super::service;
 use super::store::Only;
 use super::Agent;
 use crate::api::envelope::{self, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::api::validate::{present, Text};
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -31,55 +29,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(update_lifecycle))
         .routes(routes!(list_expired_agents))
         .routes(routes!(list_agents_due_review))
-}
-
-/// How often an agent is to be reviewed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ReviewFrequency {
-    Weekly,
-    Monthly,
-    Quarterly,
-    Annually,
-}
-
-impl ReviewFrequency {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ReviewFrequency::Weekly => "weekly",
-            ReviewFrequency::Monthly => "monthly",
-            ReviewFrequency::Quarterly => "quarterly",
-            ReviewFrequency::Annually => "annually",
-        }
-    }
-
-    /// The period in milliseconds.
-    pub const fn period_ms(self) -> i64 {
-        const DAY_MS: i64 = 86_400_000;
-        match self {
-            ReviewFrequency::Weekly => 7 * DAY_MS,
-            ReviewFrequency::Monthly => 30 * DAY_MS,
-            ReviewFrequency::Quarterly => 91 * DAY_MS,
-            ReviewFrequency::Annually => 365 * DAY_MS,
-        }
-    }
-}
-
-/// Every field optional: absent leaves it, `null` clears it.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LifecycleInput {
-    /// An RFC 3339 date-time; one already past expires the agent at once.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>, format = DateTime)]
-    pub expires_at: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<ReviewFrequency>)]
-    pub review_frequency: Option<Option<ReviewFrequency>>,
-    /// Who answers for the agent (1 to 200 characters).
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<Text<1, 200>>)]
-    pub sponsor_id: Option<Option<Text<1, 200>>>,
 }
 
 #[utoipa::path(patch, path = "/agents/{agent_id}/lifecycle", tag = "security",

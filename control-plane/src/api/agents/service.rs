@@ -6,7 +6,7 @@ use warden_shared::ids::{is_valid_id, new_id, IdKind};
 use warden_shared::registry::{AgentStatus, Environment};
 use warden_shared::timestamp::Timestamp;
 
-use super::kill_switch::Reason;
+use super::input::{LifecycleInput, Reason};
 use super::store::{self, AgentRow, EnforcementFlag};
 use super::{Agent, AgentFilter, CreateAgentInput, UpdateAgentInput};
 use crate::api::envelope::Page;
@@ -255,7 +255,7 @@ pub async fn delete_agent(state: &AppState, caller: &Caller, agent_id: &str) -> 
 
 /// The new value of an optional text field: absent keeps `current`, null clears it.
 fn pick<const MIN: usize, const MAX: usize>(
-    update: Option<Option<crate::api::validate::Text<MIN, MAX>>>,
+    update: Option<Option<crate::validate::Text<MIN, MAX>>>,
     current: Option<String>,
 ) -> Option<String> {
     match update {
@@ -332,7 +332,7 @@ pub async fn update_lifecycle(
     state: &AppState,
     caller: &Caller,
     agent_id: &str,
-    input: super::lifecycle::LifecycleInput,
+    input: LifecycleInput,
 ) -> ApiResult<()> {
     let current = get_agent(state, caller, agent_id).await?;
     let now = state.clock.now();

@@ -7,11 +7,11 @@ use super::store::{self, Filter};
 use super::{Anomaly, AnomalyQuery, Summary};
 use crate::anomalies::thresholds::TYPES;
 use crate::api::envelope::Page;
-use crate::api::validate::Text;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Proxies};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
+use crate::validate::Text;
 
 /// A person's move of an anomaly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

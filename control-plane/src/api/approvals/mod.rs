@@ -31,10 +31,10 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 /// A pending approval's lifetime (spec 8: 24 hours, no per-policy override).
 pub const APPROVAL_TTL_MS: i64 = 24 * 3_600_000;

@@ -10,13 +10,13 @@ use super::{
     GRANT_TTL_MS,
 };
 use crate::api::envelope::Page;
-use crate::api::validate::Text;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Author, ChangeKind, Proxies};
 use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub async fn list_approvals(
     state: &AppState,

@@ -23,11 +23,11 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::ApiQuery;
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::changes::chain::Verification;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -7,8 +7,8 @@ use tokio::sync::mpsc;
 
 use super::store::{self, Filter};
 use super::{AuditEventView, AuditQuery, ExportFormat};
-use crate::api::cost::range::{parse_end, parse_start};
 use crate::api::envelope::Page;
+use crate::api::range::{parse_end, parse_start};
 use crate::auth::Caller;
 use crate::changes::chain::{self, Verification};
 use crate::error::{ApiError, ApiResult};

@@ -1,18 +1,16 @@
 //! Handlers of `/auth/me` and API keys: create (raw key once), list (never the key),
 //! delete.
 
-use super::service;
+use super::{service, ApiKey, CreateApiKeyInput};
 
 use axum::extract::State;
 use axum::response::Response;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
-use warden_shared::scopes::{KeyType, Scope};
-use warden_shared::timestamp::Timestamp;
+use warden_shared::scopes::Scope;
 
 use crate::api::envelope::{self, Envelope, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -35,42 +33,6 @@ pub async fn me(caller: Authorized<require::AnyScope>) -> Response {
         tenant_id: caller.tenant_id.clone(),
         scopes: caller.scopes.clone(),
     })
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({ "name": "dashboard", "scopes": ["registry:read"], "expires_in_days": 30 }))]
-pub struct CreateApiKeyInput {
-    pub name: Text<1, 100>,
-    /// Scopes to grant. Combined with `key_type` when both are given; at least one of
-    /// the two is required.
-    #[serde(default)]
-    #[schema(value_type = Option<Vec<String>>)]
-    pub scopes: Option<Vec<Scope>>,
-    /// `admin`, `proxy` or `read_only`: a named set of scopes.
-    #[serde(default)]
-    #[schema(value_type = Option<String>)]
-    pub key_type: Option<KeyType>,
-    /// 1 to 3650. Omitted: the key does not expire.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 3650)]
-    pub expires_in_days: Option<i64>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ApiKey {
-    pub id: String,
-    /// Present only in the creation response.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub raw_key: Option<String>,
-    pub key_prefix: String,
-    pub name: String,
-    #[schema(value_type = Vec<String>)]
-    pub scopes: Vec<Scope>,
-    #[schema(value_type = Option<String>, format = DateTime)]
-    pub expires_at: Option<Timestamp>,
-    #[schema(value_type = String, format = DateTime)]
-    pub created_at: Timestamp,
 }
 
 /// Creates a key with scopes the caller may grant (spec 5.5); 403 otherwise.

@@ -3,38 +3,15 @@
 
 use std::net::SocketAddr;
 
-use super::service;
+use super::{service, LoginInput, LoginOutput, SignupInput, SignupOutput};
 
 use axum::extract::{ConnectInfo, State};
 use axum::response::Response;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::ApiJson;
-use crate::api::validate::{Email, Password, Text};
 use crate::error::ApiResult;
 use crate::state::AppState;
-
-/// A login session lasts one hour (spec 8).
-pub const SESSION_TTL_SECS: i64 = 3600;
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SignupInput {
-    pub email: Email,
-    pub password: Password,
-    pub company_name: Text<1, 200>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SignupOutput {
-    pub tenant_id: String,
-    pub user_id: String,
-    /// An `admin` API key for the new tenant, shown only in this response.
-    pub api_key: String,
-    pub message: String,
-}
 
 /// Creates a tenant on the `free` plan, its owner (who holds `admin`) and an admin key.
 #[utoipa::path(post, path = "/auth/signup", tag = "auth", request_body = SignupInput,
@@ -48,24 +25,6 @@ pub async fn signup(
 ) -> ApiResult<Response> {
     let output = service::signup(&state, peer.ip(), input).await?;
     Ok(envelope::created(output))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LoginInput {
-    #[schema(value_type = String, format = "email")]
-    pub email: String,
-    #[schema(value_type = String, format = Password)]
-    pub password: String,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LoginOutput {
-    /// A `wdn_sess_` bearer token carrying the user's scopes on the management API.
-    pub access_token: String,
-    pub token_type: &'static str,
-    pub expires_in: i64,
-    pub tenant_id: String,
 }
 
 /// Exchanges email and password for a one-hour bearer session token.

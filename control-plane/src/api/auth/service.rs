@@ -9,9 +9,10 @@ use warden_shared::keys;
 use warden_shared::scopes::{self, Scope};
 use warden_shared::timestamp::Timestamp;
 
-use super::keys::{ApiKey, CreateApiKeyInput};
-use super::login::{LoginInput, LoginOutput, SignupInput, SignupOutput, SESSION_TTL_SECS};
 use super::store;
+use super::{
+    ApiKey, CreateApiKeyInput, LoginInput, LoginOutput, SignupInput, SignupOutput, SESSION_TTL_SECS,
+};
 use crate::api::envelope::Page;
 use crate::auth::{password, Caller};
 use crate::changes::{self, AuditEvent, Author, ChangeKind, Proxies};

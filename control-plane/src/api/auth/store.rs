@@ -6,7 +6,7 @@ use sqlx::{AnyPool, Row};
 use warden_shared::scopes::Scope;
 use warden_shared::timestamp::Timestamp;
 
-use super::keys::ApiKey;
+use super::ApiKey;
 use crate::api::envelope::Page;
 use crate::auth::{format_scopes, parse_scopes};
 use crate::db::WriteTx;

@@ -1,7 +1,6 @@
 //! Cost views (spec 4.5): summary, by agent, by team, by model and a time series, all
 //! read from the ledger's hourly rollups (see `crate::ledger`).
 
-pub mod range;
 mod service;
 mod store;
 
@@ -13,14 +12,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_shared::timestamp::Timestamp;
 
-use self::range::{Granularity, Period};
 use crate::api::envelope::{self, Envelope, PageQuery, Paged};
 use crate::api::extract::ApiQuery;
+use crate::api::range::{Granularity, Period};
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
-
-pub use service::month_start;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -6,25 +6,19 @@ use std::collections::BTreeMap;
 use warden_shared::pricing::micros_to_usd;
 use warden_shared::timestamp::Timestamp;
 
-use super::range::{self, Granularity, Period, Range, DAY_MS};
 use super::store::{self, Totals};
 use super::{
     AgentCost, BreakdownQuery, CostPoint, CostSummary, ModelCost, RangeQuery, SummaryQuery,
     TeamCost, TimeseriesQuery,
 };
 use crate::api::envelope::Page;
+use crate::api::range::{self, Granularity, Period, Range, DAY_MS};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// At most this many buckets in one series.
 const MAX_BUCKETS: i64 = 2_000;
-
-/// The start of the calendar month (UTC) containing `now`: where `monthly_cost_usd` of
-/// teams and tenants starts counting.
-pub fn month_start(now: Timestamp) -> i64 {
-    Period::Month.start(now)
-}
 
 /// Totals over the range, by default the current period (a month unless given) up to
 /// the end of today.

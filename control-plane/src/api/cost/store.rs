@@ -6,8 +6,8 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, Row};
 
-use super::range::Range;
 use crate::api::envelope::Page;
+use crate::api::range::Range;
 
 /// Sums of a group of rollup rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -15,72 +15,23 @@
 mod service;
 mod store;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use axum::extract::State;
 use axum::response::Response;
-use serde::Serialize;
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::ApiPath;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
+pub use crate::health::{
+    Breakdown, Component, CostEfficiency, HealthCache, HealthScore, Performance, Reliability,
+};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(agent_health))
 }
-
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct HealthScore {
-    pub agent_id: String,
-    pub score: i64,
-    pub color: &'static str,
-    pub breakdown: Breakdown,
-    #[schema(value_type = String, format = DateTime)]
-    pub computed_at: Timestamp,
-    pub cached: bool,
-}
-
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Breakdown {
-    pub reliability: Component<Reliability>,
-    pub cost_efficiency: Component<CostEfficiency>,
-    pub performance: Component<Performance>,
-}
-
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Component<T> {
-    pub score: f64,
-    pub weight: f64,
-    pub details: T,
-}
-
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Reliability {
-    pub error_rate: f64,
-    pub uptime_pct: f64,
-}
-
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct CostEfficiency {
-    pub daily_cost_trend: f64,
-}
-
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Performance {
-    pub avg_latency_ms: Option<f64>,
-    pub p95_latency_ms: Option<f64>,
-}
-
-/// Scores by (tenant, agent), with the time they were computed.
-#[derive(Debug, Default)]
-pub struct HealthCache(Mutex<HashMap<(String, String), HealthScore>>);
 
 #[utoipa::path(get, path = "/agents/{agent_id}/health", tag = "agents",
     params(("agent_id" = String, Path)), security(("bearer" = ["monitoring:read"])),

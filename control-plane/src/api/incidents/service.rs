@@ -12,11 +12,11 @@ use super::{
 };
 use crate::api::agents::agent_is_live;
 use crate::api::envelope::Page;
-use crate::api::validate::Text;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Proxies};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
+use crate::validate::Text;
 
 const MAX_AFFECTED: i64 = 1_000_000_000;
 

@@ -10,8 +10,8 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::extract::{parse_json, parse_raw};
 use crate::api::payload_capture::RecordCapture;
 use crate::api::policies::EvaluationReport;
-use crate::api::validate::Text;
 use crate::error::ApiResult;
+use crate::validate::Text;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -63,7 +63,7 @@ pub struct ProxyUsageRecord {
     pub capture: Option<RecordCapture>,
     /// An MCP tool call's record: kept with the tenant's tool calls, not in the ledger.
     #[serde(default)]
-    pub tool_call: Option<super::tool_calls::ToolCallInput>,
+    pub tool_call: Option<ToolCallInput>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -173,4 +173,21 @@ pub struct StreamQuery {
 pub struct ProxyAck {
     pub proxy: String,
     pub version: i64,
+}
+
+/// What the gateway records of a tool call.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallInput {
+    /// The registered server's id; empty when the name matched no server.
+    pub server_id: Text<0, 100>,
+    pub server: Text<0, 200>,
+    pub tool: Text<1, 200>,
+    /// `ok`, `tool_error`, `upstream_error` or `refused`.
+    pub outcome: Text<1, 32>,
+    /// `allowed` or the refusal's code.
+    pub decision: Text<1, 64>,
+    #[serde(default)]
+    pub policy_id: Option<i64>,
+    pub latency_ms: i64,
 }

@@ -7,32 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
 use serde_json::json;
-use utoipa::ToSchema;
 use warden_shared::timestamp::Timestamp;
 
 use super::input::ProxyUsageRecord;
-use crate::api::validate::Text;
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::WriteTx;
-
-/// What the gateway records of a tool call.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ToolCallInput {
-    /// The registered server's id; empty when the name matched no server.
-    pub server_id: Text<0, 100>,
-    pub server: Text<0, 200>,
-    pub tool: Text<1, 200>,
-    /// `ok`, `tool_error`, `upstream_error` or `refused`.
-    pub outcome: Text<1, 32>,
-    /// `allowed` or the refusal's code.
-    pub decision: Text<1, 64>,
-    #[serde(default)]
-    pub policy_id: Option<i64>,
-    pub latency_ms: i64,
-}
 
 /// Tenant, agent, server, tool and refusal: what one `tool_call.refused` event counts.
 type RefusalKey<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);

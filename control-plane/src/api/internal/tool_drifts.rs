@@ -8,10 +8,10 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use crate::api::validate::Text;
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

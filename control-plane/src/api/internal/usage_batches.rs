@@ -20,11 +20,11 @@ use crate::api::policies::{
     audit_violations, draw_decision_ids, result_set_ids, DecisionRow, ResultList, ResultLists,
 };
 use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
-use crate::api::validate::Text;
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
 use crate::ledger::{self, EntryDecision, Outcome, UsageEntry, UsageSource};
 use crate::state::AppState;
+use crate::validate::Text;
 
 /// The largest batch the proxy may send.
 pub const MAX_RECORDS: usize = 1000;

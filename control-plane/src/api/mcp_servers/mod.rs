@@ -28,10 +28,10 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, PageQuery};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::api::validate::present;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::present;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -4,10 +4,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
 use crate::notifications::channel::ChannelType;
 use crate::notifications::events;
+use crate::validate::Text;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

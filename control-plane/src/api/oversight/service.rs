@@ -4,7 +4,7 @@
 use super::score::{covers, scorecard, ApprovalCounts, Scorecard};
 use super::store::{self, Scope};
 use super::{Summary, WindowQuery};
-use crate::api::cost::range::{parse_end, parse_start};
+use crate::api::range::{parse_end, parse_start};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;

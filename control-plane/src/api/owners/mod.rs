@@ -17,10 +17,10 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::agents::Agent;
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{ApiJson, ApiPath};
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

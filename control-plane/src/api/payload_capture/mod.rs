@@ -31,10 +31,10 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::ApiJson;
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub use captures::{purge_expired, purge_expired_every, record_captures};
 

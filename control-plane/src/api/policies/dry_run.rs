@@ -24,11 +24,11 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope;
 use crate::api::extract::ApiJson;
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
 use crate::proxy_state::load;
 use crate::state::AppState;
+use crate::validate::Text;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

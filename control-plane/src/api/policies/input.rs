@@ -8,8 +8,8 @@ use utoipa::ToSchema;
 use warden_shared::catalog::ProviderCatalog;
 use warden_shared::policy::{check_scope, PolicyConfig, PolicyType, Scope};
 
-use crate::api::validate::{present, Text};
 use crate::error::{ApiError, ApiResult};
+use crate::validate::{present, Text};
 
 /// Priorities run from -10,000 to 10,000; higher is evaluated first.
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i64> = -10_000..=10_000;

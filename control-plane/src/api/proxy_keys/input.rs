@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use warden_shared::registry::Provider;
 
-use crate::api::validate::Text;
 use crate::error::{ApiError, ApiResult};
+use crate::validate::Text;
 
 const MAX_MODELS: usize = 100;
 const MAX_OVERRIDES: usize = 50;

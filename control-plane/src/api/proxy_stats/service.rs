@@ -4,7 +4,7 @@ use warden_shared::pricing::micros_to_decimal;
 
 use super::store;
 use super::ProxyStats;
-use crate::api::cost::range::Period;
+use crate::api::range::Period;
 use crate::auth::Caller;
 use crate::error::ApiResult;
 use crate::state::AppState;

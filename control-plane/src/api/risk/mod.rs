@@ -24,10 +24,10 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::envelope::{self, Envelope, Page, PageQuery, Paged};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::api::telemetry::ItemError;
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 use suggestion::{RuleResult, SuggestionInputs};
 

@@ -36,10 +36,10 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::auth::LoginOutput;
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_json, ApiPath, ApiQuery, JsonBytes};
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

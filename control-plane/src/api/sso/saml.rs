@@ -22,7 +22,7 @@ use samael::schema::Assertion;
 use samael::service_provider::ServiceProvider;
 use samael::traits::ToXml;
 
-use crate::api::validate::Email;
+use crate::validate::Email;
 
 /// The name id format Warden asks for and reads (spec 5.9): the user's email.
 pub const NAME_ID_FORMAT: &str = "urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress";

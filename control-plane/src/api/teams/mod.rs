@@ -13,10 +13,10 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, PageQuery};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub use service::find_or_create_team_id;
 pub use store::find_id_by_name as find_team_id_by_name;

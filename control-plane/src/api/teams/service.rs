@@ -154,7 +154,7 @@ pub async fn delete_team(state: &AppState, caller: &Caller, team_id: &str) -> Ap
 }
 
 fn month_start(state: &AppState) -> i64 {
-    crate::api::cost::month_start(state.clock.now())
+    crate::api::range::month_start(state.clock.now())
 }
 
 fn name_conflict(error: sqlx::Error) -> ApiError {

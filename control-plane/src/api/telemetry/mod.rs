@@ -25,10 +25,10 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::ApiJson;
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub use service::usage_entry;
 

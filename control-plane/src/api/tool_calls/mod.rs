@@ -17,10 +17,10 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::envelope::{self, PageQuery, Paged};
 use crate::api::extract::ApiQuery;
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_tool_calls))

@@ -2,10 +2,10 @@
 
 use super::{store, ToolCall, ToolCallQuery};
 use crate::api::envelope::Page;
-use crate::api::validate::Text;
 use crate::auth::Caller;
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 pub async fn list(
     state: &AppState,

@@ -13,10 +13,10 @@ use warden_shared::timestamp::Timestamp;
 use super::POSITIONS_PER_DECISION;
 use crate::api::envelope::{self, Page, PageQuery, Paged, COUNT_LIMIT};
 use crate::api::extract::ApiQuery;
-use crate::api::validate::Text;
 use crate::auth::{require, Authorized};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::validate::Text;
 
 /// An evaluation record as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]

@@ -24,11 +24,11 @@ use warden_shared::timestamp::Timestamp;
 
 use crate::api::extract::parse_raw_at;
 use crate::api::telemetry::ItemError;
-use crate::api::validate::Text;
 use crate::error::ApiError;
+use crate::validate::Text;
 
 pub use list::{__path_list_evaluations, list_evaluations};
-pub use record::{draw_decision_ids, record_evaluations, result_set_ids, DecisionRow};
+pub use record::{draw_decision_ids, record_evaluations, result_set_ids};
 pub use violations::{audit_violations, summarize_violations, summarize_violations_every};
 
 /// The API id of a decision's result: unique, and in the order results were recorded.
@@ -169,4 +169,16 @@ fn digest(results: &[ReportedResult]) -> String {
         canonical.push(if reason.is_some() { '+' } else { '-' });
     }
     warden_shared::keys::hash_credential(&canonical)
+}
+
+/// One decision to write: who asked for what, when, and its checked results.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionRow<'a> {
+    pub tenant_id: &'a str,
+    pub request_id: &'a str,
+    pub agent_id: &'a str,
+    pub provider: Provider,
+    pub model: &'a str,
+    pub evaluated_at: Timestamp,
+    pub list: &'a ResultList,
 }

@@ -5,29 +5,15 @@
 use std::collections::HashMap;
 
 use sqlx::Row;
-use warden_shared::registry::Provider;
-use warden_shared::timestamp::Timestamp;
 
-use super::{ReportedResult, ResultList};
-use crate::api::validate::Text;
+use super::{DecisionRow, ReportedResult, ResultList};
 use crate::db::bulk;
 use crate::db::WriteTx;
+use crate::validate::Text;
 
 /// Bound values per decision row and per result set member.
 const DECISION_COLUMNS: usize = 7;
 const MEMBER_COLUMNS: usize = 8;
-
-/// One decision to write: who asked for what, when, and its checked results.
-#[derive(Debug, Clone, Copy)]
-pub struct DecisionRow<'a> {
-    pub tenant_id: &'a str,
-    pub request_id: &'a str,
-    pub agent_id: &'a str,
-    pub provider: Provider,
-    pub model: &'a str,
-    pub evaluated_at: Timestamp,
-    pub list: &'a ResultList,
-}
 
 /// Writes `decisions` that were not forwarded (a forwarded request's decision is written
 /// on its usage record, see `api::internal::usage_batches`): a `policy_decisions` row

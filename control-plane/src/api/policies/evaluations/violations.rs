@@ -13,8 +13,7 @@ use sqlx::Row;
 use warden_shared::policy::Outcome;
 use warden_shared::timestamp::Timestamp;
 
-use super::record::DecisionRow;
-use super::ReportedResult;
+use super::{DecisionRow, ReportedResult};
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::clock::Clock;
 use crate::db::{Db, WriteTx};

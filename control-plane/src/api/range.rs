@@ -1,4 +1,5 @@
-//! Time ranges of the cost views: parsing `from` / `to`, period starts, buckets.
+//! Time ranges of the API's views (cost, audit trail, oversight, proxy stats): parsing
+//! `from` / `to`, period starts (`month_start`: where monthly figures start), buckets.
 //!
 //! The ledger's rollups are hourly, so ranges resolve to whole hours: `from` is rounded
 //! down to its hour and `to` up. A bare date (`2026-11-01`) means that whole UTC day, so
@@ -178,6 +179,12 @@ pub fn resolve(from: i64, to: i64) -> Result<Range, ApiError> {
         ));
     }
     Ok(Range { from, to })
+}
+
+/// The start of the calendar month (UTC) containing `now`: where `monthly_cost_usd` of
+/// teams and tenants starts counting.
+pub fn month_start(now: Timestamp) -> i64 {
+    Period::Month.start(now)
 }
 
 #[cfg(test)]
