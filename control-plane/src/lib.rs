@@ -13,6 +13,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod health;
+pub mod jobs;
 pub mod lease;
 pub mod ledger;
 pub mod metrics;

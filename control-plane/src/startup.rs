@@ -117,40 +117,10 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         .await
         .map_err(StartupError::Publisher)?;
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    if config.close_days_interval_secs > 0 {
-        tokio::spawn(crate::ledger::close_days_every(
-            std::time::Duration::from_secs(config.close_days_interval_secs),
-            db.clone(),
-            clock.clone(),
-            stopping.clone(),
-        ));
-    }
-    if config.violation_summary_interval_secs > 0 {
-        tokio::spawn(crate::api::policies::summarize_violations_every(
-            std::time::Duration::from_secs(config.violation_summary_interval_secs),
-            db.clone(),
-            clock.clone(),
-            stopping.clone(),
-        ));
-    }
-    if config.approval_expiry_interval_secs > 0 {
-        tokio::spawn(crate::api::approvals::expire_lapsed_every(
-            std::time::Duration::from_secs(config.approval_expiry_interval_secs),
-            db.clone(),
-            clock.clone(),
-            stopping.clone(),
-        ));
-    }
-    tokio::spawn(crate::api::internal::forget_old_batches_every(
-        db.clone(),
-        clock.clone(),
-        stopping.clone(),
-    ));
     let confirmations = Confirmations::new(
         db.pool().clone(),
         std::time::Duration::from_millis(config.enforcement_wait_ms),
     );
-    tokio::spawn(confirmations.clone().renew_leases(stopping.clone()));
     let metrics = Arc::new(HttpMetrics::new()?);
     let guard = Guard::new(&config.outbound.allow_private).map_err(StartupError::Outbound)?;
     let smtp_roots = match &config.notifications.smtp_ca_file {
@@ -168,45 +138,29 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         smtp_roots,
     )
     .map_err(StartupError::Outbound)?;
-    if config.notifications.delivery_interval_ms > 0 {
-        let worker = Worker::new(
+    let notifications = if config.notifications.delivery_interval_ms > 0 {
+        Some(Worker::new(
             db.clone(),
             clock.clone(),
             sender.clone(),
             std::time::Duration::from_secs(config.notifications.retry_for_secs),
             confirmations.replica_id().to_owned(),
             Arc::new(NotificationMetrics::register(metrics.registry())?),
-        );
-        tokio::spawn(worker.run(
-            std::time::Duration::from_millis(config.notifications.delivery_interval_ms),
-            stopping.clone(),
-        ));
-    }
-    if config.billing.plan_change_interval_secs > 0 {
-        tokio::spawn(crate::api::billing::apply_due_plan_changes_every(
-            std::time::Duration::from_secs(config.billing.plan_change_interval_secs),
-            db.clone(),
-            clock.clone(),
-            stopping.clone(),
-        ));
-    }
-    if config.payload_purge_interval_secs > 0 {
-        tokio::spawn(crate::api::payload_capture::purge_expired_every(
-            std::time::Duration::from_secs(config.payload_purge_interval_secs),
-            db.clone(),
-            clock.clone(),
-            stopping.clone(),
-        ));
-    }
-    if config.anomaly_detection_interval_secs > 0 {
-        tokio::spawn(crate::anomalies::detect_every(
-            std::time::Duration::from_secs(config.anomaly_detection_interval_secs),
-            db.clone(),
-            clock.clone(),
-            confirmations.replica_id().to_owned(),
-            stopping.clone(),
-        ));
-    }
+        ))
+    } else {
+        None
+    };
+    crate::jobs::start(
+        &config,
+        &crate::jobs::Context {
+            db: db.clone(),
+            clock: clock.clone(),
+            replica_id: confirmations.replica_id().to_owned(),
+            stopping: stopping.clone(),
+        },
+        confirmations.clone(),
+        notifications,
+    );
     let state = AppState {
         notification_sender: sender,
         publisher,

@@ -14,20 +14,17 @@ pub mod detect;
 pub mod signals;
 pub mod thresholds;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use sqlx::Row;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::timestamp::Timestamp;
 
 use crate::changes::{self, AuditEvent, Author, Proxies};
-use crate::clock::Clock;
 use crate::db::{json_column, Db, WriteTx};
 use detect::Finding;
 use thresholds::Thresholds;
 
-const LEASE_JOB: &str = "anomalies";
+pub const LEASE_JOB: &str = "anomalies";
 
 /// What one pass over a tenant did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -224,37 +221,4 @@ pub async fn detect_all(db: &Db, now: Timestamp) -> Result<PassReport, sqlx::Err
         total.updated += report.updated;
     }
     Ok(total)
-}
-
-/// Runs a pass every `period` while this replica holds the lease, until the app stops.
-pub async fn detect_every(
-    period: Duration,
-    db: Db,
-    clock: Clock,
-    replica_id: String,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    let ttl = period * 3;
-    crate::lease::every_while_held(
-        &db,
-        LEASE_JOB,
-        &replica_id,
-        period,
-        ttl,
-        stopping,
-        || async {
-            let started = std::time::Instant::now();
-            match detect_all(&db, clock.now()).await {
-                Ok(report) => tracing::info!(
-                    agents = report.agents,
-                    opened = report.opened,
-                    updated = report.updated,
-                    duration_ms = started.elapsed().as_millis() as u64,
-                    "anomaly detection pass"
-                ),
-                Err(error) => tracing::warn!(%error, "anomaly detection pass failed"),
-            }
-        },
-    )
-    .await;
 }

@@ -25,7 +25,6 @@ use sqlx::Row;
 use warden_shared::timestamp::Timestamp;
 
 use super::{start_of_day, DAY_MS, HOUR_MS};
-use crate::clock::Clock;
 use crate::db::bulk::{for_backend, is_postgres, placeholders, rows_per_statement};
 use crate::db::{Db, WriteTx};
 
@@ -137,24 +136,6 @@ pub async fn close_days(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error> {
         }
     }
     Ok(closed)
-}
-
-/// Runs [`close_days`] now and every `interval` until `stopping` turns true (or its
-/// sender is gone). Failures are logged and retried on the next round.
-pub async fn close_days_every(
-    interval: std::time::Duration,
-    db: Db,
-    clock: Clock,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    crate::periodic::every(std::time::Duration::ZERO, interval, stopping, || async {
-        match close_days(&db, clock.now()).await {
-            Ok(0) => {}
-            Ok(days) => tracing::info!(days, "closed days of the daily cost rollup"),
-            Err(error) => tracing::warn!(%error, "cannot close days of the daily cost rollup"),
-        }
-    })
-    .await;
 }
 
 enum Step {

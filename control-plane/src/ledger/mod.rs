@@ -48,7 +48,7 @@ mod days;
 mod rollups;
 pub mod spend;
 
-pub use days::{close_days, close_days_every, open_for_new_tenant, CLOSE_GRACE_MS, ROLL_GRACE_MS};
+pub use days::{close_days, open_for_new_tenant, CLOSE_GRACE_MS, ROLL_GRACE_MS};
 
 /// Milliseconds in an hour, the rollups' bucket.
 pub const HOUR_MS: i64 = 3_600_000;

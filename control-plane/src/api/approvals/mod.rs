@@ -18,7 +18,7 @@
 mod service;
 pub mod store;
 
-pub use service::{expire_lapsed, expire_lapsed_every, record_lapsed, record_requested};
+pub use service::{expire_lapsed, record_lapsed, record_requested};
 
 use axum::extract::State;
 use axum::response::Response;

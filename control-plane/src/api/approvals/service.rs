@@ -12,7 +12,6 @@ use super::{
 use crate::api::envelope::Page;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Author, ChangeKind, Proxies};
-use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
@@ -189,19 +188,4 @@ pub async fn expire_lapsed(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error
             return Ok(total);
         }
     }
-}
-
-/// Expires lapsed approvals every `period` until the app stops.
-pub async fn expire_lapsed_every(
-    period: std::time::Duration,
-    db: Db,
-    clock: Clock,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    crate::periodic::every(period, period, stopping, || async {
-        if let Err(error) = expire_lapsed(&db, clock.now()).await {
-            tracing::warn!(%error, "cannot expire lapsed approvals");
-        }
-    })
-    .await;
 }

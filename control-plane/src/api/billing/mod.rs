@@ -32,9 +32,7 @@ use crate::error::ApiResult;
 use crate::plans::Features;
 use crate::state::AppState;
 
-pub use service::{
-    apply_due_plan_changes, apply_due_plan_changes_every, not_recorded, recorded_agent,
-};
+pub use service::{apply_due_plan_changes, not_recorded, recorded_agent};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

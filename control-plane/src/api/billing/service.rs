@@ -11,7 +11,6 @@ use super::{period, Billing, CheckoutOutcome, FreeSlot};
 use crate::api::agents::agent_is_live;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Author, Proxies};
-use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::plans::Plan;
@@ -301,18 +300,4 @@ pub async fn apply_due_plan_changes(db: &Db, now: Timestamp) -> Result<usize, sq
         tx.commit().await?;
     }
     Ok(due.len())
-}
-
-pub async fn apply_due_plan_changes_every(
-    period: std::time::Duration,
-    db: Db,
-    clock: Clock,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    crate::periodic::every(period, period, stopping, || async {
-        if let Err(error) = apply_due_plan_changes(&db, clock.now()).await {
-            tracing::warn!(%error, "cannot apply scheduled plan changes");
-        }
-    })
-    .await;
 }

@@ -37,9 +37,7 @@ use crate::api::telemetry::ItemError;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
-pub use policy_decisions::{
-    forget_batches_before, forget_old_batches_every, BATCH_ID_RETENTION_MS,
-};
+pub use policy_decisions::{forget_batches_before, BATCH_ID_RETENTION_MS};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -22,7 +22,6 @@ use crate::api::approvals::{
 use crate::api::extract::parse_raw;
 use crate::api::policies::{record_evaluations, DecisionRow, ResultLists};
 use crate::api::telemetry::ItemError;
-use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -262,21 +261,4 @@ pub async fn forget_batches_before(db: &Db, before_ms: i64) -> Result<u64, sqlx:
     let forgotten = store::forget_decision_batches_before(&mut tx, before_ms).await?;
     tx.commit().await?;
     Ok(forgotten)
-}
-
-/// Forgets batch ids older than [`BATCH_ID_RETENTION_MS`] every hour until the app stops
-/// (the first round an hour after start: nothing can be a week old before).
-pub async fn forget_old_batches_every(
-    db: Db,
-    clock: Clock,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    let hour = std::time::Duration::from_secs(3_600);
-    crate::periodic::every(hour, hour, stopping, || async {
-        let before = clock.now().as_millis() - BATCH_ID_RETENTION_MS;
-        if let Err(error) = forget_batches_before(&db, before).await {
-            tracing::warn!(%error, "cannot forget old decision batch ids");
-        }
-    })
-    .await;
 }

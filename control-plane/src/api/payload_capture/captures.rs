@@ -2,11 +2,9 @@
 //! ingest, read by no endpoint, deleted after the tenant's retention.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use super::store::{self, CaptureRow};
 use super::RecordCapture;
-use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 use crate::ledger::{Outcome, UsageEntry};
 use crate::plans::Plan;
@@ -77,22 +75,4 @@ pub async fn purge_expired(db: &Db, now: Timestamp) -> Result<u64, sqlx::Error> 
         tx.commit().await?;
     }
     Ok(deleted)
-}
-
-/// Runs [`purge_expired`] every `period` until the app stops. Each replica may run it:
-/// a delete by age is the same whoever runs it.
-pub async fn purge_expired_every(
-    period: Duration,
-    db: Db,
-    clock: Clock,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    crate::periodic::every(period, period, stopping, || async {
-        match purge_expired(&db, clock.now()).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "captured payloads past retention deleted"),
-            Err(error) => tracing::warn!(%error, "cannot delete captured payloads past retention"),
-        }
-    })
-    .await;
 }

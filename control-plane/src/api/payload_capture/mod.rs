@@ -36,7 +36,7 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 use crate::validate::Text;
 
-pub use captures::{purge_expired, purge_expired_every, record_captures};
+pub use captures::{purge_expired, record_captures};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(get_config, put_config))
