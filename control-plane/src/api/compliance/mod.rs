@@ -1,9 +1,10 @@
 //! EU AI Act compliance views (spec 2.15, 2.20, 4.9): the tenant's readiness
 //! (`readiness.rs`) and each agent's transparency card (`transparency.rs`), both computed
-//! on read from the records, `governance:read`. Impact assessments and incidents are
-//! resources of their own (`api::fria`, `api::incidents`).
+//! on read from the records (`store.rs`), `governance:read`. Impact assessments and
+//! incidents are resources of their own (`api::fria`, `api::incidents`).
 
 mod readiness;
+mod store;
 mod transparency;
 
 use axum::extract::State;

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 use warden_shared::timestamp::Timestamp;
 
+use super::store;
 use crate::api::oversight::{covers, live_agents, AgentFacts, AgentScope};
 use crate::auth::Caller;
 use crate::error::ApiResult;
@@ -75,28 +76,14 @@ pub async fn assess(state: &AppState, caller: &Caller) -> ApiResult<Readiness> {
         start: 0,
         end: 0,
     };
-    let policies: Vec<(String, String)> = sqlx::query_as(
-        "SELECT scope, policy_type FROM policies WHERE tenant_id = $1 AND enabled = 1",
-    )
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
-    let channels: Vec<String> = sqlx::query_scalar(
-        "SELECT events FROM notification_channels WHERE tenant_id = $1 AND enabled = 1",
-    )
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
+    let policies = store::enabled_policy_scopes(pool, tenant).await?;
+    let channels = store::enabled_channel_events(pool, tenant).await?;
     let facts = State {
         agents: live_agents(pool, scope).await?,
-        owned: sqlx::query_scalar::<_, String>(
-            "SELECT DISTINCT agent_id FROM agent_owners WHERE tenant_id = $1",
-        )
-        .bind(tenant)
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .collect(),
+        owned: store::owned_agent_ids(pool, tenant)
+            .await?
+            .into_iter()
+            .collect(),
         human_scopes: policies
             .iter()
             .filter(|(_, kind)| kind == "require_approval" || kind == "require_human_review")
@@ -107,13 +94,7 @@ pub async fn assess(state: &AppState, caller: &Caller) -> ApiResult<Readiness> {
             .await?
             .into_iter()
             .collect(),
-        chained: sqlx::query_scalar::<_, i64>(
-            "SELECT COUNT(*) FROM audit_heads WHERE tenant_id = $1",
-        )
-        .bind(tenant)
-        .fetch_one(pool)
-        .await?
-            > 0,
+        chained: store::audit_head_count(pool, tenant).await? > 0,
         incident_channels: channels
             .iter()
             .filter(|events| {

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 use warden_shared::timestamp::Timestamp;
 
+use super::store;
 use crate::api::agents::get_agent_for;
 use crate::api::oversight::{covers, live_agents, AgentScope};
 use crate::auth::Caller;
@@ -51,22 +52,8 @@ pub async fn card(
     let pool = state.db.pool();
     let now = state.clock.now();
     let since = (now.as_millis() - 30 * DAY_MS) / 3_600_000 * 3_600_000;
-    let models: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT model_provider, model_name, CAST(SUM(requests) AS BIGINT) AS requests FROM usage_hourly \
-         WHERE tenant_id = $1 AND agent_id = $2 AND hour >= $3 \
-         GROUP BY model_provider, model_name ORDER BY requests DESC, model_name LIMIT 10",
-    )
-    .bind(tenant)
-    .bind(agent_id)
-    .bind(since)
-    .fetch_all(pool)
-    .await?;
-    let policies: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT name, policy_type, scope FROM policies WHERE tenant_id = $1 AND enabled = 1 ORDER BY id",
-    )
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
+    let models = store::models_called_since(pool, tenant, agent_id, since).await?;
+    let policies = store::enabled_policies(pool, tenant).await?;
     let scope = AgentScope {
         tenant_id: tenant,
         agent_id: Some(agent_id),

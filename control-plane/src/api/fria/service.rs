@@ -119,16 +119,7 @@ pub async fn newest_of(
 /// Locks the live agent's row for the transaction (versions are numbered one at a time
 /// per agent); 404 when the tenant has no such agent.
 async fn lock_live_agent(tx: &mut WriteTx, tenant_id: &str, agent_id: &str) -> ApiResult<()> {
-    let locked = sqlx::query(
-        "UPDATE agents SET updated_at = updated_at \
-         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(tenant_id)
-    .bind(agent_id)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if locked == 0 {
+    if !store::lock_live_agent(tx, tenant_id, agent_id).await? {
         return Err(ApiError::not_found("agent"));
     }
     Ok(())

@@ -11,6 +11,26 @@ const COLUMNS: &str = "id, agent_id, version, status, processes, frequency_and_s
     categories_of_persons, specific_risks, human_oversight_measures, risk_mitigation_measures, \
     created_at, created_by, submitted_at, submitted_by";
 
+/// Locks the live agent's row for the transaction (a no-op update, so that writers of
+/// the same agent's assessments wait for each other on both backends); false when the
+/// tenant has no such agent.
+pub async fn lock_live_agent(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    agent_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let locked = sqlx::query(
+        "UPDATE agents SET updated_at = updated_at \
+         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(agent_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(locked > 0)
+}
+
 pub async fn next_version(
     tx: &mut WriteTx,
     tenant_id: &str,

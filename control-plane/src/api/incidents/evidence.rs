@@ -11,16 +11,15 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use sqlx::Row;
 use utoipa::ToSchema;
 use warden_shared::pricing::micros_to_decimal;
 use warden_shared::timestamp::Timestamp;
 
 use super::service::get;
+use super::store;
 use super::EvidenceQuery;
 use crate::api::agents::get_agent_for;
 use crate::auth::Caller;
-use crate::db::json_column;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -95,24 +94,16 @@ pub async fn pack(
         Ok(agent) => serde_json::to_value(agent).unwrap_or(Value::Null),
         Err(_) => Value::Null,
     };
-    let risk_classification = sqlx::query(
-        "SELECT risk_level, justification, assessed_by, assessed_at FROM risk_classifications \
-         WHERE tenant_id = $1 AND agent_id = $2 ORDER BY assessed_at DESC, id DESC LIMIT 1",
-    )
-    .bind(tenant)
-    .bind(agent_id)
-    .fetch_optional(pool)
-    .await?
-    .map(|row| -> Result<Value, sqlx::Error> {
-        Ok(json!({
-            "risk_level": row.try_get::<String, _>("risk_level")?,
-            "justification": row.try_get::<String, _>("justification")?,
-            "assessed_by": row.try_get::<String, _>("assessed_by")?,
-            "assessed_at": Timestamp::from_millis(row.try_get("assessed_at")?),
-        }))
-    })
-    .transpose()?
-    .unwrap_or(Value::Null);
+    let risk_classification = store::current_classification(pool, tenant, agent_id)
+        .await?
+        .map_or(Value::Null, |row| {
+            json!({
+                "risk_level": row.risk_level,
+                "justification": row.justification,
+                "assessed_by": row.assessed_by,
+                "assessed_at": row.assessed_at,
+            })
+        });
     let fria = crate::api::fria::newest_of(state.db.pool(), tenant, agent_id)
         .await?
         .map_or(Value::Null, |fria| {
@@ -128,15 +119,10 @@ pub async fn pack(
     let approvals = approvals(state, tenant, agent_id, from, to).await?;
     let usage = usage(state, tenant, agent_id, from, to).await?;
     let anomalies = anomalies(state, tenant, agent_id, from, to).await?;
-    let head = sqlx::query("SELECT seq, hash FROM audit_heads WHERE tenant_id = $1")
-        .bind(tenant)
-        .fetch_optional(pool)
-        .await?
-        .map(|row| -> Result<Value, sqlx::Error> {
-            Ok(json!({ "seq": row.try_get::<i64, _>("seq")?, "hash": row.try_get::<String, _>("hash")? }))
-        })
-        .transpose()?
-        .unwrap_or(Value::Null);
+    let head = store::audit_chain_head(pool, tenant).await?.map_or(
+        Value::Null,
+        |head| json!({ "seq": head.seq, "hash": head.hash }),
+    );
 
     let reporting = serde_json::to_value(&incident.reporting).unwrap_or(Value::Null);
     let mut pack = EvidencePack {
@@ -174,6 +160,8 @@ pub fn digest(pack: &EvidencePack) -> String {
     digest.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
+/// The audit events of the window about the agent and every event about the incident,
+/// oldest first: the newest [`MAX_ITEMS`] of them.
 async fn audit_events(
     state: &AppState,
     tenant: &str,
@@ -182,40 +170,37 @@ async fn audit_events(
     from: i64,
     to: i64,
 ) -> ApiResult<Vec<Value>> {
-    let rows = sqlx::query(
-        "SELECT id, seq, hash, event_type, actor, target_type, target_id, details, occurred_at \
-         FROM audit_events WHERE tenant_id = $1 AND ((target_id = $2 AND occurred_at >= $3 \
-         AND occurred_at <= $4) OR target_id = $5) ORDER BY occurred_at DESC, seq DESC LIMIT $6",
+    let rows = store::audit_events_about(
+        state.db.pool(),
+        tenant,
+        agent_id,
+        incident_id,
+        from,
+        to,
+        MAX_ITEMS,
     )
-    .bind(tenant)
-    .bind(agent_id)
-    .bind(from)
-    .bind(to)
-    .bind(incident_id)
-    .bind(MAX_ITEMS)
-    .fetch_all(state.db.pool())
     .await?;
-    let mut events = rows
-        .iter()
-        .map(|row| -> Result<Value, sqlx::Error> {
-            let details: String = row.try_get("details")?;
-            Ok(json!({
-                "id": row.try_get::<String, _>("id")?,
-                "seq": row.try_get::<Option<i64>, _>("seq")?,
-                "hash": row.try_get::<Option<String>, _>("hash")?,
-                "event_type": row.try_get::<String, _>("event_type")?,
-                "actor": row.try_get::<String, _>("actor")?,
-                "target_type": row.try_get::<String, _>("target_type")?,
-                "target_id": row.try_get::<String, _>("target_id")?,
-                "details": json_column::<Value>(&details),
-                "occurred_at": Timestamp::from_millis(row.try_get("occurred_at")?),
-            }))
+    let mut events: Vec<Value> = rows
+        .into_iter()
+        .map(|row| {
+            json!({
+                "id": row.id,
+                "seq": row.seq,
+                "hash": row.hash,
+                "event_type": row.event_type,
+                "actor": row.actor,
+                "target_type": row.target_type,
+                "target_id": row.target_id,
+                "details": row.details,
+                "occurred_at": row.occurred_at,
+            })
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     events.reverse();
     Ok(events)
 }
 
+/// The approvals of the window, a pending one past its expiry shown as `expired`.
 async fn approvals(
     state: &AppState,
     tenant: &str,
@@ -223,42 +208,30 @@ async fn approvals(
     from: i64,
     to: i64,
 ) -> ApiResult<Vec<Value>> {
-    let rows = sqlx::query(
-        "SELECT id, policy_id, provider, model, status, reviewer_id, reason, created_at, \
-         resolved_at, expires_at FROM approvals WHERE tenant_id = $1 AND agent_id = $2 \
-         AND created_at >= $3 AND created_at <= $4 ORDER BY id LIMIT $5",
-    )
-    .bind(tenant)
-    .bind(agent_id)
-    .bind(from)
-    .bind(to)
-    .bind(MAX_ITEMS)
-    .fetch_all(state.db.pool())
-    .await?;
+    let rows =
+        store::approvals_raised(state.db.pool(), tenant, agent_id, from, to, MAX_ITEMS).await?;
     let now = state.clock.now().as_millis();
     Ok(rows
-        .iter()
-        .map(|row| -> Result<Value, sqlx::Error> {
-            let status: String = row.try_get("status")?;
-            let expires_at: i64 = row.try_get("expires_at")?;
-            let status = if status == "pending" && expires_at <= now {
+        .into_iter()
+        .map(|row| {
+            let status = if row.status == "pending" && row.expires_at.as_millis() <= now {
                 "expired".to_owned()
             } else {
-                status
+                row.status
             };
-            Ok(json!({
-                "id": row.try_get::<i64, _>("id")?,
-                "policy_id": row.try_get::<i64, _>("policy_id")?,
-                "provider": row.try_get::<String, _>("provider")?,
-                "model": row.try_get::<String, _>("model")?,
+            json!({
+                "id": row.id,
+                "policy_id": row.policy_id,
+                "provider": row.provider,
+                "model": row.model,
                 "status": status,
-                "reviewer_id": row.try_get::<Option<String>, _>("reviewer_id")?,
-                "reason": row.try_get::<Option<String>, _>("reason")?,
-                "created_at": Timestamp::from_millis(row.try_get("created_at")?),
-                "resolved_at": row.try_get::<Option<i64>, _>("resolved_at")?.map(Timestamp::from_millis),
-            }))
+                "reviewer_id": row.reviewer_id,
+                "reason": row.reason,
+                "created_at": row.created_at,
+                "resolved_at": row.resolved_at,
+            })
         })
-        .collect::<Result<Vec<_>, _>>()?)
+        .collect())
 }
 
 async fn anomalies(
@@ -268,34 +241,23 @@ async fn anomalies(
     from: i64,
     to: i64,
 ) -> ApiResult<Vec<Value>> {
-    let rows = sqlx::query(
-        "SELECT id, anomaly_type, severity, status, description, details, detected_at, last_seen_at \
-         FROM anomalies WHERE tenant_id = $1 AND agent_id = $2 AND detected_at <= $4 \
-         AND last_seen_at >= $3 ORDER BY detected_at LIMIT $5",
-    )
-    .bind(tenant)
-    .bind(agent_id)
-    .bind(from)
-    .bind(to)
-    .bind(MAX_ITEMS)
-    .fetch_all(state.db.pool())
-    .await?;
+    let rows =
+        store::anomalies_seen(state.db.pool(), tenant, agent_id, from, to, MAX_ITEMS).await?;
     Ok(rows
-        .iter()
-        .map(|row| -> Result<Value, sqlx::Error> {
-            let details: String = row.try_get("details")?;
-            Ok(json!({
-                "id": row.try_get::<String, _>("id")?,
-                "anomaly_type": row.try_get::<String, _>("anomaly_type")?,
-                "severity": row.try_get::<String, _>("severity")?,
-                "status": row.try_get::<String, _>("status")?,
-                "description": row.try_get::<String, _>("description")?,
-                "details": json_column::<Value>(&details),
-                "detected_at": Timestamp::from_millis(row.try_get("detected_at")?),
-                "last_seen_at": Timestamp::from_millis(row.try_get("last_seen_at")?),
-            }))
+        .into_iter()
+        .map(|row| {
+            json!({
+                "id": row.id,
+                "anomaly_type": row.anomaly_type,
+                "severity": row.severity,
+                "status": row.status,
+                "description": row.description,
+                "details": row.details,
+                "detected_at": row.detected_at,
+                "last_seen_at": row.last_seen_at,
+            })
         })
-        .collect::<Result<Vec<_>, _>>()?)
+        .collect())
 }
 
 async fn usage(
@@ -305,25 +267,11 @@ async fn usage(
     from: i64,
     to: i64,
 ) -> ApiResult<Value> {
-    let row = sqlx::query(
-        // PostgreSQL sums BIGINTs as NUMERIC: cast back.
-        "SELECT COUNT(*) AS requests, CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT) AS input_tokens, \
-         CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) AS output_tokens, \
-         CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) AS cost \
-         FROM usage_records WHERE tenant_id = $1 AND agent_id = $2 AND recorded_at >= $3 \
-         AND recorded_at <= $4",
-    )
-    .bind(tenant)
-    .bind(agent_id)
-    .bind(from)
-    .bind(to)
-    .fetch_one(state.db.pool())
-    .await?;
-    let cost: i64 = row.try_get("cost")?;
+    let totals = store::usage_totals(state.db.pool(), tenant, agent_id, from, to).await?;
     Ok(json!({
-        "requests": row.try_get::<i64, _>("requests")?,
-        "input_tokens": row.try_get::<i64, _>("input_tokens")?,
-        "output_tokens": row.try_get::<i64, _>("output_tokens")?,
-        "cost_usd": micros_to_decimal(cost),
+        "requests": totals.requests,
+        "input_tokens": totals.input_tokens,
+        "output_tokens": totals.output_tokens,
+        "cost_usd": micros_to_decimal(totals.cost_micros),
     }))
 }

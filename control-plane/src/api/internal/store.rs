@@ -1,12 +1,14 @@
-//! SQL of the internal endpoints' own rows: decision batch ids, and the agents and
-//! policies a proxy's decision names. Every statement on a tenant's rows filters by
-//! tenant; decision batch ids are the proxies', not a tenant's. Usage is written by
+//! SQL of the internal endpoints' own rows: decision batch ids, the agents and policies
+//! a proxy's decision names, the MCP gateway's tool calls and the tool drifts proxies
+//! report. Every statement on a tenant's rows filters by tenant; decision batch ids are
+//! the proxies', not a tenant's. Usage is written by
 //! `crate::ledger`, evaluation records by `api::policies`, approvals by `api::approvals`.
 
 use std::collections::BTreeSet;
 
 use warden_shared::timestamp::Timestamp;
 
+use super::input::{ProxyUsageRecord, ToolCallInput};
 use crate::db::bulk::is_postgres;
 use crate::db::WriteTx;
 
@@ -93,4 +95,75 @@ pub async fn policy_exists(
             .fetch_one(&mut **tx)
             .await?;
     Ok(count > 0)
+}
+
+/// Stores the tool call `call` of `record` unless the tenant has a record of that id
+/// already; whether it was new.
+pub async fn insert_tool_call(
+    tx: &mut WriteTx,
+    record: &ProxyUsageRecord,
+    call: &ToolCallInput,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO tool_calls (id, tenant_id, agent_id, api_key_id, server_id, server, \
+         tool, outcome, decision, policy_id, latency_ms, recorded_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+         ON CONFLICT (tenant_id, id) DO NOTHING",
+    )
+    .bind(record.record_id.as_str())
+    .bind(&record.tenant_id)
+    .bind(&record.agent_id)
+    .bind(record.api_key_id.as_ref().map(|id| id.as_str()))
+    .bind(call.server_id.as_str())
+    .bind(call.server.as_str())
+    .bind(call.tool.as_str())
+    .bind(call.outcome.as_str())
+    .bind(call.decision.as_str())
+    .bind(call.policy_id)
+    .bind(call.latency_ms.max(0))
+    .bind(record.recorded_at.as_millis())
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// The name of the tenant's MCP server, if it still has it.
+pub async fn mcp_server_name(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    server_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT name FROM mcp_servers WHERE tenant_id = $1 AND id = $2")
+        .bind(tenant_id)
+        .bind(server_id)
+        .fetch_optional(&mut **tx)
+        .await
+}
+
+/// Records that the server's `tool` was listed with definition `fingerprint` where
+/// `pinned_fingerprint` was approved (none: the tool was added since), unless that
+/// definition was recorded already; whether it was new.
+pub async fn insert_tool_drift(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    server_id: &str,
+    tool: &str,
+    fingerprint: &str,
+    pinned_fingerprint: Option<&str>,
+    first_seen_at: Timestamp,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO mcp_tool_drifts (tenant_id, server_id, tool, fingerprint, \
+         pinned_fingerprint, first_seen_at) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (server_id, tool, fingerprint) DO NOTHING",
+    )
+    .bind(tenant_id)
+    .bind(server_id)
+    .bind(tool)
+    .bind(fingerprint)
+    .bind(pinned_fingerprint)
+    .bind(first_seen_at.as_millis())
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }

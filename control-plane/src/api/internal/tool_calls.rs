@@ -11,6 +11,7 @@ use serde_json::json;
 use warden_shared::timestamp::Timestamp;
 
 use super::input::ProxyUsageRecord;
+use super::store;
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::WriteTx;
 
@@ -29,27 +30,7 @@ pub async fn record_tool_calls(
         let Some(call) = &record.tool_call else {
             continue;
         };
-        let done = sqlx::query(
-            "INSERT INTO tool_calls (id, tenant_id, agent_id, api_key_id, server_id, server, \
-             tool, outcome, decision, policy_id, latency_ms, recorded_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-             ON CONFLICT (tenant_id, id) DO NOTHING",
-        )
-        .bind(record.record_id.as_str())
-        .bind(&record.tenant_id)
-        .bind(&record.agent_id)
-        .bind(record.api_key_id.as_ref().map(|id| id.as_str()))
-        .bind(call.server_id.as_str())
-        .bind(call.server.as_str())
-        .bind(call.tool.as_str())
-        .bind(call.outcome.as_str())
-        .bind(call.decision.as_str())
-        .bind(call.policy_id)
-        .bind(call.latency_ms.max(0))
-        .bind(record.recorded_at.as_millis())
-        .execute(&mut **tx)
-        .await?;
-        if done.rows_affected() == 0 {
+        if !store::insert_tool_call(tx, record, call).await? {
             continue;
         }
         new += 1;

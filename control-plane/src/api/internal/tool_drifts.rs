@@ -40,30 +40,23 @@ pub async fn record_drift(state: &AppState, report: DriftReport) -> ApiResult<bo
         super::usage_batches::report_dropped(state, "-", "tool_drift", &gone);
         return Ok(false);
     }
-    let server: Option<String> =
-        sqlx::query_scalar("SELECT name FROM mcp_servers WHERE tenant_id = $1 AND id = $2")
-            .bind(report.tenant_id.as_str())
-            .bind(report.server_id.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
+    let server =
+        super::store::mcp_server_name(&mut tx, tenant_id, report.server_id.as_str()).await?;
     // A server deleted since the proxy listed it: nothing left to report on.
     let Some(server) = server else {
         return Ok(false);
     };
-    let done = sqlx::query(
-        "INSERT INTO mcp_tool_drifts (tenant_id, server_id, tool, fingerprint, \
-         pinned_fingerprint, first_seen_at) VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (server_id, tool, fingerprint) DO NOTHING",
+    let new = super::store::insert_tool_drift(
+        &mut tx,
+        tenant_id,
+        report.server_id.as_str(),
+        report.tool.as_str(),
+        report.fingerprint.as_str(),
+        report.pinned_fingerprint.as_ref().map(|f| f.as_str()),
+        now,
     )
-    .bind(report.tenant_id.as_str())
-    .bind(report.server_id.as_str())
-    .bind(report.tool.as_str())
-    .bind(report.fingerprint.as_str())
-    .bind(report.pinned_fingerprint.as_ref().map(|f| f.as_str()))
-    .bind(now.as_millis())
-    .execute(&mut *tx)
     .await?;
-    if done.rows_affected() == 0 {
+    if !new {
         return Ok(false);
     }
     changes::record(

@@ -6,13 +6,12 @@
 //! the current minute for a rate limit's bucket, and live approval grants. The request's
 //! own cost estimate is 0 (there is no body).
 
-use crate::api::provider_names;
 use std::collections::{HashMap, HashSet};
 
 use axum::extract::State;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use sqlx::{AnyPool, Row};
+use sqlx::AnyPool;
 use utoipa::ToSchema;
 use warden_shared::policy::{
     budget_scope, evaluate, rate_bucket, sort_for_evaluation, Counters, Outcome, Policy,
@@ -22,8 +21,10 @@ use warden_shared::pricing::usd_to_micros;
 use warden_shared::registry::{Environment, Provider};
 use warden_shared::timestamp::Timestamp;
 
+use super::store;
 use crate::api::envelope;
 use crate::api::extract::ApiJson;
+use crate::api::provider_names;
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
 use crate::proxy_state::load;
@@ -100,19 +101,18 @@ pub async fn dry_run(
             ))
         }
     };
-    let agent = sqlx::query(
-        "SELECT team_id, environment FROM agents \
-         WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(tenant_id)
-    .bind(input.agent_id.as_str())
-    .fetch_optional(pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found("agent"))?;
-    let team_id: Option<String> = agent.try_get("team_id")?;
+    let (team_id, agent_environment) =
+        store::live_agent_placement(pool, tenant_id, input.agent_id.as_str())
+            .await?
+            .ok_or_else(|| ApiError::not_found("agent"))?;
     let environment = match input.environment {
         Some(environment) => environment.as_str().to_owned(),
-        None => agent.try_get("environment")?,
+        None => agent_environment.ok_or_else(|| {
+            ApiError::internal(format_args!(
+                "database: agent {} has no environment",
+                input.agent_id.as_str()
+            ))
+        })?,
     };
     let mut policies: Vec<Policy> = load::tenant_policies(pool, tenant_id)
         .await?
@@ -167,51 +167,32 @@ impl LedgerCounters {
             match &policy.config {
                 PolicyConfig::BudgetLimit { .. } => {
                     let scope = budget_scope(&policy.scope);
-                    let spent: Option<i64> = sqlx::query_scalar(
-                        "SELECT cost_micros FROM usage_spend_monthly \
-                         WHERE tenant_id = $1 AND scope = $2 AND month = $3",
+                    let spent = store::month_spend_micros(
+                        pool,
+                        request.tenant_id,
+                        &scope,
+                        now.month_start(),
                     )
-                    .bind(request.tenant_id)
-                    .bind(&scope)
-                    .bind(now.month_start())
-                    .fetch_optional(pool)
                     .await?;
                     counters.spend.insert(scope, spent.unwrap_or(0));
                 }
                 PolicyConfig::RateLimit { per, .. } => {
                     let bucket = rate_bucket(*per, request);
-                    let row = sqlx::query(
-                        "SELECT COUNT(*) AS requests, \
-                         CAST(COALESCE(SUM(r.input_tokens + r.output_tokens), 0) AS BIGINT) AS tokens \
-                         FROM usage_records r LEFT JOIN agents a \
-                         ON a.tenant_id = r.tenant_id AND a.id = r.agent_id \
-                         WHERE r.tenant_id = $1 AND r.recorded_at >= $2 \
-                         AND ($3 = 'tenant' OR $3 = 'agent:' || r.agent_id \
-                         OR $3 = 'team:' || COALESCE(a.team_id, ''))",
-                    )
-                    .bind(request.tenant_id)
-                    .bind(minute_start)
-                    .bind(&bucket)
-                    .fetch_one(pool)
-                    .await?;
-                    counters.minute.insert(
-                        policy.id,
-                        (row.try_get("requests")?, row.try_get("tokens")?),
-                    );
+                    let counts =
+                        store::bucket_counts_since(pool, request.tenant_id, minute_start, &bucket)
+                            .await?;
+                    counters.minute.insert(policy.id, counts);
                 }
                 PolicyConfig::RequireApproval(_) => {
-                    let granted: i64 = sqlx::query_scalar(
-                        "SELECT COUNT(*) FROM approvals WHERE tenant_id = $1 AND agent_id = $2 \
-                         AND policy_id = $3 AND provider = $4 AND model = $5 \
-                         AND status = 'approved' AND grant_until > $6",
+                    let granted = store::live_grant_count(
+                        pool,
+                        request.tenant_id,
+                        request.agent_id,
+                        policy.id,
+                        request.provider.as_str(),
+                        request.model,
+                        now.as_millis(),
                     )
-                    .bind(request.tenant_id)
-                    .bind(request.agent_id)
-                    .bind(policy.id)
-                    .bind(request.provider.as_str())
-                    .bind(request.model)
-                    .bind(now.as_millis())
-                    .fetch_one(pool)
                     .await?;
                     if granted > 0 {
                         counters.granted.insert(policy.id);

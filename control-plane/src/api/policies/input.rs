@@ -1,6 +1,5 @@
 //! Policy request bodies and the rules a policy must keep (spec 2.8).
 
-use crate::api::provider_names;
 use serde::Deserialize;
 use serde_json::Value;
 use sqlx::{Any, Executor};
@@ -8,6 +7,8 @@ use utoipa::ToSchema;
 use warden_shared::catalog::ProviderCatalog;
 use warden_shared::policy::{check_scope, PolicyConfig, PolicyType, Scope};
 
+use super::store;
+use crate::api::provider_names;
 use crate::error::{ApiError, ApiResult};
 use crate::validate::{present, Text};
 
@@ -96,27 +97,16 @@ impl Definition {
         })?;
         check_scope(policy_type, &parsed)
             .map_err(|error| ApiError::validation(error.field, error.message))?;
-        let exists_sql = match &parsed {
-            Scope::Team(_) => Some(
-                "SELECT COUNT(*) FROM teams WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-            ),
-            Scope::Agent(_) => Some(
-                "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-            ),
+        let exists = match &parsed {
+            Scope::Team(id) => Some(store::live_team_exists(db, tenant_id, id).await?),
+            Scope::Agent(id) => Some(store::live_agent_exists(db, tenant_id, id).await?),
             Scope::Global | Scope::Environment(_) => None,
         };
-        if let (Some(sql), Scope::Team(id) | Scope::Agent(id)) = (exists_sql, &parsed) {
-            let found: i64 = sqlx::query_scalar(sql)
-                .bind(tenant_id)
-                .bind(id)
-                .fetch_one(db)
-                .await?;
-            if found == 0 {
-                return Err(ApiError::validation(
-                    "scope",
-                    format!("scope: `{scope}` names no team or agent of this tenant"),
-                ));
-            }
+        if exists == Some(false) {
+            return Err(ApiError::validation(
+                "scope",
+                format!("scope: `{scope}` names no team or agent of this tenant"),
+            ));
         }
         Ok(Definition {
             policy_type,

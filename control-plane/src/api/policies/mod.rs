@@ -29,8 +29,7 @@ use crate::state::AppState;
 pub use dry_run::{dry_run, DryRunInput};
 pub use evaluations::{
     audit_violations, draw_decision_ids, record_evaluations, result_set_ids, summarize_violations,
-    summarize_violations_every, DecisionRow, EvaluationReport, ReportedResult, ResultList,
-    ResultLists,
+    DecisionRow, EvaluationReport, ReportedResult, ResultList, ResultLists,
 };
 pub use input::{CreatePolicyInput, Definition, UpdatePolicyInput};
 pub use templates::PolicyTemplate;

@@ -7,15 +7,16 @@
 //! 0019), and a `policy_decisions` row otherwise (refused, held for approval, ended
 //! without usage). `record` writes both kinds; `list` reads them as one list. A `fail`
 //! is audited as `policy.violated`, at most twice a minute per agent and policy
-//! (`violations`).
+//! (`violations`). `store` holds the SQL of all three.
 
 mod list;
 mod record;
+mod store;
 mod violations;
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use warden_shared::policy::{Outcome, PolicyType};
@@ -29,10 +30,33 @@ use crate::validate::Text;
 
 pub use list::{__path_list_evaluations, list_evaluations};
 pub use record::{draw_decision_ids, record_evaluations, result_set_ids};
-pub use violations::{audit_violations, summarize_violations, summarize_violations_every};
+pub use violations::{audit_violations, summarize_violations};
 
 /// The API id of a decision's result: unique, and in the order results were recorded.
 const POSITIONS_PER_DECISION: i64 = 1 << 20;
+
+/// An evaluation record as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PolicyEvaluation {
+    /// Unique and stable: the decision's id times 2^20 plus the result's position in it.
+    pub id: i64,
+    pub policy_id: i64,
+    pub policy_name: String,
+    pub policy_type: String,
+    /// `pass`, `fail` or `skip`.
+    pub result: String,
+    pub reason: Option<String>,
+    pub agent_id: String,
+    pub provider: String,
+    /// The model as the agent asked for it.
+    pub model: String,
+    /// The proxy's request id (shared by the results of one decision); for a forwarded
+    /// request, the id of its usage record.
+    pub request_id: String,
+    /// When the proxy decided.
+    #[schema(value_type = String, format = DateTime)]
+    pub evaluated_at: Timestamp,
+}
 
 /// One proxy decision: who asked for what, and every policy's result.
 #[derive(Debug, Clone, Deserialize, ToSchema)]

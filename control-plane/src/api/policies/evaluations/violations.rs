@@ -6,16 +6,13 @@
 //! trail; a minute costs an agent and policy two events at most (and one more per
 //! decision batch arriving after its minute was summarized).
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
-use sqlx::Row;
 use warden_shared::policy::Outcome;
 use warden_shared::timestamp::Timestamp;
 
+use super::store;
 use super::{DecisionRow, ReportedResult};
 use crate::changes::{self, AuditEvent, Author, Proxies};
-use crate::clock::Clock;
 use crate::db::{Db, WriteTx};
 
 const MINUTE_MS: i64 = 60_000;
@@ -67,32 +64,26 @@ async fn audit_violation(
     let at = row.evaluated_at.as_millis();
     let minute = at - at.rem_euclid(MINUTE_MS);
     let mut details = details(row, result);
-    let first = sqlx::query(
-        "INSERT INTO policy_violation_minutes \
-         (tenant_id, agent_id, policy_id, minute, repeats, last_details) \
-         VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT DO NOTHING",
+    let text = details.to_string();
+    let first = store::open_violation_minute(
+        tx,
+        row.tenant_id,
+        row.agent_id,
+        result.policy_id,
+        minute,
+        &text,
     )
-    .bind(row.tenant_id)
-    .bind(row.agent_id)
-    .bind(result.policy_id)
-    .bind(minute)
-    .bind(details.to_string())
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1;
+    .await?;
     if !first {
         // A repeat within the minute: counted now, audited with the others later.
-        sqlx::query(
-            "UPDATE policy_violation_minutes SET repeats = repeats + 1, last_details = $5 \
-             WHERE tenant_id = $1 AND agent_id = $2 AND policy_id = $3 AND minute = $4",
+        store::count_violation_repeat(
+            tx,
+            row.tenant_id,
+            row.agent_id,
+            result.policy_id,
+            minute,
+            &text,
         )
-        .bind(row.tenant_id)
-        .bind(row.agent_id)
-        .bind(result.policy_id)
-        .bind(minute)
-        .bind(details.to_string())
-        .execute(&mut **tx)
         .await?;
         return Ok(());
     }
@@ -143,52 +134,20 @@ pub async fn summarize_violations(
 ) -> Result<usize, sqlx::Error> {
     let before = now_ms - MINUTE_MS - SUMMARY_GRACE_MS;
     let mut tx = db.begin_write().await?;
-    let taken = match tenant_id {
-        None => sqlx::query(concat!(
-            "DELETE FROM policy_violation_minutes WHERE minute < $1 ",
-            "RETURNING tenant_id, agent_id, policy_id, minute, repeats, last_details"
-        ))
-        .bind(before),
-        Some(tenant_id) => sqlx::query(concat!(
-            "DELETE FROM policy_violation_minutes WHERE minute < $1 AND tenant_id = $2 ",
-            "RETURNING tenant_id, agent_id, policy_id, minute, repeats, last_details"
-        ))
-        .bind(before)
-        .bind(tenant_id),
-    };
-    let mut rows = taken.fetch_all(&mut *tx).await?;
-    rows.sort_by_key(|row| row.try_get::<String, _>("tenant_id").unwrap_or_default());
+    let mut taken = store::take_violation_minutes(&mut tx, before, tenant_id).await?;
+    taken.sort_by(|a, b| a.tenant_id.cmp(&b.tenant_id));
     let mut written = 0;
-    for row in rows {
-        let repeats: i64 = row.try_get("repeats")?;
-        if repeats == 0 {
+    for row in taken {
+        if row.repeats == 0 {
             continue;
         }
-        let minute: i64 = row.try_get("minute")?;
-        let mut details: Value =
-            serde_json::from_str(&row.try_get::<String, _>("last_details")?).unwrap_or_default();
-        details["count"] = json!(repeats);
-        details["minute"] = json!(Timestamp::from_millis(minute));
-        let tenant_id: String = row.try_get("tenant_id")?;
-        let at = Timestamp::from_millis(minute + MINUTE_MS);
-        record(&mut tx, &tenant_id, row.try_get("policy_id")?, at, details).await?;
+        let mut details: Value = serde_json::from_str(&row.last_details).unwrap_or_default();
+        details["count"] = json!(row.repeats);
+        details["minute"] = json!(Timestamp::from_millis(row.minute));
+        let at = Timestamp::from_millis(row.minute + MINUTE_MS);
+        record(&mut tx, &row.tenant_id, row.policy_id, at, details).await?;
         written += 1;
     }
     tx.commit().await?;
     Ok(written)
-}
-
-/// Runs [`summarize_violations`] every `period` until the app stops.
-pub async fn summarize_violations_every(
-    period: Duration,
-    db: Db,
-    clock: Clock,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    crate::periodic::every(period, period, stopping, || async {
-        if let Err(error) = summarize_violations(&db, clock.now().as_millis(), None).await {
-            tracing::warn!(%error, "cannot audit the repeated policy violations");
-        }
-    })
-    .await;
 }
