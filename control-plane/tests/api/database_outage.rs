@@ -16,7 +16,7 @@ use serde_json::json;
 use warden_control_plane::config::Secret;
 
 use crate::helpers::{create_policy, expect_error, expect_status, free_port, Backend, TestApp};
-use crate::proxy::{eventually, simple_chat, MockProvider, TestProxy};
+use crate::proxy::{eventually, simple_chat, stays, MockProvider, TestProxy};
 
 /// A PostgreSQL server in a folder of its own, stopped and removed when dropped.
 struct OwnPostgres {
@@ -212,7 +212,11 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Agents at work before the outage too.
+    eventually(Duration::from_secs(5), || async {
+        (seen.served.load(Ordering::Relaxed) >= 10).then_some(())
+    })
+    .await;
 
     postgres.stop();
     let outage = Instant::now();
@@ -243,11 +247,10 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
         .unwrap()
         .contains("nothing was changed"));
     let served_during = seen.served.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        seen.served.load(Ordering::Relaxed) > served_during,
-        "the proxy kept serving during the outage"
-    );
+    eventually(Duration::from_secs(5), || async {
+        (seen.served.load(Ordering::Relaxed) > served_during + 5).then_some(())
+    })
+    .await;
 
     postgres.start_again();
     let down_for = outage.elapsed();
@@ -255,7 +258,12 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
         (ready().await == 200).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // And after it.
+    let served_after = seen.served.load(Ordering::Relaxed);
+    eventually(Duration::from_secs(5), || async {
+        (seen.served.load(Ordering::Relaxed) >= served_after + 10).then_some(())
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     traffic.await.unwrap();
 
@@ -286,9 +294,14 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
         (failed().await == refused).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(app.count_rows("usage_records", &tenant.id).await, served);
-    assert_eq!(failed().await, refused);
+    stays(
+        Duration::from_secs(1),
+        "usage and decisions counted once",
+        || async {
+            app.count_rows("usage_records", &tenant.id).await == served && failed().await == refused
+        },
+    )
+    .await;
     let summary = expect_status(app.get("/cost/summary", &admin).await, 200).await;
     assert_eq!(summary["data"]["total_requests"], json!(served));
     let metrics = proxy.metrics().await;

@@ -388,7 +388,12 @@ async fn replicas_sharing_a_database_deliver_each_event_once() {
     receiver
         .wait_for("six messages", |r| counts(r)[2] == 6)
         .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    crate::proxy::stays(
+        std::time::Duration::from_millis(300),
+        "six messages",
+        || async { counts(&receiver.received().await)[2] == 6 },
+    )
+    .await;
     let received = receiver.received().await;
     assert_eq!(
         received["webhook"].as_array().unwrap().len(),

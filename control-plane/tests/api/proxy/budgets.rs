@@ -260,12 +260,6 @@ db_test!(
             let (tenant, raw, key) = first
                 .tenant_with_key(&app, json!({ "developer_label": "burst" }))
                 .await;
-            create_limit(
-                &app,
-                &tenant.admin_key,
-                json!({ "monthly_limit_usd": 0.002 }),
-            )
-            .await;
             expect_status(
                 app.post(
                     "/telemetry/usage",
@@ -278,8 +272,13 @@ db_test!(
                 201,
             )
             .await;
-            // The spend stream carries the figure to the proxies within a second.
-            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            // The limit reaches the proxies with the spend already made, when it returns.
+            create_limit(
+                &app,
+                &tenant.admin_key,
+                json!({ "monthly_limit_usd": 0.002 }),
+            )
+            .await;
             let replicas = proxies.len() as i64;
             let served = burst(&proxies, &raw).await;
             // One proxy admits only what fits: three estimates at once, up to five as
@@ -323,7 +322,6 @@ db_test!(a_budget_limit_policy_blocks_on_the_scopes_spend, |app| {
     )
     .await;
     let policy_id = policy["data"]["id"].as_i64().unwrap();
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
     let mut served = 0;
     let refusal = loop {
         let answer = proxy.chat(&raw, small_request()).await;
@@ -433,7 +431,6 @@ db_test!(
             200,
         )
         .await;
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
         // The three refused requests counted nothing: the second of two passes, a third not.
         assert_eq!(proxy.chat(&raw, small_request()).await.status(), 200);
         assert_eq!(proxy.chat(&raw, small_request()).await.status(), 429);

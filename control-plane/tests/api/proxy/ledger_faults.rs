@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{eventually, MockProvider, TestProxy};
+use super::{eventually, stays, MockProvider, TestProxy};
 use crate::helpers::{create_policy, expect_status, platform_key, Backend, TestApp, SERVICE_TOKEN};
 
 /// The value of the first series of `metrics` that starts with `series`, or 0.
@@ -69,8 +69,10 @@ db_test!(
         assert!(landed < Duration::from_secs(2), "landed after {landed:?}");
         let after = app.metrics().await;
         assert_eq!(metric(&after, dropped) - metric(&before, dropped), 3.0);
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
-        assert_eq!(app.count_rows("usage_records", &other.id).await, 5);
+        stays(Duration::from_millis(1_500), "five records", || async {
+            app.count_rows("usage_records", &other.id).await == 5
+        })
+        .await;
         assert_eq!(app.count_rows("usage_records", &doomed.id).await, 0);
         let metrics = proxy.metrics().await;
         assert_eq!(
@@ -163,8 +165,16 @@ db_test!(
         for _ in 0..2 {
             assert_eq!(proxy.chat_answer(&faulty_key, "gpt-4o-mini").await.0, 200);
         }
-        // The failing batch is on its way; the other tenant's usage queues behind it.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The failing batch is on its way (failed once already); the other tenant's
+        // usage queues behind it.
+        eventually(Duration::from_secs(5), || async {
+            let failures = metric(
+                &proxy.metrics().await,
+                "warden_proxy_usage_flush_failures_total ",
+            );
+            (failures >= 1.0).then_some(())
+        })
+        .await;
         for _ in 0..3 {
             assert_eq!(proxy.chat_answer(&other_key, "gpt-4o-mini").await.0, 200);
         }

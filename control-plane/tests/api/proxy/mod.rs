@@ -275,6 +275,21 @@ where
     }
 }
 
+/// Polls `check` every 20 ms for `window` and fails the moment it does not hold: what
+/// "nothing more arrives" means (a resend counted twice, a late duplicate), checked
+/// throughout the window rather than once at its end.
+pub async fn stays<F, Fut>(window: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + window;
+    while Instant::now() < deadline {
+        assert!(check().await, "{what} stopped holding");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub fn simple_chat(model: &str) -> Value {
     json!({ "model": model, "messages": [{ "role": "user", "content": "Say hello" }] })
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{eventually, simple_chat, MockProvider, TestProxy};
+use super::{eventually, simple_chat, stays, MockProvider, TestProxy};
 use crate::helpers::expect_status;
 
 async fn total_requests(app: &crate::helpers::TestApp, key: &str) -> Option<i64> {
@@ -41,8 +41,17 @@ db_test!(
             let response = proxy.chat(&raw_key, simple_chat("gpt-4o-mini")).await;
             assert_eq!(response.status(), 200);
         }
-        // Long enough for several failed flush attempts.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Until the proxy has failed to flush at least twice.
+        eventually(Duration::from_secs(10), || async {
+            let metrics = proxy.metrics().await;
+            let failures = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("warden_proxy_usage_flush_failures_total "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            (failures >= 2).then_some(())
+        })
+        .await;
 
         // Back: the queued records arrive, each once.
         app.start_again().await;
@@ -51,8 +60,10 @@ db_test!(
         })
         .await;
         // And stay at six: no retry counted twice.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(total_requests(&app, &key).await, Some(6));
+        stays(Duration::from_millis(500), "six requests", || async {
+            total_requests(&app, &key).await == Some(6)
+        })
+        .await;
         assert_eq!(app.count_rows("usage_records", &tenant.id).await, 6);
 
         // The proxy follows the control plane again: a block takes effect.

@@ -8,7 +8,7 @@ use async_openai::types::{ChatCompletionRequestUserMessageArgs, CreateChatComple
 use async_openai::Client;
 use serde_json::{json, Value};
 
-use super::{eventually, simple_chat, MockProvider, TestProxy};
+use super::{eventually, simple_chat, stays, MockProvider, TestProxy};
 use crate::helpers::{expect_status, TestApp};
 
 async fn policy(app: &TestApp, key: &str, body: Value) -> i64 {
@@ -258,12 +258,12 @@ db_test!(an_agent_waits_for_approval_and_its_retry_passes, |app| {
         204,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The denial is in force when its call returns, and a refused request's approval
+    // would be queued before its 403: nothing to wait for.
     assert_eq!(
         proxy.chat(&raw, simple_chat("gpt-4o-mini")).await.status(),
         403
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let pending = expect_status(app.get("/approvals/pending/count", key).await, 200).await;
     assert_eq!(pending["data"]["count"], json!(0));
 });
@@ -378,9 +378,13 @@ db_test!(every_decision_is_recorded_once_forwarded_or_not, |app| {
         (records().await == expected).then_some(())
     })
     .await;
-    // Both reporters have flushed by now (each within a second): nothing more comes.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert_eq!(records().await, expected);
+    // Both reporters flush within a second: nothing more comes.
+    stays(
+        Duration::from_millis(1_500),
+        "the decision count",
+        || async { records().await == expected },
+    )
+    .await;
     let passed = expect_status(
         app.get("/policy-evaluations?result=pass&limit=100", key)
             .await,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{eventually, simple_chat, MockProvider, TestProxy, UPSTREAM_KEY};
+use super::{eventually, simple_chat, stays, MockProvider, TestProxy, UPSTREAM_KEY};
 use crate::helpers::{free_port, TestApp, SERVICE_TOKEN};
 
 const REQUESTS: usize = 30;
@@ -41,8 +41,10 @@ async fn restarted_proxy_delivers(
         (spooled(spool) == 0).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(app.count_rows("usage_records", tenant_id).await, expected);
+    stays(Duration::from_millis(300), "the record count", || async {
+        app.count_rows("usage_records", tenant_id).await == expected
+    })
+    .await;
 }
 
 db_test!(
@@ -116,7 +118,10 @@ db_test!(usage_served_during_an_outage_survives_kill_9, |app| {
         assert_eq!(response.status(), 200);
     }
     // Past the flush interval, the batches are on disk.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually(Duration::from_secs(5), || async {
+        (spooled(spool.path()) > 0).then_some(())
+    })
+    .await;
     child.0.kill().unwrap();
     child.0.wait().unwrap();
     assert!(spooled(spool.path()) > 0, "the usage waits in the spool");
