@@ -20,6 +20,20 @@ fn spooled(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// Usage records in the batches spooled in `dir`.
+fn spooled_records(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|body| serde_json::from_slice::<serde_json::Value>(&body).ok())
+        .map(|batch| batch["records"].as_array().map_or(0, Vec::len))
+        .sum()
+}
+
 /// Starts a proxy on the same spool after the control plane is back, and waits for the
 /// ledger to hold exactly `expected` records of `tenant_id`, and to keep holding that.
 async fn restarted_proxy_delivers(
@@ -117,9 +131,9 @@ db_test!(usage_served_during_an_outage_survives_kill_9, |app| {
             .unwrap();
         assert_eq!(response.status(), 200);
     }
-    // Past the flush interval, the batches are on disk.
+    // Every record is in a batch on disk (the flush interval has passed).
     eventually(Duration::from_secs(5), || async {
-        (spooled(spool.path()) > 0).then_some(())
+        (spooled_records(spool.path()) == REQUESTS).then_some(())
     })
     .await;
     child.0.kill().unwrap();
