@@ -188,6 +188,8 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
     })
     .await
     .map_err(|e| e.to_string())?;
+    // Listening for Ctrl-C before the welcome says it stops us.
+    let shutdown = startup::shutdown_signal();
     print_welcome(&app, &proxy, &data_dir);
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
@@ -195,7 +197,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
     };
     let control_plane = tokio::spawn(app.serve(stopped(stopping.clone())));
     let proxy = tokio::spawn(proxy.serve(stopped(stopping)));
-    startup::shutdown_signal().await;
+    shutdown.await;
     let _ = stop.send(true);
     let (served, proxied) = tokio::join!(control_plane, proxy);
     served
@@ -362,11 +364,9 @@ async fn run_proxy(config: Config) -> Result<(), String> {
     })
     .await
     .map_err(|e| e.to_string())?;
+    let shutdown = startup::shutdown_signal();
     tracing::info!(addr = %proxy.addr, "proxy listening");
-    proxy
-        .serve(startup::shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())
+    proxy.serve(shutdown).await.map_err(|e| e.to_string())
 }
 
 async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
@@ -375,14 +375,13 @@ async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
     let app = startup::build(config, Clock::system())
         .await
         .map_err(|e| e.to_string())?;
+    let shutdown = startup::shutdown_signal();
     tracing::info!(addr = %app.addr, "control plane listening");
     if let BootstrapOutcome::GeneratedKey(key) = &app.bootstrap {
         // Printed once, on the first start against an empty database, and never stored.
         println!("platform-admin key (shown once, store it now): {key}");
     }
-    app.serve(startup::shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())
+    app.serve(shutdown).await.map_err(|e| e.to_string())
 }
 
 fn print_welcome(app: &Application, proxy: &ProxyApp, data_dir: &std::path::Path) {

@@ -259,24 +259,35 @@ impl MakeRequestId for UlidRequestId {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Listens for Ctrl-C (SIGINT) and SIGTERM from the call on; the future resolves on
+/// either. Call it before announcing that the app is up: a signal that arrives before
+/// its handler is installed kills the process outright (seen as `warden dev` dying of
+/// SIGINT when interrupted right after its welcome text on a loaded machine).
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+    {
+        use tokio::signal::unix::{signal, Signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        let received = |signal: Option<Signal>| async move {
+            match signal {
+                Some(mut signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        async move {
+            tokio::select! {
+                () = received(interrupt) => {},
+                () = received(terminate) => {},
+            }
         }
-    };
+    }
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

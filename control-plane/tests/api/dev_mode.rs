@@ -11,8 +11,10 @@ struct Started {
     child: Child,
     output: Vec<String>,
     base: String,
-    /// What it printed after the welcome text (its log).
+    /// What it printed after the welcome text (its log, and its error output).
     later: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The threads reading its output, done once it has exited.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// Starts `warden dev` on a free port and reads its welcome text up to "Ctrl-C".
@@ -23,12 +25,13 @@ fn start(data_dir: &std::path::Path, envs: &[(&str, &str)]) -> Started {
         .arg(data_dir)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(Stdio::piped());
     for (key, value) in envs {
         command.env(key, value);
     }
     let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let mut output = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -42,9 +45,16 @@ fn start(data_dir: &std::path::Path, envs: &[(&str, &str)]) -> Started {
     }
     let later = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = later.clone();
-    std::thread::spawn(move || {
+    let out = std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             sink.lock().unwrap().push(line);
+        }
+    });
+    // Its error output too, so a failed stop says why.
+    let sink = later.clone();
+    let err = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(format!("stderr: {line}"));
         }
     });
     let api_line = output
@@ -58,7 +68,23 @@ fn start(data_dir: &std::path::Path, envs: &[(&str, &str)]) -> Started {
         output,
         base,
         later,
+        readers: vec![out, err],
     }
+}
+
+/// Interrupts it and asserts it stops with success, showing what it printed if not.
+fn stop_cleanly(mut started: Started) {
+    let later = started.later.clone();
+    let readers = std::mem::take(&mut started.readers);
+    let status = interrupt_and_wait(started);
+    for reader in readers {
+        let _ = reader.join();
+    }
+    assert!(
+        status.success(),
+        "warden dev stopped with {status}:\n{}",
+        later.lock().unwrap().join("\n")
+    );
 }
 
 fn interrupt_and_wait(mut started: Started) -> std::process::ExitStatus {
@@ -164,7 +190,7 @@ async fn warden_dev_prints_what_a_newcomer_needs_and_stops_cleanly() {
         .await
         .unwrap();
     expect_status(again, 200).await;
-    assert!(interrupt_and_wait(second).success());
+    stop_cleanly(second);
 }
 
 #[tokio::test]
@@ -203,7 +229,7 @@ async fn a_configured_bootstrap_key_is_used_and_a_bad_one_refused() {
         .await
         .unwrap();
     expect_error(response, 403, "insufficient_scope").await;
-    assert!(interrupt_and_wait(started).success());
+    stop_cleanly(started);
 }
 
 /// Both planes write one line per request: the management API's route template, status
@@ -291,7 +317,7 @@ fn each_request_leaves_one_log_line_without_secrets() {
         !everything.contains("wdn_not_a_real_key"),
         "a presented key was logged"
     );
-    assert!(interrupt_and_wait(started).success());
+    stop_cleanly(started);
 }
 
 /// The README's first session, run as it stands as one shell script (no sleeps, no
@@ -361,5 +387,5 @@ fn the_readme_walkthrough_runs_as_a_script() {
         assert!(out.contains(expected), "missing {expected} in:\n{out}");
     }
     drop(provider);
-    assert!(interrupt_and_wait(started).success());
+    stop_cleanly(started);
 }
