@@ -99,7 +99,7 @@ impl Definition {
             .map_err(|error| ApiError::validation(error.field, error.message))?;
         let exists = match &parsed {
             Scope::Team(id) => Some(store::live_team_exists(db, tenant_id, id).await?),
-            Scope::Agent(id) => Some(store::live_agent_exists(db, tenant_id, id).await?),
+            Scope::Agent(id) => Some(crate::api::agents::agent_is_live(db, tenant_id, id).await?),
             Scope::Global | Scope::Environment(_) => None,
         };
         if exists == Some(false) {

@@ -119,22 +119,6 @@ pub async fn live_team_exists<'e>(
     Ok(found > 0)
 }
 
-/// Whether the tenant has the agent, not deleted: an `agent:` scope must name one.
-pub async fn live_agent_exists<'e>(
-    db: impl Executor<'e, Database = Any>,
-    tenant_id: &str,
-    agent_id: &str,
-) -> Result<bool, sqlx::Error> {
-    let found: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM agents WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL",
-    )
-    .bind(tenant_id)
-    .bind(agent_id)
-    .fetch_one(db)
-    .await?;
-    Ok(found > 0)
-}
-
 /// The live agent's `(team_id, environment)`, as stored; `None` when the tenant has no
 /// such agent (or it was deleted).
 pub async fn live_agent_placement(
