@@ -173,9 +173,7 @@ impl Budgets {
         }
         held
     }
-}
 
-impl Budgets {
     /// The scope's counters, if this proxy has any.
     fn existing(&self, tenant_id: &str, scope: &str) -> Option<Shared> {
         let scopes = self.tenants.get(tenant_id)?;

@@ -21,6 +21,7 @@ use crate::periodic::every;
 use crate::proxy_state::confirm::Confirmations;
 
 /// What the rounds work with.
+#[derive(Clone)]
 pub struct Context {
     pub db: Db,
     pub clock: Clock,
@@ -45,41 +46,30 @@ pub fn start(
     }
     if config.close_days_interval_secs > 0 {
         tokio::spawn(close_days(
-            context.handle(),
+            context.clone(),
             secs(config.close_days_interval_secs),
         ));
     }
     if config.violation_summary_interval_secs > 0 {
         let period = secs(config.violation_summary_interval_secs);
-        tokio::spawn(summarize_violations(context.handle(), period));
+        tokio::spawn(summarize_violations(context.clone(), period));
     }
     if config.approval_expiry_interval_secs > 0 {
         let period = secs(config.approval_expiry_interval_secs);
-        tokio::spawn(expire_approvals(context.handle(), period));
+        tokio::spawn(expire_approvals(context.clone(), period));
     }
-    tokio::spawn(forget_decision_batches(context.handle()));
+    tokio::spawn(forget_decision_batches(context.clone()));
     if config.billing.plan_change_interval_secs > 0 {
         let period = secs(config.billing.plan_change_interval_secs);
-        tokio::spawn(apply_plan_changes(context.handle(), period));
+        tokio::spawn(apply_plan_changes(context.clone(), period));
     }
     if config.payload_purge_interval_secs > 0 {
         let period = secs(config.payload_purge_interval_secs);
-        tokio::spawn(purge_payloads(context.handle(), period));
+        tokio::spawn(purge_payloads(context.clone(), period));
     }
     if config.anomaly_detection_interval_secs > 0 {
         let period = secs(config.anomaly_detection_interval_secs);
-        tokio::spawn(detect_anomalies(context.handle(), period));
-    }
-}
-
-impl Context {
-    fn handle(&self) -> Context {
-        Context {
-            db: self.db.clone(),
-            clock: self.clock.clone(),
-            replica_id: self.replica_id.clone(),
-            stopping: self.stopping.clone(),
-        }
+        tokio::spawn(detect_anomalies(context.clone(), period));
     }
 }
 

@@ -375,7 +375,7 @@ async fn set_aside(
     metrics: &ProxyMetrics,
 ) -> bool {
     let kept = spool.set_aside(batch_id, body, spooled).await;
-    let records = count.unwrap_or_else(|| records_in(body));
+    let records = count.unwrap_or_else(|| super::spool::records_in(body).unwrap_or(0));
     if kept {
         metrics.usage_batches_set_aside.inc();
         metrics.usage_set_aside.inc_by(records as u64);
@@ -390,14 +390,6 @@ async fn set_aside(
         metrics.usage_dropped.inc_by(records as u64);
     }
     kept
-}
-
-/// The records in a batch's body (a batch an earlier run left).
-fn records_in(body: &Bytes) -> usize {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|batch| batch.get("records")?.as_array().map(Vec::len))
-        .unwrap_or(0)
 }
 
 /// The parts of the ledger's acknowledgement the proxy reads.

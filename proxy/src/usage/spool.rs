@@ -193,6 +193,13 @@ fn offer_set_aside_again(dir: &Path) -> std::io::Result<usize> {
     Ok(moved)
 }
 
+/// How many records the batch `body` holds; `None` when it is not a batch.
+pub fn records_in(body: &[u8]) -> Option<usize> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|batch| batch.get("records")?.as_array().map(Vec::len))
+}
+
 /// A batch set aside, as `warden spool list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetAsideBatch {
@@ -217,9 +224,7 @@ impl SetAsideBatch {
                 continue;
             };
             let body = std::fs::read(entry.path())?;
-            let records = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|batch| batch.get("records")?.as_array().map(Vec::len));
+            let records = records_in(&body);
             batches.push(SetAsideBatch {
                 batch_id: batch_id.to_owned(),
                 bytes: body.len() as u64,
