@@ -46,7 +46,6 @@ impl OwnPostgres {
         server.run(
             "initdb",
             &["-A", "trust", "-U", "postgres", "--no-sync", "-D"],
-            true,
         );
         server.start_again();
         server
@@ -60,22 +59,26 @@ impl OwnPostgres {
         self.dir.path().join("data")
     }
 
-    /// Runs one of PostgreSQL's programs (as `postgres` when root), with the data folder
-    /// last when `with_data`.
-    fn run(&self, program: &str, args: &[&str], with_data: bool) {
+    /// One of PostgreSQL's programs, as `postgres` when the tests run as root.
+    fn command(&self, program: &str) -> Command {
         let program = self.bin.join(program);
-        let mut command = if is_root() {
+        if is_root() {
             let mut command = Command::new("runuser");
             command.args(["-u", "postgres", "--"]).arg(program);
             command
         } else {
             Command::new(program)
-        };
-        command.args(args);
-        if with_data {
-            command.arg(self.data());
         }
-        let output = command.output().unwrap();
+    }
+
+    /// Runs `program` with `args` and the data folder last; it must succeed.
+    fn run(&self, program: &str, args: &[&str]) {
+        let output = self
+            .command(program)
+            .args(args)
+            .arg(self.data())
+            .output()
+            .unwrap();
         assert!(
             output.status.success(),
             "{}{}",
@@ -92,30 +95,19 @@ impl OwnPostgres {
         );
         let log = self.dir.path().join("log");
         let log = log.to_str().unwrap();
-        self.run(
-            "pg_ctl",
-            &["-w", "-l", log, "-o", &options, "start", "-D"],
-            true,
-        );
+        self.run("pg_ctl", &["-w", "-l", log, "-o", &options, "start", "-D"]);
     }
 
     /// A fast shutdown: sessions are ended (`57P01`), as in a restart or failover.
     fn stop(&self) {
-        self.run("pg_ctl", &["-w", "-m", "fast", "stop", "-D"], true);
+        self.run("pg_ctl", &["-w", "-m", "fast", "stop", "-D"]);
     }
 }
 
 impl Drop for OwnPostgres {
     fn drop(&mut self) {
-        let program = self.bin.join("pg_ctl");
-        let mut command = if is_root() {
-            let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(program);
-            command
-        } else {
-            Command::new(program)
-        };
-        let _ = command
+        let _ = self
+            .command("pg_ctl")
             .args(["-m", "immediate", "stop", "-D"])
             .arg(self.data())
             .output();
@@ -305,8 +297,9 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
     let summary = expect_status(app.get("/cost/summary", &admin).await, 200).await;
     assert_eq!(summary["data"]["total_requests"], json!(served));
     let metrics = proxy.metrics().await;
-    assert!(
-        metrics.contains("warden_proxy_usage_batches_set_aside_total 0"),
+    assert_eq!(
+        crate::helpers::metric(&metrics, "warden_proxy_usage_batches_set_aside_total"),
+        Some(0.0),
         "an outage sets no batch aside"
     );
     let agents_after =

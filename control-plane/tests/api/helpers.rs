@@ -384,6 +384,15 @@ pub async fn expect_error(response: Response, status: u16, code: &str) -> Value 
     body
 }
 
+/// The value of `series` (a metric's name with its labels, as Prometheus's text format
+/// writes them) in the exposition `metrics`, if it is there.
+pub fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

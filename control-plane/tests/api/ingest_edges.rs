@@ -4,7 +4,9 @@
 use serde_json::{json, Value};
 use warden_shared::timestamp::Timestamp;
 
-use crate::helpers::{expect_status, platform_key, post_decision_batch, TestApp, SERVICE_TOKEN};
+use crate::helpers::{
+    expect_status, metric, platform_key, post_decision_batch, TestApp, SERVICE_TOKEN,
+};
 
 async fn ingest(app: &TestApp, body: &Value) -> reqwest::Response {
     app.client
@@ -42,14 +44,10 @@ fn tool_call(id: &str, tenant: &str, agent: &str, at: &str) -> Value {
 }
 
 /// The control plane's count of dropped records of `kind`.
-fn dropped(metrics: &str, kind: &str) -> i64 {
-    let series = format!(
-        "warden_ingest_records_dropped_total{{kind=\"{kind}\",reason=\"tenant_deleted\"}} "
-    );
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(&series))
-        .map_or(0, |value| value.trim().parse().unwrap())
+fn dropped(metrics: &str, kind: &str) -> f64 {
+    let series =
+        format!("warden_ingest_records_dropped_total{{kind=\"{kind}\",reason=\"tenant_deleted\"}}");
+    metric(metrics, &series).unwrap_or(0.0)
 }
 
 db_test!(
@@ -132,18 +130,18 @@ db_test!(
         assert_eq!(drift.status(), 204);
 
         let after = app.metrics().await;
-        assert_eq!(dropped(&after, "usage") - dropped(&before, "usage"), 2);
+        assert_eq!(dropped(&after, "usage") - dropped(&before, "usage"), 2.0);
         assert_eq!(
             dropped(&after, "tool_call") - dropped(&before, "tool_call"),
-            2
+            2.0
         );
         assert_eq!(
             dropped(&after, "decision") - dropped(&before, "decision"),
-            1
+            1.0
         );
         assert_eq!(
             dropped(&after, "tool_drift") - dropped(&before, "tool_drift"),
-            1
+            1.0
         );
     }
 );

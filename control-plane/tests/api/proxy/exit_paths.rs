@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
 use super::{eventually, simple_chat, MockProvider, TestProxy};
-use crate::helpers::{expect_status, free_port, TestApp};
+use crate::helpers::{expect_status, free_port, metric, TestApp};
 
 /// What the ledger must hold for one request.
 #[derive(Debug, Clone, Copy)]
@@ -270,15 +270,9 @@ async fn check(app: &TestApp, proxy: &TestProxy, marker: &TestProxy, case: &Case
 async fn settled(proxy: &TestProxy) {
     eventually(Duration::from_secs(10), || async {
         let metrics = proxy.metrics().await;
-        let held = |name: &str| {
-            metrics
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|value| value.trim().parse::<i64>().ok())
-        };
-        let reserved = held("warden_proxy_budget_reserved_microdollars ");
-        let pending = held("warden_proxy_budget_pending_microdollars ");
-        (reserved == Some(0) && pending == Some(0)).then_some(())
+        let reserved = metric(&metrics, "warden_proxy_budget_reserved_microdollars");
+        let pending = metric(&metrics, "warden_proxy_budget_pending_microdollars");
+        (reserved == Some(0.0) && pending == Some(0.0)).then_some(())
     })
     .await;
 }

@@ -12,13 +12,9 @@ use serde_json::json;
 use super::{eventually, stays, MockProvider, TestProxy};
 use crate::helpers::{create_policy, expect_status, platform_key, Backend, TestApp, SERVICE_TOKEN};
 
-/// The value of the first series of `metrics` that starts with `series`, or 0.
+/// The value of `series` in `metrics`, 0 when it is not there yet.
 fn metric(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(series))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0.0)
+    crate::helpers::metric(metrics, series).unwrap_or(0.0)
 }
 
 db_test!(
@@ -46,7 +42,7 @@ db_test!(
             .await;
         let before = app.metrics().await;
         let dropped =
-            "warden_ingest_records_dropped_total{kind=\"usage\",reason=\"tenant_deleted\"} ";
+            "warden_ingest_records_dropped_total{kind=\"usage\",reason=\"tenant_deleted\"}";
 
         for _ in 0..3 {
             assert_eq!(proxy.chat_answer(&doomed_key, "gpt-4o-mini").await.0, 200);
@@ -76,7 +72,7 @@ db_test!(
         assert_eq!(app.count_rows("usage_records", &doomed.id).await, 0);
         let metrics = proxy.metrics().await;
         assert_eq!(
-            metric(&metrics, "warden_proxy_usage_batches_set_aside_total "),
+            metric(&metrics, "warden_proxy_usage_batches_set_aside_total"),
             0.0
         );
     }
@@ -170,7 +166,7 @@ db_test!(
         eventually(Duration::from_secs(5), || async {
             let failures = metric(
                 &proxy.metrics().await,
-                "warden_proxy_usage_flush_failures_total ",
+                "warden_proxy_usage_flush_failures_total",
             );
             (failures >= 1.0).then_some(())
         })
@@ -186,10 +182,10 @@ db_test!(
         .await;
         let metrics = proxy.metrics().await;
         assert_eq!(
-            metric(&metrics, "warden_proxy_usage_batches_set_aside_total "),
+            metric(&metrics, "warden_proxy_usage_batches_set_aside_total"),
             1.0
         );
-        assert_eq!(metric(&metrics, "warden_proxy_usage_set_aside_total "), 2.0);
+        assert_eq!(metric(&metrics, "warden_proxy_usage_set_aside_total"), 2.0);
         assert_eq!(app.count_rows("usage_records", &faulty.id).await, 0);
 
         let (ok, listed) = warden_spool(&app, spool.path(), &["list"]);

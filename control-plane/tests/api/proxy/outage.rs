@@ -44,12 +44,9 @@ db_test!(
         // Until the proxy has failed to flush at least twice.
         eventually(Duration::from_secs(10), || async {
             let metrics = proxy.metrics().await;
-            let failures = metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("warden_proxy_usage_flush_failures_total "))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(0);
-            (failures >= 2).then_some(())
+            let series = "warden_proxy_usage_flush_failures_total";
+            let failures = crate::helpers::metric(&metrics, series).unwrap_or(0.0);
+            (failures >= 2.0).then_some(())
         })
         .await;
 
