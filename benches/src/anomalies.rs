@@ -25,8 +25,8 @@ use std::time::Instant;
 
 use warden_benches::BenchServer;
 use warden_control_plane::anomalies::detect_tenant;
-use warden_control_plane::clock::Clock;
 use warden_control_plane::db::Db;
+use warden_shared::clock::Clock;
 use warden_shared::timestamp::Timestamp;
 
 const HOUR_MS: i64 = 3_600_000;

@@ -122,6 +122,7 @@ async fn start_proxy(server: &BenchServer) -> tempfile::TempDir {
         providers: ProvidersConfig::default(),
         service_token: Secret::new(SERVICE_TOKEN),
         allow_private: Vec::new(),
+        clock: warden_shared::clock::Clock::system(),
     })
     .await
     .unwrap();

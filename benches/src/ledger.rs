@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use warden_benches::{BenchServer, SERVICE_TOKEN};
-use warden_control_plane::clock::Clock;
+use warden_shared::clock::Clock;
 use warden_shared::timestamp::Timestamp;
 
 const BATCH: usize = 1000;

@@ -2,9 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 use serde_json::{json, Value};
-use warden_control_plane::clock::Clock;
 use warden_control_plane::config::{Config, LogFormat, Secret};
 use warden_control_plane::startup;
+use warden_shared::clock::Clock;
 
 /// The service token benchmarks configure for the internal endpoints.
 pub const SERVICE_TOKEN: &str = "bench-service-token-0123456789";

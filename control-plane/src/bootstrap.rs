@@ -8,11 +8,11 @@
 use warden_shared::keys;
 use warden_shared::scopes::Scope;
 
-use crate::clock::Clock;
 use crate::config::Secret;
 use crate::db::{Backend, Db};
 use crate::plans::Plan;
 use crate::tenancy::{self, NewTenant};
+use warden_shared::clock::Clock;
 
 /// What bootstrap found or did.
 #[derive(Debug)]

@@ -7,8 +7,8 @@
 //! time, like the proxy-stream leases: they are about processes, not about the business
 //! time a test's manual clock moves.
 
-use crate::clock::Clock;
 use crate::db::Db;
+use warden_shared::clock::Clock;
 
 /// Takes or renews `job`'s lease for `holder` until `ttl_ms` from now; true when the
 /// holder has it.

@@ -8,7 +8,6 @@ pub mod api;
 pub mod auth;
 pub mod bootstrap;
 pub mod changes;
-pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use warden_control_plane::bootstrap::BootstrapOutcome;
 use warden_control_plane::changes::chain;
-use warden_control_plane::clock::Clock;
 use warden_control_plane::config::{Config, LogFormat, Secret};
 use warden_control_plane::startup::{self, Application};
 use warden_control_plane::telemetry;
 use warden_proxy::{ProxyApp, ProxySettings};
+use warden_shared::clock::Clock;
 
 #[derive(Parser)]
 #[command(name = "warden", version, about = "Governance for fleets of AI agents")]
@@ -185,6 +185,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         providers,
         service_token,
         allow_private,
+        clock: Clock::system(),
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -361,6 +362,7 @@ async fn run_proxy(config: Config) -> Result<(), String> {
         providers: config.providers,
         service_token,
         allow_private: config.outbound.allow_private,
+        clock: Clock::system(),
     })
     .await
     .map_err(|e| e.to_string())?;

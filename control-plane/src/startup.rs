@@ -17,7 +17,6 @@ use tower_http::trace::TraceLayer;
 use warden_shared::ids::{new_id, IdKind};
 
 use crate::bootstrap::{self, BootstrapOutcome};
-use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
@@ -30,6 +29,7 @@ use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
 use crate::state::AppState;
 use crate::throttle::Throttle;
+use warden_shared::clock::Clock;
 
 /// A bound, migrated control plane, ready to serve.
 pub struct Application {

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use warden_shared::catalog::ProviderCatalog;
 
-use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 use crate::health::HealthCache;
@@ -12,6 +11,7 @@ use crate::notifications::send::Sender;
 use crate::proxy_state::confirm::Confirmations;
 use crate::proxy_state::Publisher;
 use crate::throttle::Throttle;
+use warden_shared::clock::Clock;
 
 /// Cheap to clone: everything inside is reference-counted or a pool handle.
 #[derive(Clone)]

@@ -17,6 +17,7 @@ use pingora::proxy::HttpProxy;
 use pingora::server::configuration::ServerConf;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use warden_shared::clock::{system_now_ms, Clock};
 use warden_shared::outbound::Allowance;
 use warden_shared::secret::Secret;
 
@@ -57,6 +58,9 @@ pub struct ProxySettings {
     /// Private hosts or networks the MCP gateway may reach servers at
     /// (`outbound.allow_private`, the control plane's setting of the same name).
     pub allow_private: Vec<String>,
+    /// What the request path reads the time from (rate windows, budget periods, expiries,
+    /// usage timestamps): the system clock, or a manual one in tests.
+    pub clock: Clock,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +105,7 @@ pub struct ProxyApp {
     decisions_flush: FlushTarget,
     rates: Arc<RateWindows>,
     mcp: Arc<McpGateway>,
+    clock: Clock,
     stream: StreamSource,
     client: reqwest::Client,
 }
@@ -111,6 +116,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         providers,
         service_token,
         allow_private,
+        clock,
     } = settings;
     let allowance = Arc::new(Allowance::new(&allow_private).map_err(ProxyStartupError::Outbound)?);
     // The MCP gateway's client (reqwest 0.13, built without a TLS provider) uses the
@@ -178,6 +184,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
                 service_token: service_token.expose().to_owned(),
             })),
             call_timeout: Duration::from_secs(config.mcp_call_timeout_secs.max(1)),
+            clock: clock.clone(),
         },
         &config.mcp_allowed_origins,
         config.max_body_bytes,
@@ -203,6 +210,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             managed_keys: managed_keys.clone(),
             mcp: mcp.clone(),
             max_body_bytes: config.max_body_bytes,
+            clock: clock.clone(),
         });
         proxies.push(Arc::new(pingora::proxy::http_proxy(&server_conf, service)));
     }
@@ -225,6 +233,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         decisions,
         rates,
         mcp,
+        clock,
         decisions_flush: FlushTarget {
             url: format!("{base}/internal/v1/policy-decisions"),
             service_token: service_token.expose().to_owned(),
@@ -233,7 +242,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         stream: StreamSource {
             url: format!("{base}/internal/v1/proxy-state"),
             acks_url: format!("{base}/internal/v1/proxy-acks"),
-            proxy_id: new_id(IdKind::Instance, crate::clock::now_ms()),
+            proxy_id: new_id(IdKind::Instance, system_now_ms()),
             service_token: service_token.expose().to_owned(),
         },
         client: reqwest::Client::builder()
@@ -279,6 +288,7 @@ impl ProxyApp {
             decisions_flush,
             rates,
             mcp,
+            clock,
             stream,
             client,
             ..
@@ -291,7 +301,7 @@ impl ProxyApp {
             client.clone(),
             metrics.clone(),
         ));
-        let forgetter = tokio::spawn(forget_stale(rates, mcp));
+        let forgetter = tokio::spawn(forget_stale(rates, mcp, clock));
         let accept_failures = metrics.accept_failures.clone();
         let spooled = spool.is_some();
         let outlet = sink::Outlet {
@@ -386,11 +396,11 @@ fn open_spool(config: &ProxyConfig) -> Result<Option<OpenSpool>, ProxyStartupErr
 /// Once a minute, drops what no request needs any more, so it does not pile up in a
 /// long-running proxy: rate-limit windows of past minutes, and the MCP sessions and
 /// definitions of servers deleted or disabled since.
-async fn forget_stale(rates: Arc<RateWindows>, mcp: Arc<McpGateway>) {
+async fn forget_stale(rates: Arc<RateWindows>, mcp: Arc<McpGateway>, clock: Clock) {
     let mut ticker = tokio::time::interval(Duration::from_secs(60));
     loop {
         ticker.tick().await;
-        let minute = crate::rate_limit::minute_of(crate::clock::now_ms());
+        let minute = crate::rate_limit::minute_of(clock.now_ms());
         rates.forget_before(minute);
         mcp.forget_gone_servers();
     }
@@ -411,6 +421,7 @@ mod tests {
             providers: ProvidersConfig::default(),
             service_token: Secret::new("token"),
             allow_private: Vec::new(),
+            clock: Clock::system(),
         };
         let Err(error) = build(settings).await else {
             panic!("the proxy started with {} loops", MAX_EVENT_LOOPS + 1);

@@ -21,9 +21,9 @@ use warden_shared::registry::Provider;
 use warden_shared::timestamp::Timestamp;
 
 use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
-use crate::clock::now_ms;
 use crate::flush::{post_json, post_until_answered, FlushTarget};
 use crate::metrics::ProxyMetrics;
+use warden_shared::clock::system_now_ms;
 
 /// One request's decision, reported on its own: a request the policies refused or held
 /// for approval, or one they let through that ended without a usage record (refused by a
@@ -244,7 +244,7 @@ impl ApprovalQueue {
     /// Queues `report`'s approval with the control plane, or hands the report to the
     /// batched queue when that fails.
     pub async fn ask(&self, report: DecisionReport) {
-        let batch_id = new_id(IdKind::Usage, now_ms());
+        let batch_id = new_id(IdKind::Usage, system_now_ms());
         let Some(body) = batch_body(&batch_id, std::slice::from_ref(&report)) else {
             self.fallback.report(report);
             return;
@@ -291,7 +291,7 @@ pub async fn flush_forever(
 ) {
     let mut batch = Vec::with_capacity(receiver.batch_size());
     while receiver.next_batch(&mut batch, target.interval).await {
-        let batch_id = new_id(IdKind::Usage, now_ms());
+        let batch_id = new_id(IdKind::Usage, system_now_ms());
         let body = batch_body(&batch_id, &batch);
         let answered: Option<serde::de::IgnoredAny> = match body {
             Some(body) => {

@@ -17,7 +17,6 @@ pub(crate) mod batch_queue;
 pub(crate) mod budget;
 pub(crate) mod buffered_io;
 pub(crate) mod capture;
-pub(crate) mod clock;
 pub mod config;
 pub(crate) mod decisions;
 pub(crate) mod endpoint;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use warden_shared::catalog::ProviderCatalog;
+use warden_shared::clock::Clock;
 
 use crate::capture::CaptureBuffer;
 use crate::config::ProvidersConfig;
@@ -37,4 +38,6 @@ pub struct Resources {
     /// The MCP gateway, shared by every event loop.
     pub mcp: Arc<McpGateway>,
     pub max_body_bytes: usize,
+    /// The request path's time (see `ProxySettings::clock`).
+    pub clock: Clock,
 }

@@ -12,7 +12,6 @@ use serde_json::json;
 use warden_shared::keys::hash_credential;
 
 use crate::admission;
-use crate::clock::now_ms;
 use crate::endpoint::Endpoint;
 use crate::forward;
 use crate::mcp::Caller;
@@ -21,6 +20,7 @@ use crate::refusal::{Refusal, Refused};
 use crate::resources::Resources;
 use crate::respond::{respond, respond_refusal};
 use crate::state::KeyView;
+use warden_shared::clock::system_now_ms;
 
 /// The proxy as pingora drives it: what every request shares, answering each request.
 pub struct ProxyService {
@@ -105,7 +105,7 @@ impl ProxyService {
                 Ok(())
             }
             ("GET", "/metrics") => {
-                let age = (now_ms() - shared.state.synced_at_ms()).max(0) / 1000;
+                let age = (system_now_ms() - shared.state.synced_at_ms()).max(0) / 1000;
                 shared
                     .metrics
                     .snapshot_age_seconds
@@ -125,7 +125,7 @@ impl ProxyService {
             }
             ("GET", "/v1/models") => {
                 let view = self.authenticate(session)?;
-                admission::check_key(&view, now_ms())?;
+                admission::check_key(&view, shared.clock.now_ms())?;
                 let body = admission::model_list(&view, &shared.catalog);
                 respond(session, 200, "application/json", Bytes::from(body)).await;
                 Ok(())

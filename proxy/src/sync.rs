@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use warden_shared::snapshot::StreamMessage;
 
-use crate::clock::now_ms;
 use crate::flush::post_json;
 use crate::metrics::ProxyMetrics;
 use crate::state::EnforcementState;
+use warden_shared::clock::system_now_ms;
 
 /// Silence after which the stream is presumed dead (the control plane beats every 10 s).
 const SILENCE_LIMIT: Duration = Duration::from_secs(35);
@@ -158,7 +158,7 @@ async fn follow_once(
                 .map_err(|e| format!("unreadable state message: {e}"))?;
             pending.drain(..=end);
             snapshot_applied |= matches!(message, StreamMessage::Snapshot(_));
-            state.apply(message, now_ms());
+            state.apply(message, system_now_ms());
             applied = true;
             metrics.snapshot_version.set(state.version());
             metrics.keys_loaded.set(state.key_count() as i64);

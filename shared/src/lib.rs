@@ -6,6 +6,7 @@
 
 pub mod budget;
 pub mod catalog;
+pub mod clock;
 pub mod ids;
 pub mod keys;
 pub mod managed;

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::Db;
 use crate::notifications::worker::Worker;
 use crate::periodic::every;
 use crate::proxy_state::confirm::Confirmations;
+use warden_shared::clock::Clock;
 
 /// What the rounds work with.
 #[derive(Clone)]

@@ -20,8 +20,8 @@ use serde_json::Value;
 use super::metrics::NotificationMetrics;
 use super::send::{Message, Sender};
 use super::store::{self, Attempt, Next};
-use crate::clock::Clock;
 use crate::db::Db;
+use warden_shared::clock::Clock;
 
 /// The lease that elects the one worker.
 const LEASE_JOB: &str = "notifications";

@@ -21,7 +21,7 @@ use sqlx::AnyPool;
 use tokio::sync::Notify;
 use warden_shared::ids::{new_id, IdKind};
 
-use crate::clock::Clock;
+use warden_shared::clock::Clock;
 
 /// How often a replica renews the leases of its streams.
 pub const LEASE_RENEW: Duration = Duration::from_millis(250);

@@ -21,7 +21,7 @@ use sqlx::AnyPool;
 use tokio::sync::{broadcast, Notify};
 use warden_shared::snapshot::{Delta, ScopeSpend};
 
-use crate::clock::Clock;
+use warden_shared::clock::Clock;
 
 /// How often the publisher looks for new changes when not nudged: bounds how long a
 /// change made through another replica takes to reach this replica's proxies.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use warden_control_plane::config::Secret;
 
-use crate::helpers::{create_policy, expect_error, expect_status, free_port, Backend, TestApp};
+use crate::helpers::{create_policy, expect_error, expect_status, Backend, TestApp};
 use crate::proxy::{eventually, simple_chat, stays, MockProvider, TestProxy};
 
 /// A PostgreSQL server in a folder of its own, stopped and removed when dropped.
@@ -38,17 +38,24 @@ impl OwnPostgres {
                 .unwrap();
             assert!(chown.success());
         }
-        let server = OwnPostgres {
-            dir,
-            bin,
-            port: free_port(),
-        };
+        let mut server = OwnPostgres { dir, bin, port: 0 };
         server.run(
             "initdb",
             &["-A", "trust", "-U", "postgres", "--no-sync", "-D"],
         );
-        server.start_again();
-        server
+        // PostgreSQL cannot listen on port 0 and say which port it got: the port is
+        // chosen before it starts, and chosen again if another process took it first.
+        for _ in 0..5 {
+            server.port = unused_port();
+            if server.try_start().is_ok() {
+                return server;
+            }
+        }
+        panic!("PostgreSQL did not start: {}", server.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
     }
 
     fn url(&self) -> String {
@@ -73,21 +80,30 @@ impl OwnPostgres {
 
     /// Runs `program` with `args` and the data folder last; it must succeed.
     fn run(&self, program: &str, args: &[&str]) {
+        if let Err(output) = self.try_run(program, args) {
+            panic!("{output}");
+        }
+    }
+
+    /// Runs `program` with `args` and the data folder last; its output if it fails.
+    fn try_run(&self, program: &str, args: &[&str]) -> Result<(), String> {
         let output = self
             .command(program)
             .args(args)
             .arg(self.data())
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
-        );
+        ))
     }
 
-    fn start_again(&self) {
+    fn try_start(&self) -> Result<(), String> {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
             self.port,
@@ -95,7 +111,14 @@ impl OwnPostgres {
         );
         let log = self.dir.path().join("log");
         let log = log.to_str().unwrap();
-        self.run("pg_ctl", &["-w", "-l", log, "-o", &options, "start", "-D"]);
+        self.try_run("pg_ctl", &["-w", "-l", log, "-o", &options, "start", "-D"])
+    }
+
+    /// Starts the stopped server again on its port, as after a restart or failover.
+    fn start_again(&self) {
+        if let Err(output) = self.try_start() {
+            panic!("{output}{}", self.log());
+        }
     }
 
     /// A fast shutdown: sessions are ended (`57P01`), as in a restart or failover.
@@ -112,6 +135,14 @@ impl Drop for OwnPostgres {
             .arg(self.data())
             .output();
     }
+}
+
+/// A port nothing listened on a moment ago.
+fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port()
 }
 
 fn is_root() -> bool {

@@ -11,7 +11,6 @@ use warden_shared::timestamp::Timestamp;
 
 use super::Ready;
 use crate::budget::{Admission, BudgetRule, BudgetWarning, RuleSource};
-use crate::clock::now_ms;
 use crate::policy_gate::{PolicyGate, PolicyPass, Stopped};
 use crate::refusal::Refusal;
 use crate::resources::Resources;
@@ -37,7 +36,7 @@ pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Stop
         estimate_micros,
         ..
     } = ready;
-    let now = now_ms();
+    let now = shared.clock.now_ms();
     let policies = PolicyGate {
         state: &shared.state,
         rates: &shared.rates,

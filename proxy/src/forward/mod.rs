@@ -18,7 +18,6 @@ use warden_shared::registry::Provider;
 
 use crate::admission::{self, Admitted};
 use crate::budget;
-use crate::clock::now_ms;
 use crate::endpoint::Endpoint;
 use crate::metrics::model_label;
 use crate::refusal::{Refusal, Refused, RouteLabels};
@@ -36,7 +35,7 @@ pub async fn forward(
     endpoint: Endpoint,
 ) -> Result<(), Refused> {
     let started = Instant::now();
-    admission::check_key(&view, now_ms())?;
+    admission::check_key(&view, shared.clock.now_ms())?;
     ensure_json(session)?;
     let body = read_body(session, shared.max_body_bytes).await?;
     let work = Instant::now();

@@ -14,7 +14,6 @@ use warden_shared::timestamp::Timestamp;
 use super::gate::Passed;
 use super::send::Answer;
 use super::Ready;
-use crate::clock::now_ms;
 use crate::metrics::{model_label, status_class, ProxyMetrics};
 use crate::relay::Relayed;
 use crate::resources::Resources;
@@ -41,7 +40,7 @@ pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed,
     policies.add_tokens(tokens.input + tokens.output);
     let (provider, price) = (admitted.route.provider, admitted.price);
     // The record carries the policies' decision too: one row and one post fewer.
-    let recorded_at = now_ms();
+    let recorded_at = shared.clock.now_ms();
     shared.usage.record(UsageRecord {
         record_id: new_id(IdKind::Usage, recorded_at),
         key: ready.view.key.clone(),

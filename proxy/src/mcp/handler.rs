@@ -16,6 +16,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
+use warden_shared::clock::Clock;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::mcp::{prefixed, split};
 use warden_shared::policy::{evaluate, Counters, Decision, PolicyType, RatePer, Scope};
@@ -27,7 +28,6 @@ use super::drift::{DriftReports, ToolStanding};
 use super::metrics::GatewayMetrics;
 use super::upstream::{ListedTool, UpstreamClients};
 use crate::admission::{self, Admitted};
-use crate::clock::now_ms;
 use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::policy_gate::{PolicyGate, Stopped};
 use crate::rate_limit::RateWindows;
@@ -62,6 +62,8 @@ pub struct GatewayShared {
     pub metrics: GatewayMetrics,
     pub drifts: DriftReports,
     pub call_timeout: Duration,
+    /// The request path's time (see `ProxySettings::clock`).
+    pub clock: Clock,
 }
 
 /// One MCP session's handler. A session belongs to the key that opened it: another
@@ -114,7 +116,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&context).map_err(|r| refused(&r))?;
-        admission::check_key(&caller.view, now_ms()).map_err(|r| refused(&r))?;
+        admission::check_key(&caller.view, self.shared.clock.now_ms()).map_err(|r| refused(&r))?;
         let tools = self.shared.visible_tools(&caller).await;
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -270,7 +272,7 @@ impl GatewayShared {
         call: &mut CallFacts,
         request: &CallToolRequestParams,
     ) -> Result<ChosenServer, Stopped> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         admission::check_key(&caller.view, now)?;
         let servers = self
             .state
@@ -366,7 +368,7 @@ impl GatewayShared {
         if caller.view.agent.is_none() {
             return;
         }
-        let recorded_at = now_ms();
+        let recorded_at = self.clock.now_ms();
         self.usage.record(UsageRecord {
             record_id: new_id(IdKind::Usage, recorded_at),
             key: caller.view.key.clone(),

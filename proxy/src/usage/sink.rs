@@ -25,11 +25,11 @@ use super::spool::{OpenSpool, Spool};
 use super::UsageRecord;
 use crate::batch_queue::{batch_queue, BatchReceiver, BatchSender};
 use crate::budget::{Budgets, FigureSource};
-use crate::clock::now_ms;
 use crate::decisions::DecisionSink;
 use crate::flush::{post_until_answered, FlushTarget};
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::metrics::ProxyMetrics;
+use warden_shared::clock::system_now_ms;
 
 /// The request path's handle on the queue.
 #[derive(Clone)]
@@ -241,7 +241,7 @@ async fn take(
     room: &Arc<Semaphore>,
     metrics: &ProxyMetrics,
 ) -> Took {
-    let batch_id = new_id(IdKind::Usage, now_ms());
+    let batch_id = new_id(IdKind::Usage, system_now_ms());
     let body = super::batch_body(&batch_id, &records);
     for record in &mut records {
         record.capture = None;

@@ -11,9 +11,9 @@ use rand::RngCore;
 use sha2::Sha256;
 
 use super::{posted, Message, Outcome, Sender};
-use crate::clock::Clock;
 use crate::notifications::channel::WebhookConfig;
 use crate::outbound::http::post_json;
+use warden_shared::clock::Clock;
 
 const SECRET_PREFIX: &str = "whsec_";
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use warden_control_plane::config::Config;
 
-use crate::helpers::{expect_status, free_port, Backend, TestApp, TestTenant};
+use crate::helpers::{expect_status, Backend, ChildOutput, TestApp, TestTenant};
 
 /// The receiver's Python packages, pinned.
 const PACKAGES: &[&str] = &["aiosmtpd==1.4.6", "standardwebhooks==1.1.0"];
@@ -20,7 +20,8 @@ const PACKAGES: &[&str] = &["aiosmtpd==1.4.6", "standardwebhooks==1.1.0"];
 /// A PagerDuty integration key has 32 characters.
 pub const ROUTING_KEY: &str = "R0UT1NGKEY0123456789abcdefghijkl";
 
-/// The receivers' process on an HTTP and an SMTP port, stopped when dropped.
+/// The receivers' process on an HTTP and an SMTP port, stopped when dropped. It takes
+/// free ports when it first starts and keeps them when it starts again.
 pub struct Receiver {
     pub http_port: u16,
     pub smtp_port: u16,
@@ -64,7 +65,7 @@ impl StartTls {
         std::fs::write(&cert_file, server.pem()).unwrap();
         std::fs::write(&key_file, server_key.serialize_pem()).unwrap();
         StartTls {
-            port: free_port(),
+            port: 0,
             ca_file,
             cert_file,
             key_file,
@@ -82,8 +83,8 @@ impl Drop for Receiver {
 impl Receiver {
     pub async fn start() -> Receiver {
         let mut receiver = Receiver {
-            http_port: free_port(),
-            smtp_port: free_port(),
+            http_port: 0,
+            smtp_port: 0,
             child: None,
             client: reqwest::Client::new(),
             secret: None,
@@ -96,8 +97,8 @@ impl Receiver {
     /// Receivers with, besides, an SMTP server that requires STARTTLS.
     pub async fn start_with_starttls() -> Receiver {
         let mut receiver = Receiver {
-            http_port: free_port(),
-            smtp_port: free_port(),
+            http_port: 0,
+            smtp_port: 0,
             child: None,
             client: reqwest::Client::new(),
             secret: None,
@@ -107,7 +108,7 @@ impl Receiver {
         receiver
     }
 
-    /// Starts the process (again) on the same ports; what it had received is gone.
+    /// Starts the process (again, on the same ports); what it had received is gone.
     pub async fn start_again(&mut self) {
         let python = tokio::task::spawn_blocking(|| {
             crate::python::venv_python("notify-receivers", PACKAGES)
@@ -132,17 +133,19 @@ impl Receiver {
                 .args(["--starttls", &tls.port.to_string()])
                 .args([&tls.cert_file, &tls.key_file]);
         }
-        let child = command
-            .stdout(Stdio::null())
+        let mut child = command
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the receivers start");
+        let output = ChildOutput::capture(&mut child);
         self.child = Some(child);
         // Generous: under the whole suite's load a Python start can take many seconds.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while self.try_received().await.is_none() {
-            assert!(Instant::now() < deadline, "the receivers did not come up");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let ports = output.ports(Duration::from_secs(120)).await;
+        self.http_port = ports[0];
+        self.smtp_port = ports[1];
+        if let Some(tls) = &mut self.starttls {
+            tls.port = ports[2];
         }
     }
 

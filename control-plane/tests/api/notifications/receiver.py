@@ -13,6 +13,8 @@ second one that requires STARTTLS before it accepts mail.
 
 Usage: python receiver.py HTTP_PORT SMTP_PORT [--secret WHSEC]
                           [--starttls PORT CERT_PEM KEY_PEM]
+A port of 0 takes any free one; once all serve, the first line of the output is
+"listening on ports HTTP SMTP [STARTTLS]".
 """
 
 import argparse
@@ -184,6 +186,15 @@ class SmtpHandler:
         return "250 Message accepted for delivery"
 
 
+class AnyPortController(Controller):
+    """A Controller that may be given port 0: the port its listener got replaces it before
+    aiosmtpd connects to the server to check that it is up."""
+
+    def _trigger_server(self):
+        self.port = self.server.sockets[0].getsockname()[1]
+        super()._trigger_server()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("http_port", type=int)
@@ -192,18 +203,21 @@ def main():
     parser.add_argument("--starttls", nargs=3, metavar=("PORT", "CERT", "KEY"))
     args = parser.parse_args()
     SECRET["value"] = args.secret
-    smtp = Controller(SmtpHandler(), hostname="127.0.0.1", port=args.smtp_port)
+    smtp = AnyPortController(SmtpHandler(), hostname="127.0.0.1", port=args.smtp_port)
     smtp.start()
+    ports = [smtp.port]
     if args.starttls:
         port, cert, key = args.starttls
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert, key)
-        tls = Controller(SmtpHandler(), hostname="127.0.0.1", port=int(port),
-                         tls_context=context, require_starttls=True)
+        tls = AnyPortController(SmtpHandler(), hostname="127.0.0.1", port=int(port),
+                                tls_context=context, require_starttls=True)
         tls.start()
+        ports.append(tls.port)
     server = ThreadingHTTPServer(("127.0.0.1", args.http_port), Handler)
     server.daemon_threads = True
-    print("ready", flush=True)
+    ports.insert(0, server.server_address[1])
+    print("listening on ports", *ports, flush=True)
     try:
         server.serve_forever()
     finally:

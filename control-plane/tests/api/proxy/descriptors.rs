@@ -5,13 +5,12 @@
 //! Before the fix, 60 idle connections over the limit took a core and wrote about
 //! 650,000 log lines a second.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{free_port, SERVICE_TOKEN};
+use crate::helpers::{logged_port, ChildOutput, SERVICE_TOKEN};
 
 /// The proxy's descriptor limit: enough to start, well under the connections below.
 const DESCRIPTOR_LIMIT: u32 = 64;
@@ -19,30 +18,24 @@ const CONNECTIONS: usize = 150;
 
 #[test]
 fn a_proxy_out_of_descriptors_pauses_accepting_and_logs_once() {
-    let port = free_port();
     // `ulimit` in a shell that then becomes the proxy: no unsafe `pre_exec` needed.
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!("ulimit -n {DESCRIPTOR_LIMIT} && exec \"$0\" proxy",))
         .arg(env!("CARGO_BIN_EXE_warden"))
-        .env("WARDEN_PROXY__LISTEN", format!("127.0.0.1:{port}"))
+        .env("WARDEN_PROXY__LISTEN", "127.0.0.1:0")
         // Nothing listens there: the proxy serves (refusing unknown keys) and retries.
         .env("WARDEN_PROXY__CONTROL_PLANE_URL", "http://127.0.0.1:9")
         .env("WARDEN_SERVICE_TOKEN", SERVICE_TOKEN)
-        .env("RUST_LOG", "warn")
+        // Warnings, and the line that says where it listens.
+        .env("RUST_LOG", "warn,warden=info")
         // The log goes to stdout.
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stdout = child.stdout.take().unwrap();
-    let lines = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            lines.lock().unwrap().push(line);
-        }
-    });
+    let log = ChildOutput::capture(&mut child);
+    let port = logged_port(&log.line_with_blocking("proxy listening", Duration::from_secs(60)));
     wait_for_health(port);
 
     let pid = child.id();
@@ -53,11 +46,9 @@ fn a_proxy_out_of_descriptors_pauses_accepting_and_logs_once() {
     std::thread::sleep(Duration::from_millis(1500));
     let cpu = cpu_ticks(pid) - cpu_before;
     let failures: Vec<String> = log
-        .lock()
-        .unwrap()
-        .iter()
+        .lines()
+        .into_iter()
         .filter(|line| line.contains("accept failed"))
-        .cloned()
         .collect();
     assert!(
         !failures.is_empty(),

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
 use super::{eventually, simple_chat, MockProvider, TestProxy};
-use crate::helpers::{expect_status, free_port, metric, TestApp};
+use crate::helpers::{expect_status, metric, RefusingPort, TestApp};
 
 /// What the ledger must hold for one request.
 #[derive(Debug, Clone, Copy)]
@@ -306,7 +306,8 @@ db_test!(
         // A provider that drops the connection without answering, and one nobody serves:
         // 502, and no record.
         let dropping = MockProvider::elsewhere(dropping_provider().await);
-        let closed = MockProvider::elsewhere(format!("127.0.0.1:{}", free_port()));
+        let refusing = RefusingPort::new();
+        let closed = MockProvider::elsewhere(format!("127.0.0.1:{}", refusing.port));
         for (name, upstream) in [("connection dropped", &dropping), ("unreachable", &closed)] {
             let broken = TestProxy::start(&app, upstream).await;
             for stream in [false, true] {

@@ -27,9 +27,8 @@ db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     assert!(took < Duration::from_secs(5));
 
     // A provider nobody listens for.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = MockProvider::elsewhere(closed.local_addr().unwrap());
-    drop(closed);
+    let refusing = crate::helpers::RefusingPort::new();
+    let dead = MockProvider::elsewhere(format!("127.0.0.1:{}", refusing.port));
     let proxy = TestProxy::start(&app, &dead).await;
     expect_refusal(&proxy, &raw_key, "gpt-4o-mini", 502, "upstream_unreachable").await;
 

@@ -1,24 +1,18 @@
 //! A proxy key's own `rate_limit_override`, enforced by the running proxy per key and
 //! UTC minute, apart from the tenant's other keys.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use serde_json::{json, Value};
 
 use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
 use super::{simple_chat, MockProvider, TestProxy};
+use crate::helpers::TestApp;
 
-/// Waits out the last seconds of a UTC minute, so the requests that follow share one
-/// window and the counts they are checked against are exact.
-async fn start_of_a_quiet_minute() {
-    let second = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        % 60;
-    if second >= 50 {
-        tokio::time::sleep(Duration::from_secs(61 - second)).await;
-    }
+/// Moves the clock both planes read to `second` seconds into the next UTC minute: a
+/// new rate window, in which the counts the requests meet are exact.
+fn into_next_minute(app: &TestApp, second: i64) {
+    let now = app.clock.now_ms();
+    app.clock
+        .advance(60_000 - now.rem_euclid(60_000) + second * 1000);
 }
 
 /// Status, `Retry-After` and body of a chat request.
@@ -70,12 +64,13 @@ db_test!(
             )
             .await;
 
-        start_of_a_quiet_minute().await;
+        into_next_minute(&app, 15);
         assert_eq!(attempt(&proxy, &limited).await.0, 200);
         assert_eq!(attempt(&proxy, &limited).await.0, 200);
         let (status, retry_after, body) = attempt(&proxy, &limited).await;
         assert_eq!(status, 429, "{body}");
-        assert!((1..=60).contains(&retry_after.unwrap()), "{retry_after:?}");
+        // The window turns at the end of the minute, 45 s away.
+        assert_eq!(retry_after, Some(45));
         assert_eq!(body["error"]["code"], json!("rate_limit_exceeded"));
         assert_eq!(body["error"]["type"], json!("rate_limit_error"));
         assert!(
@@ -105,5 +100,11 @@ db_test!(
 
         // What was refused never reached the provider: 2 + 4 + 1 forwarded requests.
         assert_eq!(provider.requests().len(), 7);
+
+        // A new minute, new windows: both limited keys are let through again.
+        into_next_minute(&app, 0);
+        assert_eq!(attempt(&proxy, &limited).await.0, 200);
+        assert_eq!(attempt(&proxy, &thrifty).await.0, 200);
+        assert_eq!(provider.requests().len(), 9);
     }
 );

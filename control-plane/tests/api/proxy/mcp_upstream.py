@@ -5,9 +5,11 @@ Usage: mcp_upstream.py PORT HEADERS_LOG [changed]
   Serves Streamable HTTP at http://127.0.0.1:PORT/mcp. Every request's Authorization
   header (or `-` without one) is appended to HEADERS_LOG, so a test can check what
   the gateway presented. With `changed`, `search`'s description differs: the same
-  server after a "rug pull".
+  server after a "rug pull". A PORT of 0 takes any free one; once it listens, the
+  first line of the output is "listening on port PORT".
 """
 
+import socket
 import sys
 
 import uvicorn
@@ -75,4 +77,11 @@ class LogAuthorization:
         await self.inner(scope, receive, send)
 
 
-uvicorn.run(LogAuthorization(app), host="127.0.0.1", port=port, log_level="warning")
+# The test reads the port from the listener itself, so nothing can take it in between.
+listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(128)
+print("listening on port", listener.getsockname()[1], flush=True)
+config = uvicorn.Config(LogAuthorization(app), log_level="warning")
+uvicorn.Server(config).run(sockets=[listener])

@@ -122,6 +122,9 @@ impl TestProxy {
             providers,
             service_token: Secret::new(SERVICE_TOKEN),
             allow_private,
+            // The control plane's manual clock: rate windows and budget periods turn when
+            // the test moves it, on both planes at once.
+            clock: app.clock.clone(),
         })
         .await
         .expect("the proxy starts");

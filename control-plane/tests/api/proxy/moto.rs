@@ -3,17 +3,29 @@
 //! On first use it is installed into a Python virtual environment under the workspace's
 //! `target/moto` (`crate::python`); set
 //! `WARDEN_TEST_MOTO_PYTHON` to a Python that has moto installed to skip that. Each test
-//! starts its own server (`python -m moto.server`) on a free port and stops it when
-//! dropped.
+//! starts its own server (moto's `ThreadedMotoServer`) on a free port and stops it
+//! when dropped.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::helpers::ChildOutput;
+
 /// The moto release the tests are written against.
 const MOTO: &str = "moto[server]==5.2.5";
+
+/// moto's server on port 0, announcing the port its listener got.
+const SERVE_ON_ANY_PORT: &str = "\
+import threading
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer('127.0.0.1', 0, verbose=False)
+server.start()
+print('listening on port', server.get_host_and_port()[1], flush=True)
+threading.Event().wait()
+";
 
 pub struct Moto {
     pub endpoint: String,
@@ -29,39 +41,24 @@ impl Drop for Moto {
 }
 
 impl Moto {
+    /// A server on a free port, read back from its listener once it is up.
     pub async fn start() -> Moto {
-        Moto::start_on(crate::helpers::free_port()).await
-    }
-
-    /// A server on `port`, for a configuration that had to name it before it started.
-    pub async fn start_on(port: u16) -> Moto {
         let python = tokio::task::spawn_blocking(moto_python)
             .await
             .expect("installing moto");
-        let child = Command::new(&python)
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(Stdio::null())
+        let mut child = Command::new(&python)
+            .args(["-c", SERVE_ON_ANY_PORT])
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|error| panic!("cannot start {}: {error}", python.display()));
-        let moto = Moto {
+        let output = ChildOutput::capture(&mut child);
+        let port = output.ports(Duration::from_secs(60)).await[0];
+        Moto {
             endpoint: format!("http://127.0.0.1:{port}"),
             client: reqwest::Client::new(),
             child,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while moto.call("ListSecrets", json!({})).await.is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not come up");
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        moto
     }
 
     pub async fn create_secret(&self, name: &str, value: &str) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{eventually, simple_chat, stays, MockProvider, TestProxy, UPSTREAM_KEY};
-use crate::helpers::{free_port, TestApp, SERVICE_TOKEN};
+use crate::helpers::{logged_port, ChildOutput, TestApp, SERVICE_TOKEN};
 
 const REQUESTS: usize = 30;
 
@@ -95,8 +95,12 @@ db_test!(usage_served_during_an_outage_survives_kill_9, |app| {
     let mut app = app;
     let spool = tempfile::tempdir().unwrap();
     let provider = MockProvider::start().await;
-    let port = free_port();
-    let mut child = KillOnDrop(spawn_proxy_binary(&app, &provider, port, spool.path()));
+    let mut child = KillOnDrop(spawn_proxy_binary(&app, &provider, spool.path()));
+    let log = ChildOutput::capture(&mut child.0);
+    let port = logged_port(
+        &log.line_with("proxy listening", Duration::from_secs(60))
+            .await,
+    );
     let proxy_base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     eventually(Duration::from_secs(30), || {
@@ -144,18 +148,19 @@ db_test!(usage_served_during_an_outage_survives_kill_9, |app| {
     restarted_proxy_delivers(&app, &provider, spool.path(), &tenant.id, REQUESTS as i64).await;
 });
 
-fn spawn_proxy_binary(app: &TestApp, provider: &MockProvider, port: u16, spool: &Path) -> Child {
+/// `warden proxy` on a free port, which it logs ("proxy listening") on its stdout.
+fn spawn_proxy_binary(app: &TestApp, provider: &MockProvider, spool: &Path) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
     command
         .arg("proxy")
-        .env("WARDEN_PROXY__LISTEN", format!("127.0.0.1:{port}"))
+        .env("WARDEN_PROXY__LISTEN", "127.0.0.1:0")
         .env("WARDEN_PROXY__CONTROL_PLANE_URL", &app.base)
         .env("WARDEN_PROXY__USAGE_SPOOL_DIR", spool)
         .env("WARDEN_PROXY__USAGE_FLUSH_INTERVAL_MS", "50")
         .env("WARDEN_PROXY__EVENT_LOOPS", "1")
         .env("WARDEN_SERVICE_TOKEN", SERVICE_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
+        .env("RUST_LOG", "warn,warden=info")
+        .stdout(Stdio::piped())
         .stderr(Stdio::null());
     for provider_name in ["OPENAI", "ANTHROPIC", "GOOGLE", "NVIDIA", "BEDROCK"] {
         command

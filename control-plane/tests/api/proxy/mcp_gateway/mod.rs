@@ -16,13 +16,12 @@ mod governance;
 mod servers;
 
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::eventually;
-use crate::helpers::{expect_status, free_port, TestApp};
+use crate::helpers::{expect_status, ChildOutput, TestApp};
 use crate::python::venv_python;
 
 /// The SDK's version the tests run: the protocol moves fast, the tests should not.
@@ -40,8 +39,7 @@ impl Upstream {
     async fn start() -> Upstream {
         let dir = tempfile::tempdir().unwrap();
         let headers_log = dir.path().join("authorization.log");
-        let port = free_port();
-        let child = spawn(port, &headers_log, false).await;
+        let (child, port) = spawn(0, &headers_log, false).await;
         Upstream {
             port,
             child,
@@ -58,7 +56,7 @@ impl Upstream {
     async fn change_definitions(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn(self.port, &self.headers_log, true).await;
+        self.child = spawn(self.port, &self.headers_log, true).await.0;
     }
 
     /// The `Authorization` values the server received (`-` for none).
@@ -78,31 +76,27 @@ impl Drop for Upstream {
     }
 }
 
-async fn spawn(port: u16, headers_log: &std::path::Path, changed: bool) -> Child {
+/// Starts the upstream on `port` (0: any free one) and returns it with the port it got.
+async fn spawn(port: u16, headers_log: &std::path::Path, changed: bool) -> (Child, u16) {
     let script = format!(
         "{}/tests/api/proxy/mcp_upstream.py",
         env!("CARGO_MANIFEST_DIR")
     );
     let log = headers_log.to_owned();
-    let child = tokio::task::spawn_blocking(move || {
+    let mut child = tokio::task::spawn_blocking(move || {
         let python = venv_python("mcp-sdk", &[MCP_SDK]);
         let mut command = Command::new(python);
         command.arg(script).arg(port.to_string()).arg(log);
         if changed {
             command.arg("changed");
         }
-        command.spawn().unwrap()
+        command.stdout(Stdio::piped()).spawn().unwrap()
     })
     .await
     .unwrap();
-    eventually(Duration::from_secs(30), || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()
-            .map(drop)
-    })
-    .await;
-    child
+    let output = ChildOutput::capture(&mut child);
+    let port = output.ports(Duration::from_secs(60)).await[0];
+    (child, port)
 }
 
 /// Runs the agent's client against `url` with `key`: `list`, or `call` a tool.

@@ -5,7 +5,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{call, register_at, tools, Upstream};
-use crate::helpers::{expect_error, expect_status, free_port};
+use crate::helpers::{expect_error, expect_status, RefusingPort};
+use crate::proxy::moto::Moto;
 use crate::proxy::{eventually, MockProvider, TestProxy};
 
 db_test!(
@@ -32,7 +33,8 @@ db_test!(
             .await;
         }
         // Allowed, but nothing answers there: nothing is approved.
-        let port = free_port();
+        let refusing = RefusingPort::new();
+        let port = refusing.port;
         let created = expect_status(
             app.post(
                 "/mcp-servers",
@@ -57,10 +59,10 @@ db_test!(
     }
 );
 
-/// Secrets Manager settings pointing at a moto server on `port` (started by the test).
-fn secrets_manager_at(port: u16) -> warden_proxy::config::SecretsManagerConfig {
+/// Secrets Manager settings pointing at `moto`.
+fn secrets_manager_of(moto: &Moto) -> warden_proxy::config::SecretsManagerConfig {
     warden_proxy::config::SecretsManagerConfig {
-        endpoint_url: Some(format!("http://127.0.0.1:{port}")),
+        endpoint_url: Some(moto.endpoint.clone()),
         access_key_id: Some(warden_shared::secret::Secret::new("test")),
         secret_access_key: Some(warden_shared::secret::Secret::new("test")),
         cache_ttl_secs: 1,
@@ -72,20 +74,15 @@ db_test!(
     the_server_gets_its_own_credential_from_secrets_manager_never_the_agents_key,
     |config| {
         config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
-        // The control plane reads the credential to approve the server: its Secrets
-        // Manager is named now, and started on that port by the test.
-        let port = free_port();
-        config.proxy.secrets_manager = secrets_manager_at(port);
     },
     |app| {
-        let secrets = app.config().proxy.secrets_manager.clone();
-        let port: u16 = secrets
-            .endpoint_url
-            .as_deref()
-            .and_then(|url| url.rsplit(':').next())
-            .and_then(|port| port.parse().ok())
-            .unwrap();
-        let moto = crate::proxy::moto::Moto::start_on(port).await;
+        let mut app = app;
+        // The control plane reads the credential to approve the server: it starts again
+        // with its Secrets Manager named, as an operator's settings would.
+        let moto = Moto::start().await;
+        let secrets = secrets_manager_of(&moto);
+        app.restart_with(|config| config.proxy.secrets_manager = secrets.clone())
+            .await;
         let upstream = Upstream::start().await;
         let provider = MockProvider::start().await;
         let proxy = TestProxy::start_with(&app, &provider, |config| {

@@ -1,10 +1,11 @@
-//! The control plane's source of time, injectable so tests control it without sleeping.
+//! The source of time of both planes, injectable so tests control it without sleeping:
+//! rate windows, budget periods, expiries and leases read it instead of the system clock.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use warden_shared::timestamp::Timestamp;
+use crate::timestamp::Timestamp;
 
 /// Either the system clock or a manual clock that tests move by hand.
 #[derive(Clone, Debug)]
@@ -21,15 +22,14 @@ impl Clock {
     }
 
     pub fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.now_ms())
+    }
+
+    /// Unix milliseconds now.
+    pub fn now_ms(&self) -> i64 {
         match &self.0 {
-            Some(manual) => Timestamp::from_millis(manual.load(Ordering::SeqCst)),
-            None => {
-                let ms = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                    .unwrap_or(0);
-                Timestamp::from_millis(ms)
-            }
+            Some(manual) => manual.load(Ordering::SeqCst),
+            None => system_now_ms(),
         }
     }
 
@@ -39,4 +39,12 @@ impl Clock {
             manual.fetch_add(millis, Ordering::SeqCst);
         }
     }
+}
+
+/// Unix milliseconds by the system clock, for what tests need not move (ids, the age of
+/// a snapshot); 0 if the clock stands before 1970.
+pub fn system_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
