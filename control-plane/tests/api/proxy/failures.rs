@@ -207,12 +207,17 @@ db_test!(
         let (_, raw_key, _) = proxy
             .tenant_with_key(&app, json!({ "developer_label": "pooled" }))
             .await;
-        for _ in 0..2 {
+        for answered in 1..=2 {
             let response = proxy.chat(&raw_key, simple_chat("gpt-4o-mini")).await;
             assert_eq!(response.status().as_u16(), 200);
-            // The proxy returns the connection to its pool after answering: on a loaded
-            // machine the next request could otherwise overtake it and open a new one.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            response.bytes().await.unwrap();
+            // The proxy returns the connection to its pool after answering, then counts
+            // the request: once counted, the next request finds the connection pooled
+            // (else, on a loaded machine, it could overtake it and open a new one).
+            eventually(Duration::from_secs(10), || async {
+                (forwarded(&proxy).await == answered).then_some(())
+            })
+            .await;
         }
         // The second request reached the provider twice: on the pooled connection it
         // dropped, then on a new one.
@@ -280,3 +285,15 @@ db_test!(an_unreadable_body_is_refused_naming_what_is_wrong, |app| {
     }
     assert!(provider.requests().is_empty());
 });
+
+/// The requests `proxy` forwarded, by its metrics.
+async fn forwarded(proxy: &TestProxy) -> u64 {
+    proxy
+        .metrics()
+        .await
+        .lines()
+        .filter(|line| line.starts_with("warden_proxy_requests_total{"))
+        .filter(|line| line.contains("decision=\"forwarded\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
