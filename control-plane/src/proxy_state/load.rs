@@ -5,17 +5,17 @@ use std::collections::BTreeMap;
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
-use warden_shared::policy::{budget_scope, PolicyType, Scope};
+use warden_shared::policy::PolicyType;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, ApprovalGrant, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState,
     McpServerState, PayloadCaptureState, PinnedTool, PolicyState, ProxyKeyState,
-    RedactionRuleState, ScopeSpend, Snapshot, TenantState,
+    RedactionRuleState, Snapshot, TenantState,
 };
-use warden_shared::timestamp::Timestamp;
 
 use crate::changes::ChangeKind;
 use crate::db::json_column;
+use crate::proxy_state::spend;
 
 /// The most changes one delta carries; a proxy further behind gets several deltas.
 pub const MAX_CHANGES_PER_DELTA: i64 = 1000;
@@ -122,7 +122,7 @@ pub async fn snapshot(pool: &AnyPool, month: i64, now_ms: i64) -> Result<Snapsho
         agents,
         keys,
         managed_keys,
-        spend: spend_since(pool, month, i64::MIN).await?,
+        spend: spend::since(pool, month, i64::MIN).await?,
         policies: policies(pool).await?,
         grants: sqlx::query(select_grants!())
             .bind(now_ms)
@@ -254,39 +254,6 @@ fn grant_from_row(row: &AnyRow) -> Result<Option<ApprovalGrant>, sqlx::Error> {
     }))
 }
 
-/// The spend in `month` of every budgeted scope whose row changed at or after
-/// `since_ms` (the writer's clock): proxy keys with a `budget_limit_usd`, and the
-/// tenant, team and agent scopes the ledger tracks for budgets (see `crate::ledger`).
-pub async fn spend_since(
-    pool: &AnyPool,
-    month: i64,
-    since_ms: i64,
-) -> Result<Vec<ScopeSpend>, sqlx::Error> {
-    // A key's id is the scope after `key:`, so the join probes proxy_keys' primary key.
-    sqlx::query(
-        "SELECT s.tenant_id, s.scope, s.month, s.cost_micros FROM usage_spend_monthly s \
-         JOIN proxy_keys p ON p.api_key_id = substr(s.scope, 5) AND p.tenant_id = s.tenant_id \
-         WHERE s.updated_at >= $2 AND s.month = $1 AND s.scope LIKE 'key:%' \
-         AND p.budget_limit_micros IS NOT NULL \
-         UNION ALL SELECT s.tenant_id, s.scope, s.month, s.cost_micros FROM usage_spend_monthly s \
-         WHERE s.updated_at >= $2 AND s.month = $1 AND s.scope NOT LIKE 'key:%'",
-    )
-    .bind(month)
-    .bind(since_ms)
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(|row| {
-        Ok(ScopeSpend {
-            tenant_id: row.try_get("tenant_id")?,
-            scope: row.try_get("scope")?,
-            month: row.try_get("month")?,
-            cost_micros: row.try_get("cost_micros")?,
-        })
-    })
-    .collect()
-}
-
 /// The oldest version still in the outbox, if any.
 pub async fn oldest_retained(pool: &AnyPool) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar("SELECT MIN(version) FROM proxy_changes")
@@ -329,52 +296,8 @@ pub async fn delta_since(
             None => tracing::warn!(kind, "unknown change kind in the outbox"),
         }
     }
-    delta.spend = spend_of_budgets(pool, &delta.upserts, now_ms).await?;
+    delta.spend = spend::of_budgets(pool, &delta.upserts, now_ms).await?;
     Ok(Some(delta))
-}
-
-/// This month's spend of the scopes that the budget limits and `budget_limit` policies
-/// among `upserts` name (a row `ledger::spend::track_scope` started when the budget was
-/// written).
-async fn spend_of_budgets(
-    pool: &AnyPool,
-    upserts: &[Entity],
-    now_ms: i64,
-) -> Result<Vec<ScopeSpend>, sqlx::Error> {
-    let mut scopes = std::collections::BTreeSet::new();
-    for entity in upserts {
-        match entity {
-            Entity::BudgetLimit(limit) => {
-                scopes.insert((limit.tenant_id.as_str(), limit.scope.clone()));
-            }
-            Entity::Policy(policy) if policy.policy_type == PolicyType::BudgetLimit => {
-                if let Some(scope) = Scope::parse(&policy.scope) {
-                    scopes.insert((policy.tenant_id.as_str(), budget_scope(&scope)));
-                }
-            }
-            _ => {}
-        }
-    }
-    let month = Timestamp::from_millis(now_ms).month_start();
-    let mut spend = Vec::with_capacity(scopes.len());
-    for (tenant_id, scope) in scopes {
-        let cost: Option<i64> = sqlx::query_scalar(
-            "SELECT cost_micros FROM usage_spend_monthly \
-             WHERE tenant_id = $1 AND scope = $2 AND month = $3",
-        )
-        .bind(tenant_id)
-        .bind(&scope)
-        .bind(month)
-        .fetch_optional(pool)
-        .await?;
-        spend.push(ScopeSpend {
-            tenant_id: tenant_id.to_owned(),
-            scope,
-            month,
-            cost_micros: cost.unwrap_or(0),
-        });
-    }
-    Ok(spend)
 }
 
 async fn add_current_state(

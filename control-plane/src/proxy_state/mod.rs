@@ -13,6 +13,7 @@
 
 pub mod confirm;
 pub mod load;
+pub mod spend;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,9 +132,7 @@ async fn poll(pool: AnyPool, clock: Clock, channels: Channels, mut at: i64) {
         if last_spend.elapsed() >= SPEND_INTERVAL {
             last_spend = tokio::time::Instant::now();
             let now = clock.now();
-            match load::spend_since(&pool, now.month_start(), spend_since - SPEND_LOOK_BACK_MS)
-                .await
-            {
+            match spend::since(&pool, now.month_start(), spend_since - SPEND_LOOK_BACK_MS).await {
                 Ok(changed) => {
                     spend_since = now.as_millis();
                     if !changed.is_empty() {

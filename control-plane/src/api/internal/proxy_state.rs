@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, mpsc};
 use warden_shared::snapshot::{Delta, ScopeSpend, StreamMessage};
 
 use crate::error::ApiResult;
-use crate::proxy_state::load;
+use crate::proxy_state::{load, spend};
 use crate::state::AppState;
 
 /// How often a quiet stream says it is alive; proxies reconnect after three missed.
@@ -99,7 +99,7 @@ async fn catch_up(
                 messages.push(StreamMessage::Heartbeat { version: since });
             }
             messages.push(StreamMessage::Spend {
-                scopes: load::spend_since(pool, month, i64::MIN).await?,
+                scopes: spend::since(pool, month, i64::MIN).await?,
             });
             return Ok(messages);
         }
@@ -155,7 +155,7 @@ async fn follow(
                 Ok(scopes) => StreamMessage::Spend { scopes: Vec::clone(&scopes) },
                 // Updates were missed: send all of the month's spend instead.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    match load::spend_since(&pool, month, i64::MIN).await {
+                    match spend::since(&pool, month, i64::MIN).await {
                         Ok(scopes) => StreamMessage::Spend { scopes },
                         Err(error) => {
                             tracing::warn!(%error, "cannot reload spend for a lagging proxy");
