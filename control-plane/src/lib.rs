@@ -9,6 +9,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod changes;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod error;
 pub mod health;

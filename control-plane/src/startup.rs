@@ -212,6 +212,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 fn app_router(state: AppState) -> Router {
     let (router, _openapi) = crate::api::router();
     router
+        .merge(crate::console::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::api::read_your_writes::confirm_enforcement,

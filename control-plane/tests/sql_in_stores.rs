@@ -119,6 +119,35 @@ fn api_sql_lives_only_in_store_files() {
     );
 }
 
+/// The console renders what the API's services return: it has no SQL at all, not even
+/// in a store of its own (ARCHITECTURE.md, the console's invariant).
+#[test]
+fn the_console_runs_no_sql() {
+    let console = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/console");
+    let files = read_sources(&console).expect("control-plane/src/console is readable");
+    assert!(
+        files.len() > 5,
+        "too few console files found: {}",
+        files.len()
+    );
+    let with_sql: Vec<String> = files
+        .iter()
+        .filter(|(_, text)| markers(&code_only(text)) > 0)
+        .map(|(file, text)| {
+            format!(
+                "src/console/{} lines {:?}",
+                file.display(),
+                query_lines(text)
+            )
+        })
+        .collect();
+    assert!(
+        with_sql.is_empty(),
+        "the console calls the API's services, never SQL of its own:\n  {}",
+        with_sql.join("\n  ")
+    );
+}
+
 #[test]
 fn the_scan_finds_queries_in_code_only() {
     let text = "// sqlx::query(\"in a comment\")\n\

@@ -33,24 +33,33 @@ pub async fn confirm_enforcement(
     let Some(version) = written.filter(|_| response.status().is_success()) else {
         return response;
     };
-    state.publisher.nudge();
-    let started = Instant::now();
-    let confirmation = state.confirmations.wait_for(version).await;
-    state
-        .metrics
-        .observe_enforcement_wait(confirmation, started.elapsed().as_secs_f64());
-    let value = match confirmation {
+    let value = match confirm(&state, version).await {
         Confirmation::Applied => HeaderValue::from_static("applied"),
         Confirmation::Pending { unconfirmed } => {
-            tracing::warn!(
-                version,
-                unconfirmed,
-                "connected proxies did not confirm a change within enforcement_wait_ms"
-            );
             HeaderValue::from_str(&format!("pending; unconfirmed={unconfirmed}"))
                 .unwrap_or(HeaderValue::from_static("pending"))
         }
     };
     response.headers_mut().insert(ENFORCEMENT_HEADER, value);
     response
+}
+
+/// Nudges the publisher and waits, within `enforcement_wait_ms`, for every connected
+/// proxy to apply `version`: what a write that changed enforcement answers after (the
+/// API through the middleware above, the console's forms themselves).
+pub async fn confirm(state: &AppState, version: i64) -> Confirmation {
+    state.publisher.nudge();
+    let started = Instant::now();
+    let confirmation = state.confirmations.wait_for(version).await;
+    state
+        .metrics
+        .observe_enforcement_wait(confirmation, started.elapsed().as_secs_f64());
+    if let Confirmation::Pending { unconfirmed } = confirmation {
+        tracing::warn!(
+            version,
+            unconfirmed,
+            "connected proxies did not confirm a change within enforcement_wait_ms"
+        );
+    }
+    confirmation
 }

@@ -148,7 +148,12 @@ const FIND_SESSION: &str =
      FROM sessions s JOIN tenants t ON t.id = s.tenant_id WHERE s.token_hash = $1";
 
 async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
-    let token = bearer_token(parts)?;
+    caller_for(state, bearer_token(parts)?).await
+}
+
+/// The caller `token` (an API key or a session token) authenticates, wherever it was
+/// presented: the `Authorization` header, or the console's session cookie.
+pub async fn caller_for(state: &AppState, token: &str) -> Result<Caller, ApiError> {
     let kind = keys::classify(token).ok_or_else(invalid_credentials)?;
     let hash = keys::hash_credential(token);
     let sql = match kind {

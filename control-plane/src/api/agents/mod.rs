@@ -8,8 +8,11 @@
 mod input;
 mod kill_switch;
 mod lifecycle;
-mod service;
+pub(crate) mod service;
 mod store;
+
+pub(crate) use input::Reason;
+pub(crate) use store::{EnforcementFlag, Only};
 
 use axum::extract::State;
 use axum::response::Response;

@@ -42,6 +42,8 @@ pub enum Only {
     Expired = 2,
     /// `/agents/due-review`: `review_date` has passed.
     DueReview = 3,
+    /// Blocked by the kill switch (the console's overview).
+    Blocked = 4,
 }
 
 /// An agent's status as of `$now` (spec 3.1), derived from the reported status and the
@@ -91,7 +93,8 @@ macro_rules! filtered {
              AND ($3 IS NULL OR a.framework = $3) \
              AND ($4 IS NULL OR tm.name = $4) AND ($5 IS NULL OR a.environment = $5) \
              AND ($7 = 0 OR ($7 = 1 AND a.quarantined = 1) \
-             OR ($7 = 2 AND a.expires_at <= $6) OR ($7 = 3 AND a.review_date <= $6)) ",
+             OR ($7 = 2 AND a.expires_at <= $6) OR ($7 = 3 AND a.review_date <= $6) \
+             OR ($7 = 4 AND a.blocked = 1)) ",
             $rest
         )
     };

@@ -5,7 +5,7 @@
 //! 409 `invalid_anomaly_transition`. Both moves are audited (`anomaly.acknowledged`,
 //! `anomaly.resolved`, which channels hear and PagerDuty resolves on).
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

@@ -15,7 +15,7 @@
 //! a background sweep (`approval_expiry_interval_secs`) and audited as
 //! `approval.expired` (actor `system`), so channels hear of both.
 
-mod service;
+pub(crate) mod service;
 pub mod store;
 
 pub use service::{expire_lapsed, record_lapsed, record_requested};
@@ -85,7 +85,7 @@ pub enum ApprovalStatus {
 }
 
 impl ApprovalStatus {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             ApprovalStatus::Pending => "pending",
             ApprovalStatus::Approved => "approved",

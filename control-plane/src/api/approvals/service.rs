@@ -45,6 +45,20 @@ pub async fn pending_count(state: &AppState, caller: &Caller) -> ApiResult<i64> 
     .await?)
 }
 
+/// How many approvals wait for a reviewer, and the `limit` that waited longest, oldest
+/// first.
+pub async fn oldest_pending(
+    state: &AppState,
+    caller: &Caller,
+    limit: i64,
+) -> ApiResult<(i64, Vec<Approval>)> {
+    let now = state.clock.now();
+    let pool = state.db.pool();
+    let oldest = store::oldest_pending(pool, &caller.tenant_id, limit, now).await?;
+    let total = store::count(pool, &caller.tenant_id, Some("pending"), None, now).await?;
+    Ok((total, oldest))
+}
+
 pub async fn get_approval(state: &AppState, caller: &Caller, id: i64) -> ApiResult<Approval> {
     store::get(state.db.pool(), &caller.tenant_id, id, state.clock.now())
         .await?

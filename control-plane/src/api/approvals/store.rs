@@ -59,6 +59,30 @@ pub async fn list<'e>(
     .collect()
 }
 
+/// The tenant's `limit` oldest pending approvals, the one waiting longest first: the
+/// reviewers' queue.
+pub async fn oldest_pending<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant_id: &str,
+    limit: i64,
+    now: Timestamp,
+) -> Result<Vec<Approval>, sqlx::Error> {
+    sqlx::query(concat!(
+        select_approvals!("$2"),
+        " WHERE tenant_id = $1 AND ",
+        status_at!("$2"),
+        " = 'pending' ORDER BY id LIMIT $3"
+    ))
+    .bind(tenant_id)
+    .bind(now.as_millis())
+    .bind(limit)
+    .fetch_all(db)
+    .await?
+    .iter()
+    .map(approval_from_row)
+    .collect()
+}
+
 pub async fn count<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant_id: &str,

@@ -3,7 +3,7 @@
 
 mod keys;
 mod login;
-mod service;
+pub(crate) mod service;
 mod store;
 
 use serde::{Deserialize, Serialize};

@@ -166,6 +166,21 @@ pub async fn open_session(
     })
 }
 
+/// Ends the session `token` opened (signing out of the console): its row goes, so the
+/// token stops working at once. An unknown token changes nothing.
+pub async fn close_session(state: &AppState, token: &str) -> ApiResult<()> {
+    Ok(store::delete_session(state.db.pool(), &keys::hash_credential(token)).await?)
+}
+
+/// How to name the caller to a person: a user's email, or the API key's id.
+pub async fn caller_name(state: &AppState, caller: &Caller) -> ApiResult<String> {
+    if let Some(user_id) = caller.actor.strip_prefix("user:") {
+        let email = store::user_email(state.db.pool(), &caller.tenant_id, user_id).await?;
+        return Ok(email.unwrap_or_else(|| caller.actor.clone()));
+    }
+    Ok(format!("API key {}", caller.credential_id))
+}
+
 /// Creates a key with scopes the caller may grant; the raw key is only in this value.
 pub async fn create_api_key(
     state: &AppState,

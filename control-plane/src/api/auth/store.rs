@@ -94,6 +94,28 @@ pub async fn insert_session(
     .map(|_| ())
 }
 
+/// Ends the session whose token hashes to `token_hash`: its token stops working at once.
+pub async fn delete_session(pool: &AnyPool, token_hash: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM sessions WHERE token_hash = $1")
+        .bind(token_hash)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// The email of one of the tenant's users.
+pub async fn user_email(
+    pool: &AnyPool,
+    tenant_id: &str,
+    user_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT email FROM users WHERE tenant_id = $1 AND id = $2")
+        .bind(tenant_id)
+        .bind(user_id)
+        .fetch_optional(pool)
+        .await
+}
+
 /// One page of the tenant's keys, newest first; never their hashes.
 pub async fn list_api_keys(
     pool: &AnyPool,

@@ -10,7 +10,7 @@
 //! `budget.warn_threshold_reached` / `budget.block_threshold_reached`).
 
 mod input;
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

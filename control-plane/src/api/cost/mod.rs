@@ -1,7 +1,7 @@
 //! Cost views (spec 4.5): summary, by agent, by team, by model and a time series, all
 //! read from the ledger's hourly rollups (see `crate::ledger`).
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

@@ -1,6 +1,6 @@
 //! Monitoring overview (spec 4.5): agent counts by derived status.
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Copies the console's front-end packages, at the versions package.json pins, into
+# assets/ with their licences. Run at development time after changing a version; the
+# files it writes are committed and embedded in the warden binary (no Node at run time).
+set -euo pipefail
+cd "$(dirname "$0")"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cp package.json "$scratch/"
+[ -f package-lock.json ] && cp package-lock.json "$scratch/"
+(cd "$scratch" && npm install --silent --no-audit --no-fund)
+cp "$scratch/package-lock.json" package-lock.json
+modules="$scratch/node_modules"
+cp "$modules/htmx.org/dist/htmx.min.js" assets/htmx.min.js
+cp "$modules/htmx-ext-sse/dist/sse.min.js" assets/htmx-ext-sse.min.js
+{
+  echo "The console embeds these packages from the npm registry, unchanged."
+  for package in htmx.org htmx-ext-sse; do
+    version=$(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$modules/$package/package.json" | head -n 1)
+    echo
+    echo "== $package $version =="
+    cat "$modules/$package/LICENSE"
+  done
+} > assets/LICENSES.txt
+echo "vendored into $(pwd)/assets"

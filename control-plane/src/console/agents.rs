@@ -1,0 +1,163 @@
+//! Agents: the list with its filters, an agent's page, and the kill switch (block,
+//! quarantine and their undoing), each with a reason and the agent's name typed again.
+//! After a change the page says whether every proxy enforces it.
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use warden_shared::registry::{AgentStatus, Environment};
+use warden_shared::scopes::Scope;
+
+use super::enforcement::{self, Enforced};
+use super::form::Posted;
+use super::page::{self, span, Layout, PageError};
+use super::session::Signed;
+use crate::api::agents::{self, Agent, AgentFilter, EnforcementFlag, Reason};
+use crate::api::auth::service as auth;
+use crate::api::envelope::Page;
+use crate::auth::require;
+use crate::state::AppState;
+
+/// The list shows at most this many agents per page (the API's largest page).
+const PER_PAGE: i64 = 100;
+
+#[derive(Template)]
+#[template(path = "agents.html")]
+struct AgentsPage {
+    layout: Layout,
+    agents: Vec<Agent>,
+    total: i64,
+    status: String,
+    team: String,
+    environment: String,
+}
+
+#[derive(Deserialize)]
+pub struct ListFilter {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    team: String,
+    #[serde(default)]
+    environment: String,
+}
+
+/// `GET /console/agents`.
+pub async fn list(
+    State(state): State<AppState>,
+    signed: Signed<require::RegistryRead>,
+    Query(filter): Query<ListFilter>,
+) -> Result<Response, PageError> {
+    let api_filter = AgentFilter {
+        status: AgentStatus::parse(&filter.status),
+        framework: None,
+        team: Some(filter.team.trim().to_owned()).filter(|team| !team.is_empty()),
+        environment: Environment::parse(&filter.environment),
+        page: None,
+        limit: None,
+    };
+    let page_of = Page {
+        page: 1,
+        limit: PER_PAGE,
+    };
+    let (agents, total) =
+        agents::service::list_agents(&state, &signed.caller, &api_filter, page_of).await?;
+    let page = AgentsPage {
+        layout: Layout::new(
+            "agents",
+            auth::caller_name(&state, &signed.caller).await?,
+            signed.csrf(),
+        ),
+        agents,
+        total,
+        status: api_filter.status.map_or("", AgentStatus::as_str).to_owned(),
+        team: api_filter.team.unwrap_or_default(),
+        environment: api_filter
+            .environment
+            .map_or("", Environment::as_str)
+            .to_owned(),
+    };
+    Ok(page::render(&page))
+}
+
+#[derive(Template)]
+#[template(path = "agent.html")]
+struct AgentPage {
+    layout: Layout,
+    agent: Agent,
+    heartbeat: String,
+    may_switch: bool,
+    enforced: Option<Enforced>,
+}
+
+/// `GET /console/agents/{id}`.
+pub async fn show(
+    State(state): State<AppState>,
+    signed: Signed<require::RegistryRead>,
+    Path(id): Path<String>,
+    Query(enforced): Query<Enforced>,
+) -> Result<Response, PageError> {
+    let agent = agents::service::get_agent(&state, &signed.caller, &id).await?;
+    let now = state.clock.now().as_millis();
+    let heartbeat = agent.last_heartbeat.map_or("never".to_owned(), |at| {
+        format!("{} ago", span(now - at.as_millis()))
+    });
+    let page = AgentPage {
+        layout: Layout::new(
+            "agents",
+            auth::caller_name(&state, &signed.caller).await?,
+            signed.csrf(),
+        ),
+        agent,
+        heartbeat,
+        may_switch: signed.caller.has(Scope::Admin),
+        enforced: Some(enforced).filter(Enforced::is_known),
+    };
+    Ok(page::render(&page))
+}
+
+#[derive(Deserialize)]
+pub struct Switch {
+    #[serde(default)]
+    reason: String,
+    /// The agent's name, typed again.
+    #[serde(default)]
+    confirm: String,
+}
+
+/// `POST /console/agents/{id}/{action}`: `block`, `unblock`, `quarantine` or `release`.
+pub async fn switch(
+    State(state): State<AppState>,
+    signed: Signed<require::Admin>,
+    Path((id, action)): Path<(String, String)>,
+    Posted(form): Posted<Switch>,
+) -> Result<Response, PageError> {
+    let (flag, on) = match action.as_str() {
+        "block" => (EnforcementFlag::Blocked, true),
+        "unblock" => (EnforcementFlag::Blocked, false),
+        "quarantine" => (EnforcementFlag::Quarantined, true),
+        "release" => (EnforcementFlag::Quarantined, false),
+        _ => return Err(PageError::bad_form("no such action")),
+    };
+    let agent = agents::service::get_agent(&state, &signed.caller, &id).await?;
+    if form.confirm.trim() != agent.name {
+        return Err(PageError::bad_form(
+            "type the agent's name exactly to confirm; nothing was changed",
+        ));
+    }
+    let reason = match form.reason.trim() {
+        "" if on => return Err(PageError::bad_form("say why (a reason is required)")),
+        "" => None,
+        reason => Some(
+            Reason::try_from(reason.to_owned())
+                .map_err(|_| PageError::bad_form("a reason has at most 1,000 characters"))?,
+        ),
+    };
+    let enforced = enforcement::apply(&state, async {
+        agents::service::set_flag(&state, &signed.caller, &id, flag, on, reason.as_ref()).await
+    })
+    .await?;
+    let target = format!("/console/agents/{}?{}", agent.id, enforced.query());
+    Ok(Redirect::to(&target).into_response())
+}

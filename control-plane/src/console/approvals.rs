@@ -1,0 +1,243 @@
+//! The reviewers' page: the pending queue, oldest first, which follows new held
+//! requests live (server-sent events tell the page to fetch the queue again), the
+//! approve and deny forms, and the decided history.
+//!
+//! The reviewer is the signed-in person, never a typed field. A decision answers once
+//! every connected proxy holds it (the API's read-your-writes), so the agent's retry
+//! passes at once; the page says whether they all confirmed.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use futures_util::Stream;
+use serde::Deserialize;
+
+use super::enforcement::{self, Enforced};
+use super::form::Posted;
+use super::page::{self, span, Layout, PageError};
+use super::session::Signed;
+use crate::api::approvals::{self, Approval, ApprovalQuery, ApprovalStatus, DecideInput, Verdict};
+use crate::api::auth::service as auth;
+use crate::api::envelope::Page;
+use crate::auth::require;
+use crate::state::AppState;
+use crate::validate::Text;
+
+/// The queue lists at most this many (the API's largest page).
+const QUEUE: i64 = 100;
+/// How often the live queue looks for a change.
+const POLL: Duration = Duration::from_secs(1);
+
+/// One approval as a row of the page.
+pub struct Item {
+    pub id: i64,
+    pub agent_id: String,
+    pub policy_id: i64,
+    /// `openai gpt-4o`, or for a tool call `mcp docs__search`.
+    pub what: String,
+    pub environment: String,
+    pub status: String,
+    /// How long it has waited (pending) or when it was decided.
+    pub age: String,
+    /// Time left before a pending approval expires.
+    pub left: String,
+    pub reviewer: String,
+    pub reason: String,
+}
+
+impl Item {
+    pub fn of(approval: Approval, now: i64) -> Item {
+        let context = &approval.request_context;
+        let text = |key: &str| context[key].as_str().unwrap_or_default().to_owned();
+        Item {
+            id: approval.id,
+            agent_id: approval.agent_id,
+            policy_id: approval.policy_id,
+            what: format!("{} {}", text("provider"), text("model")),
+            environment: text("environment"),
+            status: approval.status,
+            age: span(now - approval.created_at.as_millis()),
+            left: span(approval.expires_at.as_millis() - now),
+            reviewer: approval.reviewer_id.unwrap_or_default(),
+            reason: approval.reason.unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "approvals.html")]
+struct ApprovalsPage {
+    layout: Layout,
+    queue: Queue,
+    history: Vec<Item>,
+    filter: String,
+    enforced: Option<Enforced>,
+}
+
+/// The pending queue, also answered alone for the live refresh.
+#[derive(Template)]
+#[template(path = "approvals_queue.html")]
+struct Queue {
+    total: i64,
+    items: Vec<Item>,
+    may_decide: bool,
+    csrf: String,
+}
+
+#[derive(Deserialize)]
+pub struct HistoryFilter {
+    /// `approved`, `denied` or `expired`; all decided ones when absent.
+    status: Option<String>,
+    /// What the last decision came to (after the redirect).
+    #[serde(flatten)]
+    enforced: Enforced,
+}
+
+/// `GET /console/approvals`.
+pub async fn show(
+    State(state): State<AppState>,
+    signed: Signed<require::GovernanceRead>,
+    Query(filter): Query<HistoryFilter>,
+) -> Result<Response, PageError> {
+    let now = state.clock.now().as_millis();
+    let status = match filter.status.as_deref() {
+        Some("approved") => Some(ApprovalStatus::Approved),
+        Some("denied") => Some(ApprovalStatus::Denied),
+        Some("expired") => Some(ApprovalStatus::Expired),
+        _ => None,
+    };
+    let query = ApprovalQuery {
+        status,
+        agent_id: None,
+        page: None,
+        limit: None,
+    };
+    let (recent, _) = approvals::service::list_approvals(
+        &state,
+        &signed.caller,
+        &query,
+        Page { page: 1, limit: 50 },
+    )
+    .await?;
+    let history = recent
+        .into_iter()
+        .filter(|approval| approval.status != "pending")
+        .map(|approval| Item::of(approval, now))
+        .collect();
+    let page = ApprovalsPage {
+        layout: Layout::new(
+            "approvals",
+            auth::caller_name(&state, &signed.caller).await?,
+            signed.csrf(),
+        ),
+        queue: queue(&state, &signed).await?,
+        history,
+        filter: status.map_or("", ApprovalStatus::as_str).to_owned(),
+        enforced: Some(filter.enforced).filter(Enforced::is_known),
+    };
+    Ok(page::render(&page))
+}
+
+fn may_decide<R>(signed: &Signed<R>) -> bool {
+    signed
+        .caller
+        .has(warden_shared::scopes::Scope::GovernanceWrite)
+}
+
+async fn queue<R>(state: &AppState, signed: &Signed<R>) -> Result<Queue, PageError> {
+    let (total, oldest) = approvals::service::oldest_pending(state, &signed.caller, QUEUE).await?;
+    let now = state.clock.now().as_millis();
+    Ok(Queue {
+        total,
+        items: oldest.into_iter().map(|a| Item::of(a, now)).collect(),
+        may_decide: may_decide(signed),
+        csrf: signed.csrf(),
+    })
+}
+
+/// `GET /console/approvals/queue`: the queue alone, which the page fetches when told.
+pub async fn queue_fragment(
+    State(state): State<AppState>,
+    signed: Signed<require::GovernanceRead>,
+) -> Result<Response, PageError> {
+    Ok(page::render(&queue(&state, &signed).await?))
+}
+
+/// `GET /console/approvals/events`: an `approvals` event whenever the pending queue
+/// changes (an approval queued, decided or expired, on any replica: the database is
+/// asked once a second while the page is open).
+pub async fn events(
+    State(state): State<AppState>,
+    signed: Signed<require::GovernanceRead>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let stream = futures_util::stream::unfold(
+        (state, signed.caller, None::<(i64, Option<i64>)>),
+        |(state, caller, seen)| async move {
+            loop {
+                if seen.is_some() {
+                    tokio::time::sleep(POLL).await;
+                }
+                let Ok((total, newest)) = approvals::service::oldest_pending(&state, &caller, 1)
+                    .await
+                    .map(|(total, oldest)| (total, oldest.first().map(|a| a.id)))
+                else {
+                    continue;
+                };
+                let now = Some((total, newest));
+                if seen.is_some() && seen != now {
+                    let event = Event::default().event("approvals").data(total.to_string());
+                    return Some((Ok(event), (state, caller, now)));
+                }
+                if seen.is_none() {
+                    // The page was rendered just now: only later changes are news.
+                    let event = Event::default().comment("watching");
+                    return Some((Ok(event), (state, caller, now)));
+                }
+            }
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[derive(Deserialize)]
+pub struct Decision {
+    decision: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /console/approvals/{id}`: approve or deny as the signed-in person.
+pub async fn decide(
+    State(state): State<AppState>,
+    signed: Signed<require::GovernanceWrite>,
+    Path(id): Path<i64>,
+    Posted(form): Posted<Decision>,
+) -> Result<Response, PageError> {
+    let decision = match form.decision.as_str() {
+        "approved" => Verdict::Approved,
+        "denied" => Verdict::Denied,
+        _ => return Err(PageError::bad_form("decide `approved` or `denied`")),
+    };
+    let reviewer = auth::caller_name(&state, &signed.caller).await?;
+    let input = DecideInput {
+        reviewer_id: Text::try_from(reviewer.chars().take(100).collect::<String>())
+            .map_err(|_| PageError::bad_form("the reviewer has no name"))?,
+        decision,
+        reason: match form.reason.trim() {
+            "" => None,
+            reason => Some(
+                Text::try_from(reason.to_owned())
+                    .map_err(|_| PageError::bad_form("a reason has at most 1,000 characters"))?,
+            ),
+        },
+    };
+    let enforced = enforcement::apply(&state, async {
+        approvals::service::decide_approval(&state, &signed.caller, id, input).await
+    })
+    .await?;
+    Ok(Redirect::to(&format!("/console/approvals?{}", enforced.query())).into_response())
+}

@@ -1,0 +1,47 @@
+//! The console: the pages people use when something is happening (overview, approvals,
+//! agents and the kill switch), served by the control plane itself under `/console`.
+//!
+//! Pages call the API's service functions with the [`crate::auth::Caller`] their session
+//! cookie authenticates, so scopes, plan gates and tenant isolation are the API's: the
+//! console has no SQL and no rules of its own. HTML comes from compiled, auto-escaping
+//! askama templates (`console/templates/`); the scripts are vendored htmx
+//! (`console/assets/`), embedded and served under content-hashed names. Every answer
+//! carries a Content-Security-Policy without inline script, and every form post is
+//! checked for its origin and CSRF token before anything is read from it.
+
+mod agents;
+mod approvals;
+mod assets;
+mod enforcement;
+mod form;
+mod headers;
+mod overview;
+mod page;
+mod session;
+mod sign_in;
+
+use axum::response::Redirect;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::state::AppState;
+
+/// The console's routes. They are pages, not API operations, so they are not in the
+/// OpenAPI document (which is why they may use `Router::route`).
+#[allow(clippy::disallowed_methods)]
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/console") }))
+        .route("/console", get(overview::show))
+        .route("/console/sign-in", get(sign_in::form).post(sign_in::submit))
+        .route("/console/sign-out", post(sign_in::sign_out))
+        .route("/console/approvals", get(approvals::show))
+        .route("/console/approvals/queue", get(approvals::queue_fragment))
+        .route("/console/approvals/events", get(approvals::events))
+        .route("/console/approvals/{id}", post(approvals::decide))
+        .route("/console/agents", get(agents::list))
+        .route("/console/agents/{id}", get(agents::show))
+        .route("/console/agents/{id}/{action}", post(agents::switch))
+        .route("/console/assets/{file}", get(assets::serve))
+        .layer(axum::middleware::from_fn(headers::secure))
+}

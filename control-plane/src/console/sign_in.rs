@@ -1,0 +1,155 @@
+//! Signing in and out. Signing in with email and password is the API's login (same
+//! throttles, same one-hour session), its token kept in the session cookie; signing out
+//! deletes the session, so the token is dead even where a copy of the cookie survives.
+//!
+//! The sign-in form has no session to key a CSRF token by: it carries a random value
+//! that must match a cookie set with the form (a double submit), besides the
+//! same-origin check every console post passes.
+
+use std::net::SocketAddr;
+
+use askama::Template;
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{AppendHeaders, IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+
+use super::form::{same_origin, Posted};
+use super::page::{self, Layout, PageError};
+use super::session::{self, cookie, over_https, Signed, SESSION_COOKIE};
+use crate::api::auth::{service as auth, LoginInput};
+use crate::auth::require;
+use crate::error::ErrorCode;
+use crate::state::AppState;
+
+/// The sign-in form's double-submit cookie.
+const SIGN_IN_COOKIE: &str = "warden_sign_in";
+
+#[derive(Template)]
+#[template(path = "sign_in.html")]
+struct SignInPage<'a> {
+    layout: Layout,
+    next: &'a str,
+    email: &'a str,
+    error: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+pub struct Next {
+    next: Option<String>,
+}
+
+/// `GET /console/sign-in`.
+pub async fn form(headers: HeaderMap, Query(query): Query<Next>) -> Response {
+    sign_in_page(
+        &headers,
+        query.next.as_deref().unwrap_or(""),
+        "",
+        None,
+        StatusCode::OK,
+    )
+}
+
+fn sign_in_page(
+    headers: &HeaderMap,
+    next: &str,
+    email: &str,
+    error: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let value = random_token();
+    let page = SignInPage {
+        layout: Layout::new("", String::new(), value.clone()),
+        next: if page::is_console_path(next) {
+            next
+        } else {
+            ""
+        },
+        email,
+        error,
+    };
+    let cookie = session::set_cookie(SIGN_IN_COOKIE, &value, 3600, over_https(headers));
+    (status, [cookie], page::render(&page)).into_response()
+}
+
+/// 32 random bytes, hex: the sign-in form's double-submit value.
+fn random_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[derive(Deserialize)]
+pub struct Credentials {
+    email: String,
+    password: String,
+    csrf: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// `POST /console/sign-in`: the API's login, then the session cookie.
+pub async fn submit(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<Credentials>,
+) -> Response {
+    let paired = cookie(&headers, SIGN_IN_COOKIE)
+        .is_some_and(|expected| bool::from(expected.as_bytes().ct_eq(form.csrf.as_bytes())));
+    if !same_origin(&headers) || !paired {
+        return PageError::cross_site().into_response();
+    }
+    let input = LoginInput {
+        email: form.email.clone(),
+        password: form.password,
+    };
+    match auth::login(&state, peer.ip(), input).await {
+        Ok(session) => {
+            let next = if page::is_console_path(&form.next) {
+                form.next.as_str()
+            } else {
+                "/console"
+            };
+            let secure = over_https(&headers);
+            // Two cookies: appended, since a plain header list keeps only the last.
+            (
+                AppendHeaders([
+                    session::session_cookie(&session.access_token, secure),
+                    session::set_cookie(SIGN_IN_COOKIE, "", 0, secure),
+                ]),
+                Redirect::to(next),
+            )
+                .into_response()
+        }
+        Err(error) => {
+            let (status, message) = match error.code {
+                ErrorCode::InvalidLogin => (
+                    StatusCode::UNAUTHORIZED,
+                    "The email or the password is wrong.".to_owned(),
+                ),
+                _ => (error.code.status(), error.message),
+            };
+            sign_in_page(&headers, &form.next, &form.email, Some(&message), status)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SignOut {}
+
+/// `POST /console/sign-out`: ends the session on the server and drops the cookie.
+pub async fn sign_out(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    signed: Signed<require::AnyScope>,
+    Posted(SignOut {}): Posted<SignOut>,
+) -> Response {
+    if let Err(error) = auth::close_session(&state, &signed.token).await {
+        return PageError::from(error).into_response();
+    }
+    let cookie = session::set_cookie(SESSION_COOKIE, "", 0, over_https(&headers));
+    ([cookie], Redirect::to("/console/sign-in")).into_response()
+}
