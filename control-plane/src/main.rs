@@ -395,6 +395,7 @@ fn print_welcome(app: &Application, proxy: &ProxyApp, data_dir: &std::path::Path
         data_dir.display()
     );
     println!();
+    println!("  Console          {base}/console   (sign up, or sign in)");
     println!("  Management API   {base}/api/v1");
     println!("  OpenAPI document {base}/api/v1/openapi.json");
     println!("  Health           {base}/healthz  {base}/readyz");

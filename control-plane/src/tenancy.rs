@@ -191,6 +191,7 @@ tenant_tables![
     "agents",
     "teams",
     "sessions",
+    "key_sessions",
     "api_keys",
     "users",
 ];

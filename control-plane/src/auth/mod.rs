@@ -143,6 +143,14 @@ impl<R: RequiredScope> FromRequestParts<AppState> for Authorized<R> {
 const FIND_API_KEY: &str =
     "SELECT k.id, k.tenant_id, k.key_hash AS stored_hash, k.scopes, k.expires_at, t.plan \
      FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_hash = $1";
+/// A console session signed in with an API key acts as that key: the key's scopes,
+/// and it ends when the key expires or is deleted (the join finds nothing).
+const FIND_KEY_SESSION: &str =
+    "SELECT s.id, s.tenant_id, s.token_hash AS stored_hash, k.scopes, s.api_key_id, t.plan, \
+     CASE WHEN k.expires_at IS NOT NULL AND k.expires_at < s.expires_at THEN k.expires_at \
+     ELSE s.expires_at END AS expires_at \
+     FROM key_sessions s JOIN api_keys k ON k.id = s.api_key_id AND k.tenant_id = s.tenant_id \
+     JOIN tenants t ON t.id = s.tenant_id WHERE s.token_hash = $1";
 const FIND_SESSION: &str =
     "SELECT s.id, s.tenant_id, s.token_hash AS stored_hash, s.scopes, s.expires_at, s.user_id, t.plan \
      FROM sessions s JOIN tenants t ON t.id = s.tenant_id WHERE s.token_hash = $1";
@@ -156,15 +164,15 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, ApiErro
 pub async fn caller_for(state: &AppState, token: &str) -> Result<Caller, ApiError> {
     let kind = keys::classify(token).ok_or_else(invalid_credentials)?;
     let hash = keys::hash_credential(token);
-    let sql = match kind {
-        CredentialKind::ApiKey => FIND_API_KEY,
-        CredentialKind::Session => FIND_SESSION,
+    let find = |sql| sqlx::query(sql).bind(&hash).fetch_optional(state.db.pool());
+    let (row, via) = match kind {
+        CredentialKind::ApiKey => (find(FIND_API_KEY).await?, Via::ApiKey),
+        CredentialKind::Session => match find(FIND_SESSION).await? {
+            Some(row) => (Some(row), Via::UserSession),
+            None => (find(FIND_KEY_SESSION).await?, Via::KeySession),
+        },
     };
-    let row = sqlx::query(sql)
-        .bind(&hash)
-        .fetch_optional(state.db.pool())
-        .await?
-        .ok_or_else(invalid_credentials)?;
+    let row = row.ok_or_else(invalid_credentials)?;
     // The lookup went by hash; compare again in constant time so that no code path
     // decides on a secret-dependent, early-exiting comparison.
     let stored_hash: String = row.try_get("stored_hash")?;
@@ -178,10 +186,19 @@ pub async fn caller_for(state: &AppState, token: &str) -> Result<Caller, ApiErro
             "the credential has expired",
         ));
     }
-    let credential_id: String = row.try_get("id")?;
-    let actor = match kind {
-        CredentialKind::ApiKey => format!("api_key:{credential_id}"),
-        CredentialKind::Session => format!("user:{}", row.try_get::<String, _>("user_id")?),
+    let (credential_id, actor) = match via {
+        Via::ApiKey => {
+            let id: String = row.try_get("id")?;
+            (id.clone(), format!("api_key:{id}"))
+        }
+        Via::UserSession => (
+            row.try_get("id")?,
+            format!("user:{}", row.try_get::<String, _>("user_id")?),
+        ),
+        Via::KeySession => {
+            let key: String = row.try_get("api_key_id")?;
+            (key.clone(), format!("api_key:{key}"))
+        }
     };
     Ok(Caller {
         tenant_id: row.try_get("tenant_id")?,
@@ -190,6 +207,14 @@ pub async fn caller_for(state: &AppState, token: &str) -> Result<Caller, ApiErro
         scopes: parse_scopes(&row.try_get::<String, _>("scopes")?),
         plan: row.try_get("plan")?,
     })
+}
+
+/// What a token turned out to be.
+enum Via {
+    ApiKey,
+    UserSession,
+    /// A console session signed in with an API key: the caller is that key.
+    KeySession,
 }
 
 fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {

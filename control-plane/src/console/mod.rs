@@ -19,6 +19,7 @@ mod overview;
 mod page;
 mod session;
 mod sign_in;
+mod sign_up;
 
 use axum::response::Redirect;
 use axum::routing::{get, post};
@@ -34,6 +35,8 @@ pub fn router() -> Router<AppState> {
         .route("/", get(|| async { Redirect::to("/console") }))
         .route("/console", get(overview::show))
         .route("/console/sign-in", get(sign_in::form).post(sign_in::submit))
+        .route("/console/sign-in/key", post(sign_in::submit_key))
+        .route("/console/sign-up", get(sign_up::form).post(sign_up::submit))
         .route("/console/sign-out", post(sign_in::sign_out))
         .route("/console/approvals", get(approvals::show))
         .route("/console/approvals/queue", get(approvals::queue_fragment))

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use askama::Template;
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{AppendHeaders, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -58,9 +58,9 @@ fn sign_in_page(
     error: Option<&str>,
     status: StatusCode,
 ) -> Response {
-    let value = random_token();
+    let (value, cookie) = form_pairing(headers);
     let page = SignInPage {
-        layout: Layout::new("", String::new(), value.clone()),
+        layout: Layout::new("", String::new(), value),
         next: if page::is_console_path(next) {
             next
         } else {
@@ -69,8 +69,36 @@ fn sign_in_page(
         email,
         error,
     };
-    let cookie = session::set_cookie(SIGN_IN_COOKIE, &value, 3600, over_https(headers));
     (status, [cookie], page::render(&page)).into_response()
+}
+
+/// The value a form without a session carries and the cookie that pairs with it.
+pub fn form_pairing(headers: &HeaderMap) -> (String, (HeaderName, HeaderValue)) {
+    let value = random_token();
+    let cookie = session::set_cookie(SIGN_IN_COOKIE, &value, 3600, over_https(headers));
+    (value, cookie)
+}
+
+/// Whether a form without a session comes from this console: same origin, and its
+/// `csrf` value is the one its cookie holds.
+pub fn paired_form(headers: &HeaderMap, sent: &str) -> bool {
+    let paired = cookie(headers, SIGN_IN_COOKIE)
+        .is_some_and(|expected| bool::from(expected.as_bytes().ct_eq(sent.as_bytes())));
+    same_origin(headers) && paired
+}
+
+/// Signs the person in: the session cookie, the pairing cookie dropped, on to `next`.
+pub fn signed_in(headers: &HeaderMap, token: &str, next: &str) -> Response {
+    let secure = over_https(headers);
+    // Two cookies: appended, since a plain header list keeps only the last.
+    (
+        AppendHeaders([
+            session::session_cookie(token, secure),
+            session::set_cookie(SIGN_IN_COOKIE, "", 0, secure),
+        ]),
+        Redirect::to(next),
+    )
+        .into_response()
 }
 
 /// 32 random bytes, hex: the sign-in form's double-submit value.
@@ -97,9 +125,7 @@ pub async fn submit(
     headers: HeaderMap,
     axum::Form(form): axum::Form<Credentials>,
 ) -> Response {
-    let paired = cookie(&headers, SIGN_IN_COOKIE)
-        .is_some_and(|expected| bool::from(expected.as_bytes().ct_eq(form.csrf.as_bytes())));
-    if !same_origin(&headers) || !paired {
+    if !paired_form(&headers, &form.csrf) {
         return PageError::cross_site().into_response();
     }
     let input = LoginInput {
@@ -113,16 +139,7 @@ pub async fn submit(
             } else {
                 "/console"
             };
-            let secure = over_https(&headers);
-            // Two cookies: appended, since a plain header list keeps only the last.
-            (
-                AppendHeaders([
-                    session::session_cookie(&session.access_token, secure),
-                    session::set_cookie(SIGN_IN_COOKIE, "", 0, secure),
-                ]),
-                Redirect::to(next),
-            )
-                .into_response()
+            signed_in(&headers, &session.access_token, next)
         }
         Err(error) => {
             let (status, message) = match error.code {
@@ -134,6 +151,42 @@ pub async fn submit(
             };
             sign_in_page(&headers, &form.next, &form.email, Some(&message), status)
         }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct KeyCredentials {
+    api_key: String,
+    csrf: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// `POST /console/sign-in/key`: a session acting as an API key.
+pub async fn submit_key(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<KeyCredentials>,
+) -> Response {
+    if !paired_form(&headers, &form.csrf) {
+        return PageError::cross_site().into_response();
+    }
+    match auth::open_key_session(&state, form.api_key.trim()).await {
+        Ok(session) => {
+            let next = if page::is_console_path(&form.next) {
+                form.next.as_str()
+            } else {
+                "/console"
+            };
+            signed_in(&headers, &session.access_token, next)
+        }
+        Err(error) => sign_in_page(
+            &headers,
+            &form.next,
+            "",
+            Some("That API key is not valid (or has expired)."),
+            error.code.status(),
+        ),
     }
 }
 

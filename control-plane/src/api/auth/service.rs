@@ -166,6 +166,41 @@ pub async fn open_session(
     })
 }
 
+/// A one-hour console session acting as the API key `raw_key` (for platform operators
+/// and tenants without users): the key is checked as on any request, and the session
+/// has its scopes, ends on sign-out, and ends with the key.
+pub async fn open_key_session(state: &AppState, raw_key: &str) -> ApiResult<LoginOutput> {
+    let invalid = || ApiError::new(ErrorCode::InvalidCredentials, "the API key is not valid");
+    if keys::classify(raw_key) != Some(keys::CredentialKind::ApiKey) {
+        return Err(invalid());
+    }
+    let caller = crate::auth::caller_for(state, raw_key)
+        .await
+        .map_err(|_| invalid())?;
+    let now = state.clock.now();
+    let token = keys::generate_session_token();
+    let session = store::NewSession {
+        id: new_id(IdKind::Session, now.as_millis()),
+        token_hash: keys::hash_credential(&token),
+        expires_at: now.as_millis() + SESSION_TTL_SECS * 1000,
+    };
+    let pool = state.db.pool();
+    store::insert_key_session(
+        pool,
+        &caller.tenant_id,
+        &caller.credential_id,
+        &session,
+        now,
+    )
+    .await?;
+    Ok(LoginOutput {
+        access_token: token,
+        token_type: "bearer",
+        expires_in: SESSION_TTL_SECS,
+        tenant_id: caller.tenant_id,
+    })
+}
+
 /// Ends the session `token` opened (signing out of the console): its row goes, so the
 /// token stops working at once. An unknown token changes nothing.
 pub async fn close_session(state: &AppState, token: &str) -> ApiResult<()> {

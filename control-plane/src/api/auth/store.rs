@@ -94,13 +94,39 @@ pub async fn insert_session(
     .map(|_| ())
 }
 
-/// Ends the session whose token hashes to `token_hash`: its token stops working at once.
+/// Ends the session whose token hashes to `token_hash`, a user's or an API key's: its
+/// token stops working at once.
 pub async fn delete_session(pool: &AnyPool, token_hash: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM sessions WHERE token_hash = $1")
-        .bind(token_hash)
-        .execute(pool)
-        .await
-        .map(|_| ())
+    for sql in [
+        "DELETE FROM sessions WHERE token_hash = $1",
+        "DELETE FROM key_sessions WHERE token_hash = $1",
+    ] {
+        sqlx::query(sql).bind(token_hash).execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// Stores a console session that acts as the API key `api_key_id`.
+pub async fn insert_key_session(
+    pool: &AnyPool,
+    tenant_id: &str,
+    api_key_id: &str,
+    session: &NewSession,
+    now: Timestamp,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO key_sessions (id, tenant_id, api_key_id, token_hash, expires_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&session.id)
+    .bind(tenant_id)
+    .bind(api_key_id)
+    .bind(&session.token_hash)
+    .bind(session.expires_at)
+    .bind(now.as_millis())
+    .execute(pool)
+    .await
+    .map(|_| ())
 }
 
 /// The email of one of the tenant's users.
@@ -178,11 +204,17 @@ pub async fn delete_api_key(
     tenant_id: &str,
     key_id: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM proxy_keys WHERE tenant_id = $1 AND api_key_id = $2")
-        .bind(tenant_id)
-        .bind(key_id)
-        .execute(&mut **tx)
-        .await?;
+    for sql in [
+        "DELETE FROM proxy_keys WHERE tenant_id = $1 AND api_key_id = $2",
+        // Console sessions signed in with the key end with it.
+        "DELETE FROM key_sessions WHERE tenant_id = $1 AND api_key_id = $2",
+    ] {
+        sqlx::query(sql)
+            .bind(tenant_id)
+            .bind(key_id)
+            .execute(&mut **tx)
+            .await?;
+    }
     sqlx::query("DELETE FROM api_keys WHERE tenant_id = $1 AND id = $2")
         .bind(tenant_id)
         .bind(key_id)
