@@ -17,6 +17,7 @@ mod bad_input;
 mod billing;
 mod budgets;
 mod compliance;
+mod console;
 mod cost;
 mod database_outage;
 mod dev_mode;
