@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Copies the console's front-end packages, at the versions package.json pins, into
-# assets/ with their licences. Run at development time after changing a version; the
+# assets/ with their licences (and the browser tests' axe-core into the tests). Run at development time after changing a version; the
 # files it writes are committed and embedded in the warden binary (no Node at run time).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,4 +22,14 @@ cp "$modules/htmx-ext-sse/dist/sse.min.js" assets/htmx-ext-sse.min.js
     cat "$modules/$package/LICENSE"
   done
 } > assets/LICENSES.txt
-echo "vendored into $(pwd)/assets"
+# The browser tests' accessibility scanner (not embedded in Warden).
+tests=../tests/api/console/vendor
+mkdir -p "$tests"
+cp "$modules/axe-core/axe.min.js" "$tests/axe.min.js"
+{
+  version=$(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$modules/axe-core/package.json" | head -n 1)
+  echo "axe-core $version, from the npm registry, unchanged; used only by the console's browser tests."
+  echo
+  cat "$modules/axe-core/LICENSE"
+} > "$tests/LICENSE-axe-core.txt"
+echo "vendored into $(pwd)/assets and $tests"

@@ -35,6 +35,7 @@ macro_rules! asset {
 static ASSETS: LazyLock<Vec<Asset>> = LazyLock::new(|| {
     [
         asset!("console.css", "text/css; charset=utf-8"),
+        asset!("favicon.svg", "image/svg+xml"),
         asset!("htmx.min.js", "text/javascript; charset=utf-8"),
         asset!("htmx-ext-sse.min.js", "text/javascript; charset=utf-8"),
         asset!("LICENSES.txt", "text/plain; charset=utf-8"),

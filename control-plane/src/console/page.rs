@@ -11,6 +11,7 @@ use crate::error::ApiError;
 /// The values `base.html` needs: assets, navigation, who is signed in, the CSRF token.
 pub struct Layout {
     pub css: String,
+    pub icon: String,
     pub htmx: String,
     pub sse: String,
     /// Which navigation entry is the current page (`overview`, `approvals`, `agents`).
@@ -24,6 +25,7 @@ impl Layout {
     pub fn new(current: &'static str, who: String, csrf: String) -> Layout {
         Layout {
             css: assets::url("console.css"),
+            icon: assets::url("favicon.svg"),
             htmx: assets::url("htmx.min.js"),
             sse: assets::url("htmx-ext-sse.min.js"),
             current,

@@ -3,6 +3,7 @@
 
 mod access;
 mod actions;
+mod browser;
 
 use reqwest::header::{HeaderMap, COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use std::collections::BTreeMap;

@@ -1,0 +1,221 @@
+"""The console in a real browser: Debian's Chromium, headless, driven by Playwright.
+
+Run by tests/api/console/browser.rs, which starts Warden, a proxy and a mock provider
+and passes what it made as one JSON argument: {base, proxy, admin_key, reader_key,
+proxy_key, agent_id, agent_name, xss_agent_id, chromium, axe, screenshots}.
+
+Each step prints what it checked; the first failure raises, and the exit status is
+not 0. Every page visited is scanned with axe-core (no serious or critical violation
+allowed) and photographed into the screenshots folder; no page may log an error (a
+Content-Security-Policy refusal shows there) or open a dialog.
+"""
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import expect, sync_playwright
+
+CONFIG = json.loads(sys.argv[1])
+BASE = CONFIG["base"]
+AXE = Path(CONFIG["axe"]).read_text()
+SHOTS = Path(CONFIG["screenshots"])
+SHOTS.mkdir(parents=True, exist_ok=True)
+PROBLEMS = []
+
+
+def step(text):
+    print(f"ok: {text}", flush=True)
+
+
+def agent_asks(model):
+    """An agent's chat request through the proxy: the status it gets."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    request = urllib.request.Request(
+        CONFIG["proxy"] + "/v1/chat/completions",
+        data=body.encode(),
+        headers={
+            "authorization": "Bearer " + CONFIG["proxy_key"],
+            "content-type": "application/json",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def watch(page):
+    """Records console errors and dialogs of `page` as problems."""
+    def console(message):
+        # A refused sign-in is answered 401, which Chromium logs like a failed load.
+        expected = "status of 401" in message.text and "/console/sign-in" in page.url
+        if message.type == "error" and not expected:
+            PROBLEMS.append(f"{page.url}: console error: {message.text}")
+
+    page.on("console", console)
+    page.on("pageerror", lambda error: PROBLEMS.append(f"{page.url}: {error}"))
+
+    def dialog(d):
+        PROBLEMS.append(f"{page.url}: a dialog opened: {d.message}")
+        d.dismiss()
+
+    page.on("dialog", dialog)
+    return page
+
+
+def check(page, name):
+    """Scans the page with axe-core and photographs it."""
+    # evaluate() runs through the DevTools protocol, not as a page script: the page's
+    # Content-Security-Policy still applies to everything the page itself loads.
+    page.evaluate(AXE + "\n;0")
+    violations = page.evaluate(
+        """() => axe.run(document, {resultTypes: ['violations']}).then(r =>
+            r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                                    targets: v.nodes.map(n => n.target.join(' '))})))"""
+    )
+    serious = [v for v in violations if v["impact"] in ("serious", "critical")]
+    if serious:
+        PROBLEMS.append(f"{name}: accessibility: {json.dumps(serious)}")
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    step(f"{name}: scanned ({len(violations)} minor findings) and photographed")
+
+
+def sign_in_with_key(page, key):
+    page.goto(BASE + "/console/sign-in")
+    page.get_by_text("Sign in with an API key").click()
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in with the key").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+
+
+def passwords(browser):
+    page = watch(browser.new_context().new_page())
+    page.goto(BASE + "/")
+    expect(page).to_have_url(BASE + "/console/sign-in?next=%2Fconsole")
+    check(page, "sign-in")
+    page.get_by_role("link", name="Create an organisation").click()
+    check(page, "sign-up")
+    page.get_by_label("Organisation name").fill("Browser Test Org")
+    page.get_by_label("Email").fill("owner@browser.example")
+    page.get_by_label("Password (10 to 256 characters)").fill("a-long-password")
+    page.get_by_role("button", name="Sign up").click()
+    expect(page.get_by_role("heading", name="Your organisation is ready")).to_be_visible()
+    key = page.get_by_label("API key").input_value()
+    assert key.startswith("wdn_"), key
+    check(page, "signed-up")
+    page.get_by_role("link", name="Go to the console").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in to Warden")).to_be_visible()
+    step("signed up, reached the console, signed out")
+
+    page.get_by_label("Email").fill("owner@browser.example")
+    page.get_by_label("Password").fill("not-the-password")
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    expect(page.get_by_role("alert")).to_contain_text("The email or the password is wrong.")
+    step("a wrong password is refused")
+    page.get_by_label("Password").fill("a-long-password")
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.get_by_text("owner@browser.example")).to_be_visible()
+    step("signed in with the password")
+    page.context.close()
+
+
+def approvals_and_kill_switch(browser):
+    page = watch(browser.new_context().new_page())
+    sign_in_with_key(page, CONFIG["admin_key"])
+    step("signed in with an API key")
+    check(page, "overview")
+
+    page.get_by_role("link", name="Approvals", exact=True).click()
+    expect(page.get_by_role("heading", name="Approvals", exact=True)).to_be_visible()
+    expect(page.locator("#queue")).to_contain_text("Nothing waits for a reviewer.")
+    # The page is open; the agent asks; the queue shows it without a reload.
+    status = agent_asks("gpt-4o")
+    assert status == 403, status
+    expect(page.locator("#queue")).to_contain_text("openai gpt-4o", timeout=15_000)
+    step("a held request appeared on the open approvals page without a reload")
+    check(page, "approvals")
+    page.get_by_label("Reason (optional)").fill("release day")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.get_by_role("status")).to_contain_text("in force on every connected proxy")
+    status = agent_asks("gpt-4o")
+    assert status == 200, status
+    step("approved in the console; the agent's retry passed")
+
+    page.get_by_role("link", name="Agents", exact=True).click()
+    check(page, "agents")
+    page.get_by_role("link", name=CONFIG["agent_name"], exact=True).click()
+    expect(page.get_by_role("heading", name=CONFIG["agent_name"])).to_be_visible()
+    check(page, "agent")
+    page.get_by_label("Why block it?").fill("runaway loop")
+    page.get_by_label("to confirm").first.fill(CONFIG["agent_name"])
+    page.get_by_role("button", name="Block").click()
+    expect(page.get_by_role("status")).to_contain_text("in force on every connected proxy")
+    expect(page.get_by_role("alert")).to_contain_text("Reason: runaway loop")
+    status = agent_asks("gpt-4o-mini")
+    assert status == 403, status
+    step("blocked from the agent's page; the very next request was refused")
+    check(page, "agent-blocked")
+    page.get_by_label("to unblock it").fill(CONFIG["agent_name"])
+    page.get_by_role("button", name="Unblock").click()
+    expect(page.get_by_role("status")).to_contain_text("in force on every connected proxy")
+    status = agent_asks("gpt-4o-mini")
+    assert status == 200, status
+    step("unblocked; requests pass again")
+
+    # A name written to run script is shown as text.
+    page.goto(BASE + "/console/agents/" + CONFIG["xss_agent_id"])
+    expect(page.get_by_role("heading", name="<img src=x onerror=alert(1)>")).to_be_visible()
+    step("an agent named like markup shows as text")
+
+    # Another site's form posting into the console with this browser's cookie.
+    forged = page.request.post(
+        BASE + "/console/agents/" + CONFIG["agent_id"] + "/block",
+        headers={"origin": "https://evil.example"},
+        form={"csrf": "x", "reason": "x", "confirm": CONFIG["agent_name"]},
+    )
+    assert forged.status == 403, forged.status
+    assert agent_asks("gpt-4o-mini") == 200
+    step("a cross-site post was refused and changed nothing")
+    page.context.close()
+
+
+def read_only(browser):
+    page = watch(browser.new_context().new_page())
+    sign_in_with_key(page, CONFIG["reader_key"])
+    page.goto(BASE + "/console/agents/" + CONFIG["agent_id"])
+    expect(page.get_by_role("heading", name=CONFIG["agent_name"])).to_be_visible()
+    assert page.get_by_role("button", name="Block").count() == 0
+    assert page.get_by_role("button", name="Quarantine").count() == 0
+    page.goto(BASE + "/console/approvals")
+    assert page.get_by_role("button", name="Approve").count() == 0
+    check(page, "approvals-read-only")
+    csrf = page.locator("input[name=csrf]").first.input_value()
+    forged = page.request.post(
+        BASE + "/console/agents/" + CONFIG["agent_id"] + "/block",
+        headers={"origin": BASE},
+        form={"csrf": csrf, "reason": "x", "confirm": CONFIG["agent_name"]},
+    )
+    assert forged.status == 403, forged.status
+    assert agent_asks("gpt-4o-mini") == 200
+    step("a read-only person sees no action, and a post made by hand is refused")
+    page.context.close()
+
+
+with sync_playwright() as playwright:
+    chromium = playwright.chromium.launch(executable_path=CONFIG["chromium"], args=["--no-sandbox"])
+    passwords(chromium)
+    approvals_and_kill_switch(chromium)
+    read_only(chromium)
+    chromium.close()
+
+if PROBLEMS:
+    print("\n".join(PROBLEMS), file=sys.stderr)
+    sys.exit(1)
+print("all console browser checks passed", flush=True)
