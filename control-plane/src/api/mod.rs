@@ -39,7 +39,7 @@ pub mod payload_capture;
 pub mod policies;
 mod posture;
 mod provider_names;
-mod proxy_keys;
+pub(crate) mod proxy_keys;
 mod proxy_stats;
 pub mod range;
 mod relationships;

@@ -154,10 +154,8 @@ pub async fn switch(
                 .map_err(|_| PageError::bad_form("a reason has at most 1,000 characters"))?,
         ),
     };
-    let enforced = enforcement::apply(&state, async {
-        agents::service::set_flag(&state, &signed.caller, &id, flag, on, reason.as_ref()).await
-    })
-    .await?;
+    let write = agents::service::set_flag(&state, &signed.caller, &id, flag, on, reason.as_ref());
+    let ((), enforced) = enforcement::apply(&state, write).await?;
     let target = format!("/console/agents/{}?{}", agent.id, enforced.query());
     Ok(Redirect::to(&target).into_response())
 }

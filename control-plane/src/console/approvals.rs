@@ -235,9 +235,10 @@ pub async fn decide(
             ),
         },
     };
-    let enforced = enforcement::apply(&state, async {
-        approvals::service::decide_approval(&state, &signed.caller, id, input).await
-    })
+    let ((), enforced) = enforcement::apply(
+        &state,
+        approvals::service::decide_approval(&state, &signed.caller, id, input),
+    )
     .await?;
     Ok(Redirect::to(&format!("/console/approvals?{}", enforced.query())).into_response())
 }

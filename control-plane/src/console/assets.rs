@@ -36,6 +36,7 @@ static ASSETS: LazyLock<Vec<Asset>> = LazyLock::new(|| {
     [
         asset!("console.css", "text/css; charset=utf-8"),
         asset!("favicon.svg", "image/svg+xml"),
+        asset!("console.js", "text/javascript; charset=utf-8"),
         asset!("htmx.min.js", "text/javascript; charset=utf-8"),
         asset!("htmx-ext-sse.min.js", "text/javascript; charset=utf-8"),
         asset!("LICENSES.txt", "text/plain; charset=utf-8"),

@@ -73,16 +73,16 @@ impl Enforced {
 }
 
 /// Runs `write` and, when it changed what the proxies enforce, waits for them as the
-/// API does.
+/// API does; its output and what the proxies made of it.
 pub async fn apply<T>(
     state: &AppState,
     write: impl Future<Output = ApiResult<T>>,
-) -> ApiResult<Enforced> {
+) -> ApiResult<(T, Enforced)> {
     let (result, version) = changes::tracking(write).await;
-    result?;
+    let output = result?;
     let confirmation = match version {
         Some(version) => Some(read_your_writes::confirm(state, version).await),
         None => None,
     };
-    Ok(Enforced::of(confirmation))
+    Ok((output, Enforced::of(confirmation)))
 }

@@ -15,6 +15,7 @@ mod assets;
 mod enforcement;
 mod form;
 mod headers;
+mod keys;
 mod overview;
 mod page;
 mod session;
@@ -45,6 +46,10 @@ pub fn router() -> Router<AppState> {
         .route("/console/agents", get(agents::list))
         .route("/console/agents/{id}", get(agents::show))
         .route("/console/agents/{id}/{action}", post(agents::switch))
+        .route("/console/keys", get(keys::show))
+        .route("/console/keys/proxy", post(keys::create_proxy_key))
+        .route("/console/keys/api", post(keys::create_api_key))
+        .route("/console/keys/{kind}/{id}/revoke", post(keys::revoke))
         .route("/console/assets/{file}", get(assets::serve))
         .layer(axum::middleware::from_fn(headers::secure))
 }

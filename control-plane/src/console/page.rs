@@ -14,6 +14,7 @@ pub struct Layout {
     pub icon: String,
     pub htmx: String,
     pub sse: String,
+    pub script: String,
     /// Which navigation entry is the current page (`overview`, `approvals`, `agents`).
     pub current: &'static str,
     /// The signed-in person's name; empty on the sign-in page.
@@ -28,6 +29,7 @@ impl Layout {
             icon: assets::url("favicon.svg"),
             htmx: assets::url("htmx.min.js"),
             sse: assets::url("htmx-ext-sse.min.js"),
+            script: assets::url("console.js"),
             current,
             who,
             csrf,

@@ -8,7 +8,7 @@
 //! Deleting the key here or through `/auth/api-keys` revokes it in the proxies.
 
 mod input;
-mod service;
+pub(crate) mod service;
 mod store;
 
 use std::collections::BTreeMap;

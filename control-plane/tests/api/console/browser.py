@@ -186,6 +186,35 @@ def approvals_and_kill_switch(browser):
     page.context.close()
 
 
+def keys(browser):
+    context = browser.new_context()
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=BASE)
+    page = watch(context.new_page())
+    sign_in_with_key(page, CONFIG["admin_key"])
+    page.get_by_role("link", name="Keys", exact=True).click()
+    check(page, "keys")
+    page.get_by_label("Label (an agent of this name is registered behind it)").fill("browser-bot")
+    page.get_by_role("button", name="Create the proxy key").click()
+    expect(page.get_by_role("heading", name="New proxy key: browser-bot")).to_be_visible()
+    check(page, "key-created")
+    key = page.get_by_label("The proxy key").input_value()
+    page.get_by_role("button", name="Copy").click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == key
+    step("a new proxy key is shown once and copied with its button")
+    page.get_by_role("link", name="Back to the keys").click()
+    row = page.get_by_role("row").filter(has_text="browser-bot")
+    row.get_by_role("button", name="Revoke browser-bot").click()
+    # The confirmation box is required: the browser keeps the form until it is ticked.
+    expect(page.get_by_role("heading", name="Keys", exact=True)).to_be_visible()
+    assert "revoked" not in page.url
+    row.get_by_label("Its agent stops at once").check()
+    row.get_by_role("button", name="Revoke browser-bot").click()
+    expect(page.get_by_role("status")).to_contain_text("revoked")
+    step("revoking asks for confirmation, then revokes")
+    context.close()
+
+
 def read_only(browser):
     page = watch(browser.new_context().new_page())
     sign_in_with_key(page, CONFIG["reader_key"])
@@ -212,6 +241,7 @@ with sync_playwright() as playwright:
     chromium = playwright.chromium.launch(executable_path=CONFIG["chromium"], args=["--no-sandbox"])
     passwords(chromium)
     approvals_and_kill_switch(chromium)
+    keys(chromium)
     read_only(chromium)
     chromium.close()
 

@@ -4,6 +4,7 @@
 mod access;
 mod actions;
 mod browser;
+mod keys;
 
 use reqwest::header::{HeaderMap, COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use std::collections::BTreeMap;
