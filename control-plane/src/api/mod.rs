@@ -34,7 +34,7 @@ mod openapi_enums;
 mod openapi_errors;
 mod ops;
 mod oversight;
-mod owners;
+pub(crate) mod owners;
 pub mod payload_capture;
 pub mod policies;
 mod posture;
@@ -47,7 +47,7 @@ mod risk;
 mod sso;
 mod teams;
 pub mod telemetry;
-mod tool_calls;
+pub(crate) mod tool_calls;
 
 use axum::Router;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};

@@ -16,7 +16,12 @@ use super::session::Signed;
 use crate::api::agents::{self, Agent, AgentFilter, EnforcementFlag, Reason};
 use crate::api::auth::service as auth;
 use crate::api::envelope::Page;
+use crate::api::health;
+use crate::api::owners::{self, Ownership};
+use crate::api::policies::evaluations::{self, Filters, PolicyEvaluation};
+use crate::api::tool_calls::{self, ToolCall, ToolCallQuery};
 use crate::auth::require;
+use crate::health::HealthScore;
 use crate::state::AppState;
 
 /// The list shows at most this many agents per page (the API's largest page).
@@ -89,7 +94,16 @@ struct AgentPage {
     heartbeat: String,
     may_switch: bool,
     enforced: Option<Enforced>,
+    health: Option<HealthScore>,
+    owners: Vec<Ownership>,
+    /// The latest policy decisions about the agent's requests (`governance:read`).
+    decisions: Option<Vec<PolicyEvaluation>>,
+    /// The latest tool calls it made through the MCP gateway (`governance:read`).
+    tool_calls: Option<Vec<ToolCall>>,
 }
+
+/// How many recent decisions and tool calls the agent's page lists.
+const RECENT: i64 = 10;
 
 /// `GET /console/agents/{id}`.
 pub async fn show(
@@ -103,16 +117,53 @@ pub async fn show(
     let heartbeat = agent.last_heartbeat.map_or("never".to_owned(), |at| {
         format!("{} ago", span(now - at.as_millis()))
     });
+    let caller = &signed.caller;
+    let recent = Page {
+        page: 1,
+        limit: RECENT,
+    };
+    let health = match caller.has(Scope::MonitoringRead) {
+        true => Some(health::service::agent_health(&state, caller, &id).await?),
+        false => None,
+    };
+    let (decisions, tool_calls) = match caller.has(Scope::GovernanceRead) {
+        true => {
+            let filters = Filters {
+                policy_id: None,
+                agent_id: Some(&id),
+                result: None,
+            };
+            let calls = ToolCallQuery {
+                // A valid agent id (it was found above) is a valid filter.
+                agent_id: crate::validate::Text::try_from(id.clone()).ok(),
+                server: None,
+                tool: None,
+                decision: None,
+                outcome: None,
+                since: None,
+                page: None,
+                limit: None,
+            };
+            let decisions = evaluations::list::evaluations(&state, caller, &filters, recent);
+            let calls = tool_calls::service::list(&state, caller, &calls, recent);
+            (Some(decisions.await?.0), Some(calls.await?.0))
+        }
+        false => (None, None),
+    };
     let page = AgentPage {
         layout: Layout::new(
             "agents",
-            auth::caller_name(&state, &signed.caller).await?,
+            auth::caller_name(&state, caller).await?,
             signed.csrf(),
         ),
+        owners: owners::service::owners_of(&state, caller, &id).await?,
+        tool_calls,
         agent,
         heartbeat,
-        may_switch: signed.caller.has(Scope::Admin),
+        may_switch: caller.has(Scope::Admin),
         enforced: Some(enforced).filter(Enforced::is_known),
+        health,
+        decisions,
     };
     Ok(page::render(&page))
 }

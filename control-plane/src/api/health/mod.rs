@@ -12,7 +12,7 @@
 //!
 //! Color: `green` from 80, `yellow` from 50, `red` below.
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

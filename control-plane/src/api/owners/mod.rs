@@ -3,7 +3,7 @@
 //! removing needs `admin`; reading, `registry:read`. Record ids are integers. An owner is
 //! recorded once per agent and owner type (409 `owner_exists`).
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

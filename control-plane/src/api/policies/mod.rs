@@ -5,7 +5,7 @@
 //! proxies in its transaction; the proxies hold only enabled policies.
 
 mod dry_run;
-mod evaluations;
+pub(crate) mod evaluations;
 mod input;
 mod service;
 mod store;

@@ -4,7 +4,7 @@
 //! Records arrive with the proxies' usage batches (spooled, idempotent); they are not
 //! cost-ledger entries.
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

@@ -16,6 +16,21 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 use crate::validate::Text;
 
+/// One page of the tenant's evaluation records under `filters`, and how many there are
+/// (counted up to [`COUNT_LIMIT`] + 1).
+pub async fn evaluations(
+    state: &AppState,
+    caller: &crate::auth::Caller,
+    filters: &Filters<'_>,
+    page: Page,
+) -> ApiResult<(Vec<PolicyEvaluation>, i64)> {
+    let pool = state.db.pool();
+    let evaluations = store::evaluations_page(pool, &caller.tenant_id, filters, page).await?;
+    let counted =
+        store::count_evaluations(pool, &caller.tenant_id, filters, COUNT_LIMIT + 1).await?;
+    Ok((evaluations, counted))
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -51,10 +66,7 @@ pub async fn list_evaluations(
         agent_id: query.agent_id.as_ref().map(Text::as_str),
         result: query.result.map(Outcome::as_str),
     };
-    let pool = state.db.pool();
-    let evaluations = store::evaluations_page(pool, &caller.tenant_id, &filters, page).await?;
-    let counted =
-        store::count_evaluations(pool, &caller.tenant_id, &filters, COUNT_LIMIT + 1).await?;
+    let (evaluations, counted) = evaluations(&state, &caller, &filters, page).await?;
     Ok(envelope::paged_counted(
         evaluations,
         page,

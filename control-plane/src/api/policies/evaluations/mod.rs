@@ -9,9 +9,11 @@
 //! is audited as `policy.violated`, at most twice a minute per agent and policy
 //! (`violations`). `store` holds the SQL of all three.
 
-mod list;
+pub(crate) mod list;
 mod record;
 mod store;
+
+pub(crate) use store::Filters;
 mod violations;
 
 use std::collections::HashMap;
