@@ -84,6 +84,22 @@ def check(page, name):
     step(f"{name}: scanned ({len(violations)} minor findings) and photographed")
 
 
+def requests_on_load(page, path):
+    """Loads `path` and returns the requests the page made to the server for it, besides
+    static assets: a page must need at most three (no request per row)."""
+    made = []
+    listener = lambda request: made.append(request.url)
+    page.on("request", listener)
+    page.goto(BASE + path)
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(500)
+    page.remove_listener("request", listener)
+    own = [url for url in made if url.startswith(BASE) and "/console/assets/" not in url]
+    if len(own) > 3:
+        PROBLEMS.append(f"{path}: {len(own)} requests on load: {own}")
+    return own
+
+
 def sign_in_with_key(page, key):
     page.goto(BASE + "/console/sign-in")
     page.get_by_text("Sign in with an API key").click()
@@ -183,6 +199,10 @@ def approvals_and_kill_switch(browser):
     assert forged.status == 403, forged.status
     assert agent_asks("gpt-4o-mini") == 200
     step("a cross-site post was refused and changed nothing")
+    for path in ["/console", "/console/approvals", "/console/agents",
+                 "/console/agents/" + CONFIG["agent_id"], "/console/keys"]:
+        own = requests_on_load(page, path)
+        step(f"{path}: {len(own)} requests to the server on load")
     page.context.close()
 
 

@@ -94,4 +94,6 @@ async fn the_console_works_in_a_real_browser() {
         printed.contains("all console browser checks passed"),
         "{printed}"
     );
+    // What was checked, in the test's output (shown with --nocapture).
+    println!("{printed}");
 }
