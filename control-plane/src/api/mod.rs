@@ -44,7 +44,7 @@ mod proxy_stats;
 pub mod range;
 mod relationships;
 mod risk;
-mod sso;
+pub(crate) mod sso;
 mod teams;
 pub mod telemetry;
 pub(crate) mod tool_calls;

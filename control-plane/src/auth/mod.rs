@@ -5,6 +5,7 @@
 //! (API key or login session), then checks the scope before any other input is read,
 //! so a caller without the scope learns nothing about the resource (403 before 404).
 
+pub mod cookie;
 pub mod password;
 
 use std::marker::PhantomData;

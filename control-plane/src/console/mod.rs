@@ -21,6 +21,7 @@ mod page;
 mod session;
 mod sign_in;
 mod sign_up;
+mod sso;
 
 use axum::response::Redirect;
 use axum::routing::{get, post};
@@ -39,6 +40,8 @@ pub fn router() -> Router<AppState> {
         .route("/console/sign-in/key", post(sign_in::submit_key))
         .route("/console/sign-up", get(sign_up::form).post(sign_up::submit))
         .route("/console/sign-out", post(sign_in::sign_out))
+        .route("/console/sso", get(sso::start))
+        .route("/console/sso/finish", get(sso::finish))
         .route("/console/approvals", get(approvals::show))
         .route("/console/approvals/queue", get(approvals::queue_fragment))
         .route("/console/approvals/events", get(approvals::events))

@@ -9,15 +9,15 @@
 use std::marker::PhantomData;
 
 use axum::extract::FromRequestParts;
-use axum::http::header::{COOKIE, SET_COOKIE};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::page::{self, PageError};
 use crate::api::auth::SESSION_TTL_SECS;
+pub use crate::auth::cookie::{cookie, set_cookie, SameSite};
 use crate::auth::{caller_for, Caller, RequiredScope};
 use crate::state::AppState;
 
@@ -82,47 +82,23 @@ fn sign_in_redirect(next: Option<&str>) -> Response {
     Redirect::to(&target).into_response()
 }
 
-/// The value of cookie `name` in the request's `Cookie` headers.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value)
-}
-
-/// Whether the browser reached the console over https (TLS ends at a load balancer in
-/// front of the control plane, which says so in `X-Forwarded-Proto`): cookies are then
-/// marked `Secure`. Trusting the header can only add that attribute.
-pub fn over_https(headers: &HeaderMap) -> bool {
-    headers
-        .get("x-forwarded-proto")
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|proto| proto.eq_ignore_ascii_case("https"))
-}
-
-/// A `Set-Cookie` for `name`: HttpOnly, SameSite=Strict, path `/`, for `max_age`
-/// seconds (0 deletes it), `Secure` over https.
-pub fn set_cookie(
-    name: &str,
-    value: &str,
-    max_age: i64,
-    secure: bool,
-) -> (axum::http::HeaderName, HeaderValue) {
-    let secure = if secure { "; Secure" } else { "" };
-    let cookie =
-        format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
-    // Values are tokens of ASCII letters, digits and `_`: always a valid header.
-    let value = HeaderValue::from_str(&cookie).unwrap_or(HeaderValue::from_static(""));
-    (SET_COOKIE, value)
-}
-
 /// The session cookie for `token`, living as long as the session does.
-pub fn session_cookie(token: &str, secure: bool) -> (axum::http::HeaderName, HeaderValue) {
-    set_cookie(SESSION_COOKIE, token, SESSION_TTL_SECS, secure)
+pub fn session_cookie(request: &HeaderMap, token: &str) -> (HeaderName, HeaderValue) {
+    set_cookie(
+        request,
+        SESSION_COOKIE,
+        token,
+        SESSION_TTL_SECS,
+        SameSite::Strict,
+    )
+}
+
+/// `bytes` random bytes from the operating system, hex.
+pub fn random_hex(bytes: usize) -> String {
+    use rand::RngCore;
+    let mut buffer = vec![0u8; bytes];
+    rand::rngs::OsRng.fill_bytes(&mut buffer);
+    buffer.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The CSRF token of the session `token`: HMAC-SHA256 keyed by the token, hex.
@@ -142,16 +118,6 @@ pub fn csrf_token(token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cookies_are_found_among_others() {
-        let mut headers = HeaderMap::new();
-        headers.append(COOKIE, HeaderValue::from_static("a=1; warden_session=tok"));
-        headers.append(COOKIE, HeaderValue::from_static("b=2"));
-        assert_eq!(cookie(&headers, "warden_session"), Some("tok"));
-        assert_eq!(cookie(&headers, "b"), Some("2"));
-        assert_eq!(cookie(&headers, "warden"), None);
-    }
 
     #[test]
     fn csrf_tokens_differ_per_session() {

@@ -17,7 +17,7 @@ use subtle::ConstantTimeEq;
 
 use super::form::{same_origin, Posted};
 use super::page::{self, Layout, PageError};
-use super::session::{self, cookie, over_https, Signed, SESSION_COOKIE};
+use super::session::{self, cookie, set_cookie, SameSite, Signed, SESSION_COOKIE};
 use crate::api::auth::{service as auth, LoginInput};
 use crate::auth::require;
 use crate::error::ErrorCode;
@@ -74,8 +74,8 @@ fn sign_in_page(
 
 /// The value a form without a session carries and the cookie that pairs with it.
 pub fn form_pairing(headers: &HeaderMap) -> (String, (HeaderName, HeaderValue)) {
-    let value = random_token();
-    let cookie = session::set_cookie(SIGN_IN_COOKIE, &value, 3600, over_https(headers));
+    let value = session::random_hex(32);
+    let cookie = set_cookie(headers, SIGN_IN_COOKIE, &value, 3600, SameSite::Strict);
     (value, cookie)
 }
 
@@ -89,24 +89,15 @@ pub fn paired_form(headers: &HeaderMap, sent: &str) -> bool {
 
 /// Signs the person in: the session cookie, the pairing cookie dropped, on to `next`.
 pub fn signed_in(headers: &HeaderMap, token: &str, next: &str) -> Response {
-    let secure = over_https(headers);
     // Two cookies: appended, since a plain header list keeps only the last.
     (
         AppendHeaders([
-            session::session_cookie(token, secure),
-            session::set_cookie(SIGN_IN_COOKIE, "", 0, secure),
+            session::session_cookie(headers, token),
+            set_cookie(headers, SIGN_IN_COOKIE, "", 0, SameSite::Strict),
         ]),
         Redirect::to(next),
     )
         .into_response()
-}
-
-/// 32 random bytes, hex: the sign-in form's double-submit value.
-fn random_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[derive(Deserialize)]
@@ -203,6 +194,6 @@ pub async fn sign_out(
     if let Err(error) = auth::close_session(&state, &signed.token).await {
         return PageError::from(error).into_response();
     }
-    let cookie = session::set_cookie(SESSION_COOKIE, "", 0, over_https(&headers));
+    let cookie = set_cookie(&headers, SESSION_COOKIE, "", 0, SameSite::Strict);
     ([cookie], Redirect::to("/console/sign-in")).into_response()
 }

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::page::{self, Layout, PageError};
-use super::session::{self, over_https};
+use super::session;
 use super::sign_in::{form_pairing, paired_form};
 use crate::api::auth::{service as auth, LoginInput, SignupInput};
 use crate::error::ApiError;
@@ -104,7 +104,7 @@ pub async fn submit(
         layout: Layout::new("", form.email.clone(), csrf),
         api_key: created.api_key,
     };
-    let cookie = session::session_cookie(&session.access_token, over_https(&headers));
+    let cookie = session::session_cookie(&headers, &session.access_token);
     (StatusCode::CREATED, [cookie], page::render(&page)).into_response()
 }
 

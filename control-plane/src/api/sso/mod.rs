@@ -17,7 +17,7 @@
 //! never locked out by an IdP's outage); users SSO provisioned have none.
 
 mod config;
-mod login;
+pub(crate) mod login;
 mod saml;
 mod store;
 
@@ -36,6 +36,7 @@ use warden_shared::timestamp::Timestamp;
 use crate::api::auth::LoginOutput;
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{parse_json, ApiPath, ApiQuery, JsonBytes};
+use crate::auth::cookie::{set_cookie, SameSite};
 use crate::auth::{require, Authorized};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -235,7 +236,7 @@ pub struct SsoSession {
     params(("tenant_id" = String, Path)),
     request_body(content_type = "application/x-www-form-urlencoded", content = String,
         description = "`SAMLResponse` (base64) and `RelayState`, as the IdP's HTTP-POST binding posts them"),
-    responses((status = 200, description = "A one-hour session, as `POST /auth/login` gives", body = Envelope<SsoSession>),
+    responses((status = 200, description = "A one-hour session, as `POST /auth/login` gives; for a login the console started (RelayState `console:<nonce>`), an HTML page that completes it in the console", body = Envelope<SsoSession>),
         (status = 401, description = "The response is not valid: signature, issuer, audience, destination, validity, request or replay (`saml_response_invalid`)"),
         (status = 403, description = "SSO is not enabled (`sso_not_enabled`), or the user is not provisioned (`sso_user_not_provisioned`)"),
         (status = 429, description = "Too many SAML logins from this address (`rate_limited`)")))]
@@ -243,6 +244,7 @@ async fn saml_acs(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ApiPath(tenant_id): ApiPath<String>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
     let mut saml_response = None;
@@ -258,8 +260,55 @@ async fn saml_acs(
         ApiError::validation("SAMLResponse", "SAMLResponse: required (a form field)")
     })?;
     let session = login::consume(&state, peer.ip(), &tenant_id, &saml_response).await?;
+    if let Some(nonce) = relay_state.as_deref().and_then(console_nonce) {
+        return Ok(console_handoff(&headers, &session.access_token, nonce));
+    }
     Ok(envelope::ok(SsoSession {
         session,
         relay_state: relay_state.filter(|r| r.len() <= login::MAX_RELAY_STATE),
     }))
+}
+
+/// The RelayState prefix of a login the console started; a nonce follows, which the
+/// starting browser holds in the [`CONSOLE_BINDING_COOKIE`].
+pub const CONSOLE_RELAY_PREFIX: &str = "console:";
+/// The cookie, set when the console starts a login, that binds it to that browser.
+pub const CONSOLE_BINDING_COOKIE: &str = "warden_sso_binding";
+/// The cookie the ACS hands a console login's session over in (`<token>.<nonce>`), for
+/// `/console/sso/finish` to check against the binding and turn into the session.
+pub const CONSOLE_HANDOFF_COOKIE: &str = "warden_sso_handoff";
+
+/// The nonce of a console login's RelayState (32 hex digits), if it is one.
+pub fn console_nonce(relay_state: &str) -> Option<&str> {
+    relay_state
+        .strip_prefix(CONSOLE_RELAY_PREFIX)
+        .filter(|nonce| nonce.len() == 32 && nonce.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// A console login's answer: the session goes into a short-lived hand-off cookie and a
+/// page of this origin moves the browser on to `/console/sso/finish`. (The IdP's post is
+/// cross-site, so the console's SameSite=Strict session cookie could not be read on the
+/// redirect's next request; the page's own navigation is same-site.)
+fn console_handoff(request: &axum::http::HeaderMap, token: &str, nonce: &str) -> Response {
+    let value = format!("{token}.{nonce}");
+    let cookie = set_cookie(request, CONSOLE_HANDOFF_COOKIE, &value, 120, SameSite::Lax);
+    let page = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+        <meta http-equiv=\"refresh\" content=\"0;url=/console/sso/finish\">\
+        <title>Signing in · Warden</title></head><body><main><p>Signing you in. \
+        <a href=\"/console/sso/finish\">Continue</a></p></main></body></html>";
+    (
+        [
+            cookie,
+            (
+                header::CONTENT_SECURITY_POLICY,
+                axum::http::HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+            ),
+            (
+                header::CACHE_CONTROL,
+                axum::http::HeaderValue::from_static("no-store"),
+            ),
+        ],
+        axum::response::Html(page),
+    )
+        .into_response()
 }

@@ -15,7 +15,7 @@ use crate::helpers::TestApp;
 pub struct Browser {
     base: String,
     client: reqwest::Client,
-    cookies: BTreeMap<String, String>,
+    pub cookies: BTreeMap<String, String>,
 }
 
 /// An answer: status, headers, body.
@@ -69,8 +69,14 @@ impl Browser {
         for value in response.headers().get_all(SET_COOKIE) {
             let text = value.to_str().unwrap();
             assert!(text.contains("HttpOnly"), "{text}");
-            assert!(text.contains("SameSite=Strict"), "{text}");
             let (name, rest) = text.split_once('=').unwrap();
+            // Strict, but for single sign-on's two, which arrive from the IdP's site.
+            let same_site = if name.starts_with("warden_sso_") {
+                "Lax"
+            } else {
+                "Strict"
+            };
+            assert!(text.contains(&format!("SameSite={same_site}")), "{text}");
             let value = rest.split(';').next().unwrap();
             if text.contains("Max-Age=0") {
                 self.cookies.remove(name);

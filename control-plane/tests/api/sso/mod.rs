@@ -3,6 +3,8 @@
 //! the AuthnRequests Warden redirects to it. Every attack a SAML service provider must
 //! resist is posted to the assertion consumer service and refused without a session.
 
+mod console;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
