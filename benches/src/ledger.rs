@@ -13,13 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use warden_benches::{BenchServer, SERVICE_TOKEN};
+use warden_benches::{BenchServer, BATCH};
 use warden_shared::clock::Clock;
 use warden_shared::timestamp::Timestamp;
-
-const BATCH: usize = 1000;
-const MODELS: [&str; 4] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "o4-mini"];
 
 #[tokio::main]
 async fn main() {
@@ -46,52 +42,16 @@ async fn main() {
     let (tenant_id, key) = server.create_tenant("enterprise_plus", agents).await;
     let agent_ids = server.register_agents(&key, agents, 20).await;
 
-    // Ingest: records spread evenly over `days` days up to now, in batches of 1,000.
-    let started = Instant::now();
-    let mut in_flight = tokio::task::JoinSet::new();
-    let mut sent = 0usize;
-    let mut batch_no = 0usize;
-    while sent < records {
-        let size = BATCH.min(records - sent);
-        let batch: Vec<Value> = (sent..sent + size)
-            .map(|i| {
-                let at = now - span + (i as i64 * span / records as i64);
-                json!({
-                    "record_id": format!("r{i:010}"), "tenant_id": tenant_id,
-                    "agent_id": agent_ids[i % agent_ids.len()], "model_provider": "openai",
-                    "model_name": MODELS[(i / agent_ids.len()) % MODELS.len()],
-                    "input_tokens": 500 + (i % 700) as i64,
-                    "output_tokens": 100 + (i % 300) as i64,
-                    "recorded_at": Timestamp::from_millis(at).to_string(),
-                })
-            })
-            .collect();
-        let request = client
-            .post(format!("{base}/internal/v1/usage-batches"))
-            .bearer_auth(SERVICE_TOKEN)
-            .json(&json!({ "batch_id": format!("b{batch_no}"), "records": batch }));
-        let last_at = now - span + ((sent + size - 1) as i64 * span / records as i64);
-        clock.advance((last_at - clock.now().as_millis()).max(0));
-        if in_flight.len() >= senders {
-            in_flight.join_next().await.unwrap().unwrap();
-        }
-        in_flight.spawn(async move {
-            let ack: Value = request.send().await.unwrap().json().await.unwrap();
-            assert_eq!(ack["data"]["accepted"].as_u64(), Some(size as u64), "{ack}");
-        });
-        sent += size;
-        batch_no += 1;
-        if batch_no % 1000 == 0 {
-            eprintln!(
-                "  {sent} records, {:.0} records/s so far",
-                sent as f64 / started.elapsed().as_secs_f64()
-            );
-        }
-    }
-    while let Some(done) = in_flight.join_next().await {
-        done.unwrap();
-    }
-    let ingest = started.elapsed();
+    let ingest = warden_benches::ingest_usage(
+        &server,
+        &tenant_id,
+        &agent_ids,
+        records,
+        (now - span, now),
+        &clock,
+        senders,
+    )
+    .await;
     println!(
         "ledger: {records} usage records, {agents} agents, {days} days, database {}, ending {}",
         server.backend,

@@ -119,3 +119,68 @@ impl BenchServer {
             .unwrap()
     }
 }
+
+/// Records per ingest batch, the proxies' largest.
+pub const BATCH: usize = 1000;
+const MODELS: [&str; 4] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "o4-mini"];
+
+/// Sends `records` usage records of `agent_ids` through `/internal/v1/usage-batches`,
+/// spread evenly over `span` (Unix ms, from and to), `senders` batches in flight, as
+/// proxies flush. `clock` (the server's) follows the records, so the ledger closes each
+/// finished day as it would in production. Returns how long it took.
+pub async fn ingest_usage(
+    server: &BenchServer,
+    tenant_id: &str,
+    agent_ids: &[String],
+    records: usize,
+    (from, to): (i64, i64),
+    clock: &Clock,
+    senders: usize,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    let span = to - from;
+    let mut in_flight = tokio::task::JoinSet::new();
+    let (mut sent, mut batch_no) = (0usize, 0usize);
+    while sent < records {
+        let size = BATCH.min(records - sent);
+        let batch: Vec<Value> = (sent..sent + size)
+            .map(|i| {
+                let at = from + (i as i64 * span / records as i64);
+                json!({
+                    "record_id": format!("r{i:010}"), "tenant_id": tenant_id,
+                    "agent_id": agent_ids[i % agent_ids.len()], "model_provider": "openai",
+                    "model_name": MODELS[(i / agent_ids.len()) % MODELS.len()],
+                    "input_tokens": 500 + (i % 700) as i64,
+                    "output_tokens": 100 + (i % 300) as i64,
+                    "recorded_at": warden_shared::timestamp::Timestamp::from_millis(at).to_string(),
+                })
+            })
+            .collect();
+        let request = server
+            .client
+            .post(format!("{}/internal/v1/usage-batches", server.base))
+            .bearer_auth(SERVICE_TOKEN)
+            .json(&json!({ "batch_id": format!("b{batch_no}"), "records": batch }));
+        let last_at = from + ((sent + size - 1) as i64 * span / records as i64);
+        clock.advance((last_at - clock.now().as_millis()).max(0));
+        if in_flight.len() >= senders.max(1) {
+            in_flight.join_next().await.unwrap().unwrap();
+        }
+        in_flight.spawn(async move {
+            let ack: Value = request.send().await.unwrap().json().await.unwrap();
+            assert_eq!(ack["data"]["accepted"].as_u64(), Some(size as u64), "{ack}");
+        });
+        sent += size;
+        batch_no += 1;
+        if batch_no % 1000 == 0 {
+            eprintln!(
+                "  {sent} records, {:.0} records/s so far",
+                sent as f64 / started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        done.unwrap();
+    }
+    started.elapsed()
+}

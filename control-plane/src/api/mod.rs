@@ -44,6 +44,7 @@ mod proxy_stats;
 pub mod range;
 mod relationships;
 mod risk;
+pub mod risk_level;
 pub(crate) mod sso;
 mod teams;
 pub mod telemetry;

@@ -19,10 +19,12 @@ use crate::api::envelope::Page;
 use crate::api::health;
 use crate::api::owners::{self, Ownership};
 use crate::api::policies::evaluations::{self, Filters, PolicyEvaluation};
+use crate::api::risk_level::RiskLevel;
 use crate::api::tool_calls::{self, ToolCall, ToolCallQuery};
 use crate::auth::require;
 use crate::health::HealthScore;
 use crate::state::AppState;
+use crate::validate::Text;
 
 /// The list shows at most this many agents per page (the API's largest page).
 const PER_PAGE: i64 = 100;
@@ -36,6 +38,8 @@ struct AgentsPage {
     status: String,
     team: String,
     environment: String,
+    risk_level: String,
+    search: String,
 }
 
 #[derive(Deserialize)]
@@ -46,6 +50,10 @@ pub struct ListFilter {
     team: String,
     #[serde(default)]
     environment: String,
+    #[serde(default)]
+    risk_level: String,
+    #[serde(default)]
+    search: String,
 }
 
 /// `GET /console/agents`.
@@ -59,6 +67,8 @@ pub async fn list(
         framework: None,
         team: Some(filter.team.trim().to_owned()).filter(|team| !team.is_empty()),
         environment: Environment::parse(&filter.environment),
+        risk_level: RiskLevel::parse(&filter.risk_level),
+        search: Text::try_from(filter.search.trim().to_owned()).ok(),
         page: None,
         limit: None,
     };
@@ -81,6 +91,15 @@ pub async fn list(
         environment: api_filter
             .environment
             .map_or("", Environment::as_str)
+            .to_owned(),
+        risk_level: api_filter
+            .risk_level
+            .map_or("", RiskLevel::as_str)
+            .to_owned(),
+        search: api_filter
+            .search
+            .as_ref()
+            .map_or("", Text::as_str)
             .to_owned(),
     };
     Ok(page::render(&page))

@@ -1,6 +1,6 @@
 //! The agent registry: register, read, filter, page, update, soft delete, plan limits.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::helpers::{expect_error, expect_status};
 
@@ -248,4 +248,60 @@ db_test!(deleting_an_agent_is_soft_and_frees_its_plan_slot, |app| {
     .await;
     assert_eq!(tenant_view["data"]["active_agents"], json!(3));
     assert_eq!(tenant_view["data"]["agent_limit"], json!(3));
+});
+
+db_test!(agents_are_found_by_name_and_risk_level, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let mut ids = std::collections::BTreeMap::new();
+    for name in [
+        "Support Bot",
+        "support-triage",
+        "billing_100%",
+        "billing-1000",
+    ] {
+        let agent = app.register_agent(key, json!({ "name": name })).await;
+        ids.insert(name, agent["id"].as_str().unwrap().to_owned());
+    }
+    let names = |body: &Value| -> Vec<String> {
+        let mut names: Vec<String> = body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let found = expect_status(app.get("/agents?search=SUPPORT", key).await, 200).await;
+    assert_eq!(names(&found), ["Support Bot", "support-triage"]);
+    assert_eq!(found["meta"]["total"], 2);
+    // `%` and `_` are the characters themselves, not wildcards.
+    let literal = expect_status(app.get("/agents?search=100%25", key).await, 200).await;
+    assert_eq!(names(&literal), ["billing_100%"]);
+    let underscore = expect_status(app.get("/agents?search=g_1", key).await, 200).await;
+    assert_eq!(names(&underscore), ["billing_100%"]);
+
+    expect_status(
+        app.post(
+            &format!("/agents/{}/risk-classification", ids["support-triage"]),
+            key,
+            json!({ "risk_level": "high", "justification": "triages customer data" }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let high = expect_status(app.get("/agents?risk_level=high", key).await, 200).await;
+    assert_eq!(names(&high), ["support-triage"]);
+    let both = expect_status(
+        app.get("/agents?risk_level=high&search=bot", key).await,
+        200,
+    )
+    .await;
+    assert!(names(&both).is_empty());
+    for bad in ["risk_level=severe", "search="] {
+        let refused = app.get(&format!("/agents?{bad}"), key).await;
+        expect_error(refused, 422, "validation_failed").await;
+    }
 });

@@ -93,6 +93,11 @@ pub struct AgentFilter {
     /// `production`, `staging` or `dev`.
     #[param(value_type = Option<String>, pattern = "^(production|staging|dev)$")]
     pub environment: Option<warden_shared::registry::Environment>,
+    /// `minimal`, `limited`, `high` or `prohibited`: the latest classification.
+    #[param(value_type = Option<String>, pattern = "^(minimal|limited|high|prohibited)$")]
+    pub risk_level: Option<crate::api::risk_level::RiskLevel>,
+    /// Names containing this text, ignoring case (1 to 100 characters).
+    pub search: Option<crate::validate::Text<1, 100>>,
     #[param(minimum = 1, maximum = 1000000, default = 1)]
     pub page: Option<i64>,
     #[param(minimum = 1, maximum = 100, default = 20)]

@@ -10,6 +10,7 @@ use super::input::{LifecycleInput, Reason};
 use super::store::{self, AgentRow, EnforcementFlag};
 use super::{Agent, AgentFilter, CreateAgentInput, UpdateAgentInput};
 use crate::api::envelope::Page;
+use crate::api::risk_level::RiskLevel;
 use crate::api::teams::find_or_create_team_id;
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, ChangeKind, Proxies};
@@ -28,12 +29,31 @@ pub async fn list_agents(
         framework: filter.framework.as_deref(),
         team: filter.team.as_deref(),
         environment: filter.environment.map(Environment::as_str),
+        risk_level: filter.risk_level.map(RiskLevel::as_str),
+        name_like: filter
+            .search
+            .as_ref()
+            .map(|text| name_pattern(text.as_str())),
         only: store::Only::All,
     };
     let now = state.clock.now().as_millis();
     let agents = store::list(state.db.pool(), &caller.tenant_id, &filter, page, now).await?;
     let total = store::count(state.db.pool(), &caller.tenant_id, &filter, now).await?;
     Ok((agents, total))
+}
+
+/// The `LIKE` pattern of names containing `text`, case-insensitively: `%`, `_` and the
+/// escape character itself match only themselves.
+fn name_pattern(text: &str) -> String {
+    let mut pattern = String::from("%");
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
 }
 
 pub async fn get_agent(state: &AppState, caller: &Caller, agent_id: &str) -> ApiResult<Agent> {

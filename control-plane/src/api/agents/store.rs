@@ -27,6 +27,9 @@ pub struct Filter<'a> {
     pub framework: Option<&'a str>,
     pub team: Option<&'a str>,
     pub environment: Option<&'a str>,
+    pub risk_level: Option<&'a str>,
+    /// A `LIKE` pattern over the lower-cased name (`%text%`, its wildcards escaped).
+    pub name_like: Option<String>,
     /// A security list's subset of agents.
     pub only: Only,
 }
@@ -81,8 +84,8 @@ macro_rules! select_agents {
     };
 }
 
-/// The filter clause shared by the list and its count, with parameters $1 to $7 ($6 is
-/// the current time, $7 the [`Only`] subset).
+/// The filter clause shared by the list and its count, with parameters $1 to $9 ($6 is
+/// the current time, $7 the [`Only`] subset, $8 the risk level, $9 the name pattern).
 macro_rules! filtered {
     ($rest:expr) => {
         concat!(
@@ -94,7 +97,9 @@ macro_rules! filtered {
              AND ($4 IS NULL OR tm.name = $4) AND ($5 IS NULL OR a.environment = $5) \
              AND ($7 = 0 OR ($7 = 1 AND a.quarantined = 1) \
              OR ($7 = 2 AND a.expires_at <= $6) OR ($7 = 3 AND a.review_date <= $6) \
-             OR ($7 = 4 AND a.blocked = 1)) ",
+             OR ($7 = 4 AND a.blocked = 1)) \
+             AND ($8 IS NULL OR a.risk_level = $8) \
+             AND ($9 IS NULL OR LOWER(a.name) LIKE $9 ESCAPE '\\') ",
             $rest
         )
     };
@@ -109,7 +114,7 @@ pub async fn list<'e>(
 ) -> Result<Vec<Agent>, sqlx::Error> {
     sqlx::query(select_agents!(
         "$6",
-        filtered!("ORDER BY a.created_at DESC, a.id DESC LIMIT $8 OFFSET $9")
+        filtered!("ORDER BY a.created_at DESC, a.id DESC LIMIT $10 OFFSET $11")
     ))
     .bind(tenant_id)
     .bind(filter.status)
@@ -118,6 +123,8 @@ pub async fn list<'e>(
     .bind(filter.environment)
     .bind(now_ms)
     .bind(filter.only as i64)
+    .bind(filter.risk_level)
+    .bind(filter.name_like.as_deref())
     .bind(page.limit)
     .bind(page.offset())
     .fetch_all(db)
@@ -145,6 +152,8 @@ pub async fn count<'e>(
     .bind(filter.environment)
     .bind(now_ms)
     .bind(filter.only as i64)
+    .bind(filter.risk_level)
+    .bind(filter.name_like.as_deref())
     .fetch_one(db)
     .await
 }

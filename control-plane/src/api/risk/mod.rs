@@ -39,37 +39,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(classify_in_bulk))
 }
 
-/// An EU AI Act risk tier, lowest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RiskLevel {
-    Minimal,
-    Limited,
-    High,
-    Prohibited,
-}
-
-impl RiskLevel {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RiskLevel::Minimal => "minimal",
-            RiskLevel::Limited => "limited",
-            RiskLevel::High => "high",
-            RiskLevel::Prohibited => "prohibited",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<RiskLevel> {
-        [
-            RiskLevel::Minimal,
-            RiskLevel::Limited,
-            RiskLevel::High,
-            RiskLevel::Prohibited,
-        ]
-        .into_iter()
-        .find(|level| level.as_str() == text)
-    }
-}
+pub use crate::api::risk_level::RiskLevel;
 
 /// One classification of an agent.
 #[derive(Debug, Clone, Serialize, ToSchema)]
