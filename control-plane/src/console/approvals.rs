@@ -36,7 +36,10 @@ const POLL: Duration = Duration::from_secs(1);
 pub struct Item {
     pub id: i64,
     pub agent_id: String,
-    pub policy_id: i64,
+    /// The agent's name, or its id if it is gone.
+    pub agent: String,
+    /// The policy's name, or its id if it is gone.
+    pub policy: String,
     /// `openai gpt-4o`, or for a tool call `mcp docs__search`.
     pub what: String,
     pub environment: String,
@@ -55,8 +58,13 @@ impl Item {
         let text = |key: &str| context[key].as_str().unwrap_or_default().to_owned();
         Item {
             id: approval.id,
+            agent: approval
+                .agent_name
+                .unwrap_or_else(|| approval.agent_id.clone()),
             agent_id: approval.agent_id,
-            policy_id: approval.policy_id,
+            policy: approval
+                .policy_name
+                .unwrap_or_else(|| format!("policy {}", approval.policy_id)),
             what: format!("{} {}", text("provider"), text("model")),
             environment: text("environment"),
             status: approval.status,

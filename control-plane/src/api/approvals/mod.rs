@@ -55,7 +55,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct Approval {
     pub id: i64,
     pub policy_id: i64,
+    /// The policy's name (null once the policy is deleted).
+    pub policy_name: Option<String>,
     pub agent_id: String,
+    /// The agent's name, for people (null if the agent is gone).
+    pub agent_name: Option<String>,
     pub team_id: Option<String>,
     /// What was asked: `provider`, `model`, `environment`, `request_type`, `api_key_id`.
     #[schema(value_type = Object)]

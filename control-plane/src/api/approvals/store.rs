@@ -26,7 +26,11 @@ macro_rules! select_approvals {
         concat!(
             "SELECT id, policy_id, agent_id, team_id, request_context, ",
             status_at!($now),
-            " AS status, reviewer_id, reason, expires_at, resolved_at, grant_until, created_at \
+            " AS status, reviewer_id, reason, expires_at, resolved_at, grant_until, created_at, \
+             (SELECT ag.name FROM agents ag WHERE ag.id = approvals.agent_id \
+              AND ag.tenant_id = approvals.tenant_id) AS agent_name, \
+             (SELECT p.name FROM policies p WHERE p.id = approvals.policy_id \
+              AND p.tenant_id = approvals.tenant_id) AS policy_name \
              FROM approvals"
         )
     };
@@ -296,6 +300,8 @@ fn approval_from_row(row: &AnyRow) -> Result<Approval, sqlx::Error> {
         id: row.try_get("id")?,
         policy_id: row.try_get("policy_id")?,
         agent_id: row.try_get("agent_id")?,
+        agent_name: row.try_get("agent_name")?,
+        policy_name: row.try_get("policy_name")?,
         team_id: row.try_get("team_id")?,
         request_context: json_column(&context),
         granted_until: grant_until

@@ -70,6 +70,12 @@ db_test!(
         assert!(page.body.contains("openai gpt-4o"), "{}", page.body);
         let agent_id = created["agent_id"].as_str().unwrap();
         assert!(page.body.contains(agent_id));
+        // Named for people: the agent and the policy that held it.
+        assert!(page.body.contains(">deployer</a>"), "{}", page.body);
+        assert!(page.body.contains("approve gpt-4o"));
+        // Named for people: the agent and the policy that held it.
+        assert!(page.body.contains(">deployer</a>"), "{}", page.body);
+        assert!(page.body.contains("approve gpt-4o"));
         let approvals = expect_status(
             app.get("/approvals?status=pending", &tenant.admin_key)
                 .await,
@@ -103,6 +109,8 @@ db_test!(
         )
         .await;
         assert_eq!(approval["data"]["status"], "approved");
+        assert_eq!(approval["data"]["agent_name"], "deployer");
+        assert_eq!(approval["data"]["policy_name"], "approve gpt-4o");
         assert!(approval["data"]["reviewer_id"]
             .as_str()
             .unwrap()
