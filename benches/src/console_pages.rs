@@ -46,13 +46,15 @@ async fn main() {
         .await
         .unwrap();
     for agent in agent_ids.iter().take(100) {
-        server
-            .post(
-                &format!("/api/v1/agents/{agent}/block"),
-                &key,
-                json!({ "reason": "bench" }),
-            )
-            .await;
+        let blocked = server
+            .client
+            .post(format!("{}/api/v1/agents/{agent}/block", server.base))
+            .bearer_auth(&key)
+            .json(&json!({ "reason": "bench" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(blocked.status(), 204);
     }
     pending_approvals(&server, &tenant_id, &key, &agent_ids[100..150]).await;
     let maintenance = server.maintain().await;
