@@ -23,7 +23,7 @@ use super::session::Signed;
 use crate::api::approvals::{self, Approval, ApprovalQuery, ApprovalStatus, DecideInput, Verdict};
 use crate::api::auth::service as auth;
 use crate::api::envelope::Page;
-use crate::auth::require;
+use crate::auth::{caller_for, require};
 use crate::state::AppState;
 use crate::validate::Text;
 
@@ -177,34 +177,40 @@ pub async fn queue_fragment(
 
 /// `GET /console/approvals/events`: an `approvals` event whenever the pending queue
 /// changes (an approval queued, decided or expired, on any replica: the database is
-/// asked once a second while the page is open).
+/// asked once a second while the page is open). The stream ends when the session does
+/// (signed out, expired, or its key deleted), checked at each look.
 pub async fn events(
     State(state): State<AppState>,
     signed: Signed<require::GovernanceRead>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let stream = futures_util::stream::unfold(
-        (state, signed.caller, None::<(i64, Option<i64>)>),
-        |(state, caller, seen)| async move {
+        (state, signed.token, None::<(i64, Option<i64>)>),
+        |(state, token, seen)| async move {
             loop {
                 if seen.is_some() {
                     tokio::time::sleep(POLL).await;
                 }
-                let Ok((total, newest)) = approvals::service::oldest_pending(&state, &caller, 1)
-                    .await
-                    .map(|(total, oldest)| (total, oldest.first().map(|a| a.id)))
+                let caller = caller_for(&state, &token).await.ok()?;
+                if !caller.has(warden_shared::scopes::Scope::GovernanceRead) {
+                    return None;
+                }
+                let Ok((total, oldest)) =
+                    approvals::service::oldest_pending(&state, &caller, 1).await
                 else {
+                    // The database is out of reach: look again later.
+                    tokio::time::sleep(POLL).await;
                     continue;
                 };
-                let now = Some((total, newest));
-                if seen.is_some() && seen != now {
-                    let event = Event::default().event("approvals").data(total.to_string());
-                    return Some((Ok(event), (state, caller, now)));
-                }
-                if seen.is_none() {
+                let now = Some((total, oldest.first().map(|a| a.id)));
+                let event = match seen {
                     // The page was rendered just now: only later changes are news.
-                    let event = Event::default().comment("watching");
-                    return Some((Ok(event), (state, caller, now)));
-                }
+                    None => Event::default().comment("watching"),
+                    Some(_) if seen != now => {
+                        Event::default().event("approvals").data(total.to_string())
+                    }
+                    Some(_) => continue,
+                };
+                return Some((Ok(event), (state, token, now)));
             }
         },
     );

@@ -154,6 +154,10 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         200,
     )
     .await;
+    // A console session signed in with the key (key_sessions).
+    crate::console::Browser::new(app)
+        .sign_in_with_key(&key)
+        .await;
     let agent = app
         .register_agent(&key, json!({ "name": "a", "team": "t" }))
         .await;

@@ -115,6 +115,17 @@ db_test!(
             .as_str()
             .unwrap()
             .starts_with("API key key_"));
+
+        // Signing out ends the live queue's stream too.
+        let page = browser.get("/console/approvals").await;
+        browser
+            .post("/console/sign-out", &[("csrf", &page.csrf())])
+            .await;
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            while events.chunk().await.unwrap().is_some() {}
+        })
+        .await;
+        assert!(ended.is_ok(), "the event stream outlived the session");
     }
 );
 
