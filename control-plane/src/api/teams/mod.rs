@@ -63,7 +63,8 @@ async fn list_teams(
     Ok(envelope::paged(teams, page, total))
 }
 
-#[utoipa::path(post, path = "/teams", tag = "teams", request_body = TeamInput,
+#[utoipa::path(post, path = "/teams", tag = "teams",
+    request_body(content = TeamInput, example = json!({ "name": "platform" })),
     security(("bearer" = ["registry:write"])),
     responses((status = 201, description = "The new team", body = envelope::Envelope<Team>),
         (status = 409, description = "A team of that name exists (`team_name_taken`)")))]
@@ -89,7 +90,8 @@ async fn get_team(
     ))
 }
 
-#[utoipa::path(patch, path = "/teams/{team_id}", tag = "teams", request_body = TeamInput,
+#[utoipa::path(patch, path = "/teams/{team_id}", tag = "teams",
+    request_body(content = TeamInput, example = json!({ "name": "platform-renamed" })),
     params(("team_id" = String, Path)), security(("bearer" = ["registry:write"])),
     responses((status = 200, description = "The renamed team", body = envelope::Envelope<Team>),
         (status = 409, description = "A team of that name exists (`team_name_taken`)")))]
