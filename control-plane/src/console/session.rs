@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -43,7 +43,24 @@ impl<R: RequiredScope + Send> FromRequestParts<AppState> for Signed<R> {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let to_sign_in = || sign_in_redirect(parts.uri.path_and_query().map(|p| p.as_str()));
+        let to_sign_in = || {
+            if parts.headers.contains_key("hx-request") {
+                // A part of a page (htmx) asked: the whole page goes to the sign-in, and
+                // back to that page afterwards, not the sign-in form into the part.
+                let page = parts
+                    .headers
+                    .get("hx-current-url")
+                    .and_then(|url| url.to_str().ok())
+                    .and_then(|url| url.split_once("://"))
+                    .and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..]));
+                let target = sign_in_target(page);
+                return (StatusCode::UNAUTHORIZED, [("hx-redirect", target)]).into_response();
+            }
+            Redirect::to(&sign_in_target(
+                parts.uri.path_and_query().map(|p| p.as_str()),
+            ))
+            .into_response()
+        };
         let Some(token) = cookie(&parts.headers, SESSION_COOKIE) else {
             return Err(to_sign_in());
         };
@@ -70,16 +87,15 @@ impl<R: RequiredScope + Send> FromRequestParts<AppState> for Signed<R> {
     }
 }
 
-/// To the sign-in page, coming back to `next` (a console path) afterwards.
-fn sign_in_redirect(next: Option<&str>) -> Response {
-    let target = match next.filter(|next| page::is_console_path(next)) {
+/// The sign-in page, coming back to `next` (a console path) afterwards.
+fn sign_in_target(next: Option<&str>) -> String {
+    match next.filter(|next| page::is_console_path(next)) {
         Some(next) => format!(
             "/console/sign-in?next={}",
             form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
         ),
         None => "/console/sign-in".to_owned(),
-    };
-    Redirect::to(&target).into_response()
+    }
 }
 
 /// The session cookie for `token`, living as long as the session does.

@@ -43,6 +43,24 @@ db_test!(signing_in_with_a_password_and_out_again, |app| {
         "/console/sign-in?next=%2Fconsole%2Fagents%3Fstatus%3Ddown"
     );
 
+    // A part of a page (htmx's refresh of the queue) is told to move the whole page.
+    let partial = app
+        .client
+        .get(format!("{}/console/approvals/queue", app.base))
+        .header("hx-request", "true")
+        .header(
+            "hx-current-url",
+            format!("{}/console/approvals?status=denied", app.base),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(partial.status(), 401);
+    assert_eq!(
+        partial.headers()["hx-redirect"],
+        "/console/sign-in?next=%2Fconsole%2Fapprovals%3Fstatus%3Ddenied"
+    );
+
     let form = browser.get("/console/sign-in").await;
     assert_eq!(form.status, 200);
     let wrong = browser
