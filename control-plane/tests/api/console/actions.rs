@@ -4,34 +4,17 @@
 use std::time::Duration;
 
 use reqwest::header::COOKIE;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::Browser;
-use crate::helpers::{create_policy, expect_status};
-use crate::proxy::{simple_chat, MockProvider, TestProxy};
-
-/// An agent's request through `proxy`: its status and error code.
-async fn ask(proxy: &TestProxy, key: &str, model: &str) -> (u16, Value) {
-    let answer = proxy.chat(key, simple_chat(model)).await;
-    let status = answer.status().as_u16();
-    (status, answer.json().await.unwrap_or_default())
-}
+use crate::helpers::expect_status;
+use crate::proxy::{HeldForApproval, MockProvider, TestProxy};
 
 db_test!(
     a_held_request_is_approved_in_the_console_and_the_retry_passes,
     |app| {
-        let provider = MockProvider::start().await;
-        let proxy = TestProxy::start(&app, &provider).await;
-        let (tenant, raw, created) = proxy
-            .tenant_with_key(&app, json!({ "developer_label": "deployer" }))
-            .await;
-        create_policy(
-            &app,
-            &tenant.admin_key,
-            json!({ "name": "approve gpt-4o", "policy_type": "require_approval",
-                "config": { "models": ["gpt-4o"] } }),
-        )
-        .await;
+        let held = HeldForApproval::start(&app, "deployer").await;
+        let (proxy, tenant, raw, created) = (&held.proxy, &held.tenant, &held.key, &held.created);
         let mut browser = Browser::new(&app);
         browser.sign_in_with_key(&tenant.admin_key).await;
 
@@ -48,7 +31,7 @@ db_test!(
             String::from_utf8_lossy(&events.chunk().await.unwrap().unwrap()).contains("watching")
         );
 
-        let (status, held) = ask(&proxy, &raw, "gpt-4o").await;
+        let (status, held) = proxy.chat_answer(&raw, "gpt-4o").await;
         assert_eq!(status, 403);
         assert_eq!(held["error"], "approval_required");
         // The open page hears of it without a reload.
@@ -101,7 +84,7 @@ db_test!(
         assert!(after.body.contains("Nothing waits for a reviewer."));
         assert!(after.body.contains("release day"));
         // The retry passes at once; the reviewer is the signed-in key, not a typed name.
-        assert_eq!(ask(&proxy, &raw, "gpt-4o").await.0, 200);
+        assert_eq!(proxy.chat_answer(&raw, "gpt-4o").await.0, 200);
         let approval = expect_status(
             app.get(&format!("/approvals/{id}"), &tenant.admin_key)
                 .await,
@@ -163,7 +146,7 @@ db_test!(
             )
             .await;
         assert_eq!(unconfirmed.status, 400);
-        assert_eq!(ask(&proxy, &raw, "gpt-4o-mini").await.0, 200);
+        assert_eq!(proxy.chat_answer(&raw, "gpt-4o-mini").await.0, 200);
 
         let blocked = browser
             .post(
@@ -177,7 +160,7 @@ db_test!(
             .await;
         assert_eq!(blocked.status, 303, "{}", blocked.body);
         assert_eq!(blocked.location(), format!("{path}?enforcement=applied"));
-        let (status, refused) = ask(&proxy, &raw, "gpt-4o-mini").await;
+        let (status, refused) = proxy.chat_answer(&raw, "gpt-4o-mini").await;
         assert_eq!(status, 403);
         assert_eq!(refused["error"]["code"], "agent_blocked", "{refused}");
         let shown = browser.get(blocked.location()).await;
@@ -191,7 +174,7 @@ db_test!(
             )
             .await;
         assert_eq!(unblocked.status, 303, "{}", unblocked.body);
-        assert_eq!(ask(&proxy, &raw, "gpt-4o-mini").await.0, 200);
+        assert_eq!(proxy.chat_answer(&raw, "gpt-4o-mini").await.0, 200);
         let events = app.audit_events(&tenant.id, agent_id).await;
         assert!(events.contains(&"agent.blocked".to_owned()), "{events:?}");
         assert!(events.contains(&"agent.unblocked".to_owned()), "{events:?}");
@@ -201,19 +184,9 @@ db_test!(
 db_test!(
     a_read_only_person_sees_no_action_and_a_forged_post_changes_nothing,
     |app| {
-        let provider = MockProvider::start().await;
-        let proxy = TestProxy::start(&app, &provider).await;
-        let (tenant, raw, created) = proxy
-            .tenant_with_key(&app, json!({ "developer_label": "watched" }))
-            .await;
-        create_policy(
-            &app,
-            &tenant.admin_key,
-            json!({ "name": "approve gpt-4o", "policy_type": "require_approval",
-                "config": { "models": ["gpt-4o"] } }),
-        )
-        .await;
-        assert_eq!(ask(&proxy, &raw, "gpt-4o").await.0, 403);
+        let held = HeldForApproval::start(&app, "watched").await;
+        let (proxy, tenant, raw, created) = (&held.proxy, &held.tenant, &held.key, &held.created);
+        assert_eq!(proxy.chat_answer(&raw, "gpt-4o").await.0, 403);
         let agent_id = created["agent_id"].as_str().unwrap();
         let reader = app
             .key_with_scopes(
@@ -267,8 +240,8 @@ db_test!(
         assert!(block.body.contains("admin"));
         // Nothing changed: the agent still passes where no approval is needed, and is held
         // where it is.
-        assert_eq!(ask(&proxy, &raw, "gpt-4o-mini").await.0, 200);
-        assert_eq!(ask(&proxy, &raw, "gpt-4o").await.0, 403);
+        assert_eq!(proxy.chat_answer(&raw, "gpt-4o-mini").await.0, 200);
+        assert_eq!(proxy.chat_answer(&raw, "gpt-4o").await.0, 403);
     }
 );
 

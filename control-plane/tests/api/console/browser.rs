@@ -9,8 +9,8 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::helpers::{create_policy, Backend, TestApp};
-use crate::proxy::{MockProvider, TestProxy};
+use crate::helpers::{Backend, TestApp};
+use crate::proxy::HeldForApproval;
 use crate::python::venv_python;
 
 /// The Playwright release the script is written against.
@@ -28,18 +28,8 @@ async fn the_console_works_in_a_real_browser() {
          (apt-get install chromium; .ci/run installs it)"
     );
     let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
-    let provider = MockProvider::start().await;
-    let proxy = TestProxy::start(&app, &provider).await;
-    let (tenant, proxy_key, created) = proxy
-        .tenant_with_key(&app, json!({ "developer_label": "release-bot" }))
-        .await;
-    create_policy(
-        &app,
-        &tenant.admin_key,
-        json!({ "name": "approve gpt-4o", "policy_type": "require_approval",
-                "config": { "models": ["gpt-4o"] } }),
-    )
-    .await;
+    let held = HeldForApproval::start(&app, "release-bot").await;
+    let (proxy, tenant, proxy_key, created) = (&held.proxy, &held.tenant, &held.key, &held.created);
     let agent_id = created["agent_id"].as_str().unwrap().to_owned();
     let agent = crate::helpers::expect_status(
         app.get(&format!("/agents/{agent_id}"), &tenant.admin_key)

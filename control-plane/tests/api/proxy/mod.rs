@@ -296,3 +296,41 @@ where
 pub fn simple_chat(model: &str) -> Value {
     json!({ "model": model, "messages": [{ "role": "user", "content": "Say hello" }] })
 }
+
+/// What the approval tests share: a proxy in front of a mock provider, a tenant whose key
+/// (labelled `label`, an agent behind it) is held for a person's approval on `gpt-4o` by a
+/// `require_approval` policy, in force when this returns.
+pub struct HeldForApproval {
+    /// The provider the proxy forwards to, kept running as long as this lives.
+    _provider: MockProvider,
+    pub proxy: TestProxy,
+    pub tenant: TestTenant,
+    /// The proxy key's secret.
+    pub key: String,
+    /// The proxy key as created (`agent_id`, ...).
+    pub created: Value,
+}
+
+impl HeldForApproval {
+    pub async fn start(app: &TestApp, label: &str) -> HeldForApproval {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start(app, &provider).await;
+        let (tenant, key, created) = proxy
+            .tenant_with_key(app, json!({ "developer_label": label }))
+            .await;
+        crate::helpers::create_policy(
+            app,
+            &tenant.admin_key,
+            json!({ "name": "approve gpt-4o", "policy_type": "require_approval",
+                    "config": { "models": ["gpt-4o"] } }),
+        )
+        .await;
+        HeldForApproval {
+            _provider: provider,
+            proxy,
+            tenant,
+            key,
+            created,
+        }
+    }
+}

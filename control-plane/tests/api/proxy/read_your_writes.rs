@@ -144,18 +144,8 @@ async fn two_replicas_and_two_proxies_enforce_a_change_when_its_call_returns() {
 }
 
 db_test!(an_approval_is_listed_when_its_refusal_is_answered, |app| {
-    let provider = MockProvider::start().await;
-    let proxy = TestProxy::start(&app, &provider).await;
-    let (tenant, key, _) = proxy
-        .tenant_with_key(&app, json!({ "developer_label": "held" }))
-        .await;
-    create_policy(
-        &app,
-        &tenant.admin_key,
-        json!({ "name": "approve gpt-4o", "policy_type": "require_approval",
-                "config": { "models": ["gpt-4o"] } }),
-    )
-    .await;
+    let held = crate::proxy::HeldForApproval::start(&app, "held").await;
+    let (proxy, tenant, key) = (&held.proxy, &held.tenant, &held.key);
     assert_eq!(
         attempt(&proxy, &key).await,
         (403, "approval_required".into())
