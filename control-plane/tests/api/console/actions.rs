@@ -31,7 +31,7 @@ db_test!(
             String::from_utf8_lossy(&events.chunk().await.unwrap().unwrap()).contains("watching")
         );
 
-        let (status, held) = proxy.chat_answer(&raw, "gpt-4o").await;
+        let (status, held) = proxy.chat_answer(raw, "gpt-4o").await;
         assert_eq!(status, 403);
         assert_eq!(held["error"], "approval_required");
         // The open page hears of it without a reload.
@@ -84,7 +84,7 @@ db_test!(
         assert!(after.body.contains("Nothing waits for a reviewer."));
         assert!(after.body.contains("release day"));
         // The retry passes at once; the reviewer is the signed-in key, not a typed name.
-        assert_eq!(proxy.chat_answer(&raw, "gpt-4o").await.0, 200);
+        assert_eq!(proxy.chat_answer(raw, "gpt-4o").await.0, 200);
         let approval = expect_status(
             app.get(&format!("/approvals/{id}"), &tenant.admin_key)
                 .await,
@@ -186,11 +186,11 @@ db_test!(
     |app| {
         let held = HeldForApproval::start(&app, "watched").await;
         let (proxy, tenant, raw, created) = (&held.proxy, &held.tenant, &held.key, &held.created);
-        assert_eq!(proxy.chat_answer(&raw, "gpt-4o").await.0, 403);
+        assert_eq!(proxy.chat_answer(raw, "gpt-4o").await.0, 403);
         let agent_id = created["agent_id"].as_str().unwrap();
         let reader = app
             .key_with_scopes(
-                &tenant,
+                tenant,
                 &["registry:read", "governance:read", "monitoring:read"],
             )
             .await;
@@ -240,8 +240,8 @@ db_test!(
         assert!(block.body.contains("admin"));
         // Nothing changed: the agent still passes where no approval is needed, and is held
         // where it is.
-        assert_eq!(proxy.chat_answer(&raw, "gpt-4o-mini").await.0, 200);
-        assert_eq!(proxy.chat_answer(&raw, "gpt-4o").await.0, 403);
+        assert_eq!(proxy.chat_answer(raw, "gpt-4o-mini").await.0, 200);
+        assert_eq!(proxy.chat_answer(raw, "gpt-4o").await.0, 403);
     }
 );
 

@@ -45,7 +45,7 @@ async fn the_console_works_in_a_real_browser() {
         .await;
     let reader_key = app
         .key_with_scopes(
-            &tenant,
+            tenant,
             &["registry:read", "governance:read", "monitoring:read"],
         )
         .await;

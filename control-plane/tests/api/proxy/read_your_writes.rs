@@ -146,10 +146,7 @@ async fn two_replicas_and_two_proxies_enforce_a_change_when_its_call_returns() {
 db_test!(an_approval_is_listed_when_its_refusal_is_answered, |app| {
     let held = crate::proxy::HeldForApproval::start(&app, "held").await;
     let (proxy, tenant, key) = (&held.proxy, &held.tenant, &held.key);
-    assert_eq!(
-        attempt(&proxy, &key).await,
-        (403, "approval_required".into())
-    );
+    assert_eq!(attempt(proxy, key).await, (403, "approval_required".into()));
     let pending = expect_status(
         app.get("/approvals?status=pending", &tenant.admin_key)
             .await,
@@ -168,7 +165,7 @@ db_test!(an_approval_is_listed_when_its_refusal_is_answered, |app| {
         204,
     )
     .await;
-    assert_eq!(attempt(&proxy, &key).await, (200, String::new()));
+    assert_eq!(attempt(proxy, key).await, (200, String::new()));
     // The refusal's decision was written once, with its approval.
     let again = expect_status(
         app.get("/approvals?status=pending", &tenant.admin_key)
