@@ -75,15 +75,19 @@ pub fn is_acceptable_supplied_key(key: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The storage hash of a credential: lowercase hex SHA-256.
-pub fn hash_credential(raw: &str) -> String {
-    let digest = Sha256::digest(raw.as_bytes());
-    let mut out = String::with_capacity(64);
-    for byte in digest {
+/// `bytes` as lowercase hex: how Warden writes every hash, token and random id it shows.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
         out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
         out.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));
     }
     out
+}
+
+/// The storage hash of a credential: lowercase hex SHA-256.
+pub fn hash_credential(raw: &str) -> String {
+    hex(&Sha256::digest(raw.as_bytes()))
 }
 
 /// Constant-time check that `raw` hashes to `stored_hash`.

@@ -49,8 +49,7 @@ pub fn fingerprint(definition: &Value) -> String {
         }
         other => canonical(other, &mut text),
     }
-    let digest = Sha256::digest(text.as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    crate::keys::hex(&Sha256::digest(text.as_bytes()))
 }
 
 fn canonical(value: &Value, out: &mut String) {

@@ -26,19 +26,12 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::{AnyPool, Row};
 use utoipa::ToSchema;
+use warden_shared::keys::hex;
 
 use crate::db::WriteTx;
 
 /// The `prev_hash` of a tenant's first event.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(64), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
-}
 
 /// The heads this process last wrote, by tenant: a guess the append checks.
 fn heads() -> &'static Mutex<HashMap<String, Head>> {

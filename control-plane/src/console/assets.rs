@@ -54,7 +54,7 @@ static ASSETS: LazyLock<Vec<Asset>> = LazyLock::new(|| {
 /// `name` with the first 8 bytes of its content's SHA-256 before the extension.
 fn hashed_name(name: &str, body: &[u8]) -> String {
     let digest = Sha256::digest(body);
-    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let hash = warden_shared::keys::hex(&digest[..8]);
     match name.rsplit_once('.') {
         Some((stem, extension)) => format!("{stem}.{hash}.{extension}"),
         None => format!("{name}.{hash}"),

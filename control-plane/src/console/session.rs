@@ -114,7 +114,7 @@ pub fn random_hex(bytes: usize) -> String {
     use rand::RngCore;
     let mut buffer = vec![0u8; bytes];
     rand::rngs::OsRng.fill_bytes(&mut buffer);
-    buffer.iter().map(|b| format!("{b:02x}")).collect()
+    warden_shared::keys::hex(&buffer)
 }
 
 /// The CSRF token of the session `token`: HMAC-SHA256 keyed by the token, hex.
@@ -124,11 +124,7 @@ pub fn csrf_token(token: &str) -> String {
         return String::new();
     };
     mac.update(b"warden console form");
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    warden_shared::keys::hex(&mac.finalize().into_bytes())
 }
 
 #[cfg(test)]

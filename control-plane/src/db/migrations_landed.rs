@@ -28,10 +28,7 @@ fn on_disk(root: &Path) -> BTreeMap<String, String> {
             let path = entry.expect("an entry").path();
             if path.extension().is_some_and(|e| e == "sql") {
                 let bytes = std::fs::read(&path).expect("a migration");
-                let sum: String = Sha256::digest(&bytes)
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
+                let sum = warden_shared::keys::hex(&Sha256::digest(&bytes));
                 let name = path.file_name().and_then(|n| n.to_str()).expect("a name");
                 found.insert(format!("{backend}/{name}"), sum);
             }

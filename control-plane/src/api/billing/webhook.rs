@@ -124,12 +124,10 @@ pub async fn receive(state: &AppState, headers: &HeaderMap, body: &[u8]) -> ApiR
     crate::api::extract::ensure_object(body, "body", "the body must be a JSON object")?;
     let event: ProviderEvent = serde_json::from_slice(body)
         .map_err(|error| ApiError::validation("body", format!("body: {error}")))?;
-    let event_id = event.id.clone().unwrap_or_else(|| {
-        Sha256::digest(body)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    });
+    let event_id = event
+        .id
+        .clone()
+        .unwrap_or_else(|| warden_shared::keys::hex(&Sha256::digest(body)));
     if event_id.is_empty() || event_id.len() > 200 {
         return Err(ApiError::validation("id", "id: 1 to 200 characters"));
     }

@@ -156,8 +156,7 @@ pub fn digest(pack: &EvidencePack) -> String {
     if let Some(map) = value.as_object_mut() {
         map.remove("pack_sha256");
     }
-    let digest = Sha256::digest(value.to_string().as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    warden_shared::keys::hex(&Sha256::digest(value.to_string().as_bytes()))
 }
 
 /// The audit events of the window about the agent and every event about the incident,

@@ -133,7 +133,7 @@ fn throttle(state: &AppState, peer: IpAddr) -> ApiResult<()> {
 fn random_request_id() -> String {
     let mut bytes = [0u8; 20];
     rand::thread_rng().fill_bytes(&mut bytes);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = warden_shared::keys::hex(&bytes);
     format!("_{hex}")
 }
 
