@@ -13,7 +13,8 @@ use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
 
 use super::page::PageError;
-use super::session::{cookie, csrf_token, SESSION_COOKIE};
+use super::session::{csrf_token, SESSION_COOKIE};
+use crate::auth::cookie::cookie;
 use crate::state::AppState;
 
 /// The largest console form read: a reason is at most 1,000 characters.

@@ -17,7 +17,7 @@ use sha2::Sha256;
 
 use super::page::{self, PageError};
 use crate::api::auth::SESSION_TTL_SECS;
-pub use crate::auth::cookie::{cookie, set_cookie, SameSite};
+use crate::auth::cookie::{cookie, set_cookie, SameSite};
 use crate::auth::{caller_for, Caller, RequiredScope};
 use crate::state::AppState;
 

@@ -17,8 +17,9 @@ use subtle::ConstantTimeEq;
 
 use super::form::{same_origin, Posted};
 use super::page::{self, Layout, PageError};
-use super::session::{self, cookie, set_cookie, SameSite, Signed, SESSION_COOKIE};
+use super::session::{self, Signed, SESSION_COOKIE};
 use crate::api::auth::{service as auth, LoginInput};
+use crate::auth::cookie::{cookie, set_cookie, SameSite};
 use crate::auth::require;
 use crate::error::ErrorCode;
 use crate::state::AppState;

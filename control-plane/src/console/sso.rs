@@ -16,11 +16,12 @@ use subtle::ConstantTimeEq;
 use askama::Template;
 
 use super::page::{self, Layout, PageError};
-use super::session::{self, cookie, set_cookie, SameSite};
+use super::session;
 use crate::api::auth::service as auth;
 use crate::api::sso::{
     login, CONSOLE_BINDING_COOKIE, CONSOLE_HANDOFF_COOKIE, CONSOLE_RELAY_PREFIX,
 };
+use crate::auth::cookie::{cookie, set_cookie, SameSite};
 use crate::state::AppState;
 
 #[derive(Deserialize)]

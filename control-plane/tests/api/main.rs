@@ -41,6 +41,7 @@ mod python;
 mod risk;
 mod scopes;
 mod security_controls;
+mod servers;
 mod sso;
 mod teams;
 mod telemetry;

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use warden_control_plane::config::Config;
 
-use crate::helpers::{expect_status, Backend, ChildOutput, TestApp, TestTenant};
+use crate::helpers::{expect_status, Backend, TestApp, TestTenant};
+use crate::servers::ChildOutput;
 
 /// The receiver's Python packages, pinned.
 const PACKAGES: &[&str] = &["aiosmtpd==1.4.6", "standardwebhooks==1.1.0"];

@@ -10,7 +10,8 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{logged_port, ChildOutput, SERVICE_TOKEN};
+use crate::helpers::SERVICE_TOKEN;
+use crate::servers::{logged_port, ChildOutput};
 
 /// The proxy's descriptor limit: enough to start, well under the connections below.
 const DESCRIPTOR_LIMIT: u32 = 64;

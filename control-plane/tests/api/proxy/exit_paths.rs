@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use super::mock::{COMPLETION_TOKENS, PROMPT_TOKENS};
 use super::{eventually, simple_chat, MockProvider, TestProxy};
-use crate::helpers::{expect_status, metric, RefusingPort, TestApp};
+use crate::helpers::{expect_status, metric, TestApp};
+use crate::servers::RefusingPort;
 
 /// What the ledger must hold for one request.
 #[derive(Debug, Clone, Copy)]

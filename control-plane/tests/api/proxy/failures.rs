@@ -27,7 +27,7 @@ db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     assert!(took < Duration::from_secs(5));
 
     // A provider nobody listens for.
-    let refusing = crate::helpers::RefusingPort::new();
+    let refusing = crate::servers::RefusingPort::new();
     let dead = MockProvider::elsewhere(format!("127.0.0.1:{}", refusing.port));
     let proxy = TestProxy::start(&app, &dead).await;
     expect_refusal(&proxy, &raw_key, "gpt-4o-mini", 502, "upstream_unreachable").await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::ChildOutput;
+use crate::servers::ChildOutput;
 
 /// The moto release the tests are written against.
 const MOTO: &str = "moto[server]==5.2.5";

@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{eventually, simple_chat, stays, MockProvider, TestProxy, UPSTREAM_KEY};
-use crate::helpers::{logged_port, ChildOutput, TestApp, SERVICE_TOKEN};
+use crate::helpers::{TestApp, SERVICE_TOKEN};
+use crate::servers::{logged_port, ChildOutput};
 
 const REQUESTS: usize = 30;
 

@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{expect_status, ChildOutput, TestApp};
+use crate::helpers::{expect_status, TestApp};
 use crate::python::venv_python;
+use crate::servers::ChildOutput;
 
 /// The SDK's version the tests run: the protocol moves fast, the tests should not.
 const MCP_SDK: &str = "mcp==2.3.0";

@@ -5,9 +5,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{call, register_at, tools, Upstream};
-use crate::helpers::{expect_error, expect_status, RefusingPort};
+use crate::helpers::{expect_error, expect_status};
 use crate::proxy::moto::Moto;
 use crate::proxy::{eventually, MockProvider, TestProxy};
+use crate::servers::RefusingPort;
 
 db_test!(
     servers_in_private_ranges_are_refused_and_unreachable_ones_not_approved,
