@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::page::{self, Layout, PageError};
 use super::session;
 use super::sign_in::{form_pairing, paired_form};
-use crate::api::auth::{service as auth, LoginInput, SignupInput};
+use crate::api::auth::{service as auth, SignupInput};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::validate::{Email, Password, Text};
@@ -91,11 +91,7 @@ pub async fn submit(
         Ok(created) => created,
         Err(error) => return again(error),
     };
-    let login = LoginInput {
-        email: form.email.clone(),
-        password: form.password.clone(),
-    };
-    let session = match auth::login(&state, peer.ip(), login).await {
+    let session = match auth::session_after_signup(&state, &created, &form.email).await {
         Ok(session) => session,
         Err(error) => return PageError::from(error).into_response(),
     };

@@ -144,6 +144,21 @@ pub async fn login(state: &AppState, peer: IpAddr, input: LoginInput) -> ApiResu
     open_session(state, &user, now).await
 }
 
+/// A session for the owner `signup` made for `created` a moment ago in the same request:
+/// their password was just set, so it is not hashed and checked a second time.
+pub async fn session_after_signup(
+    state: &AppState,
+    created: &SignupOutput,
+    email: &str,
+) -> ApiResult<LoginOutput> {
+    let email = email.trim().to_lowercase();
+    let user = store::user_by_email(state.db.pool(), &email)
+        .await?
+        .filter(|user| user.id == created.user_id)
+        .ok_or_else(invalid_login)?;
+    open_session(state, &user, state.clock.now()).await
+}
+
 /// A new one-hour session for `user`, stored by its token's hash: what a password login
 /// and a SAML sign-in answer.
 pub async fn open_session(
