@@ -15,6 +15,7 @@ use super::page::{self, span, Layout, PageError};
 use super::session::Signed;
 use crate::api::agents::{self, Agent, AgentFilter, EnforcementFlag, Reason};
 use crate::api::auth::service as auth;
+use crate::api::cost::{self, ModelCost, ModelQuery};
 use crate::api::envelope::Page;
 use crate::api::health;
 use crate::api::owners::{self, Ownership};
@@ -119,6 +120,45 @@ struct AgentPage {
     decisions: Option<Vec<PolicyEvaluation>>,
     /// The latest tool calls it made through the MCP gateway (`governance:read`).
     tool_calls: Option<Vec<ToolCall>>,
+    /// What it spent this month, per provider and model (`cost:read`).
+    costs: Option<ModelCosts>,
+}
+
+/// An agent's spend this month by provider and model, most expensive first.
+struct ModelCosts {
+    models: Vec<ModelCost>,
+    total: ModelCost,
+}
+
+impl ModelCosts {
+    async fn of_agent(
+        state: &AppState,
+        signed: &Signed<require::RegistryRead>,
+        id: &str,
+    ) -> Result<ModelCosts, PageError> {
+        let query = ModelQuery {
+            from: None,
+            to: None,
+            agent_id: Some(id.to_owned()),
+            team: None,
+        };
+        let models = cost::service::cost_by_model(state, &signed.caller, &query).await?;
+        let mut total = ModelCost {
+            model_provider: String::new(),
+            model_name: String::new(),
+            total_cost_usd: 0.0,
+            input_tokens: 0,
+            output_tokens: 0,
+            requests: 0,
+        };
+        for model in &models {
+            total.total_cost_usd += model.total_cost_usd;
+            total.input_tokens += model.input_tokens;
+            total.output_tokens += model.output_tokens;
+            total.requests += model.requests;
+        }
+        Ok(ModelCosts { models, total })
+    }
 }
 
 /// How many recent decisions and tool calls the agent's page lists.
@@ -169,6 +209,10 @@ pub async fn show(
         }
         false => (None, None),
     };
+    let costs = match caller.has(Scope::CostRead) {
+        true => Some(ModelCosts::of_agent(&state, &signed, &id).await?),
+        false => None,
+    };
     let page = AgentPage {
         layout: Layout::new(
             "agents",
@@ -183,6 +227,7 @@ pub async fn show(
         enforced: Some(enforced).filter(Enforced::is_known),
         health,
         decisions,
+        costs,
     };
     Ok(page::render(&page))
 }

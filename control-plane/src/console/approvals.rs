@@ -20,10 +20,11 @@ use super::enforcement::{self, Enforced};
 use super::form::Posted;
 use super::page::{self, span, Layout, PageError};
 use super::session::Signed;
-use crate::api::approvals::{self, Approval, ApprovalQuery, ApprovalStatus, DecideInput, Verdict};
+use crate::api::approvals::{self, Approval, ApprovalStatus, DecideInput, Verdict};
 use crate::api::auth::service as auth;
-use crate::api::envelope::Page;
+use crate::api::envelope::{Page, PageQuery};
 use crate::auth::{caller_for, require};
+use crate::error::ApiError;
 use crate::state::AppState;
 use crate::validate::Text;
 
@@ -50,6 +51,34 @@ pub struct Item {
     pub left: String,
     pub reviewer: String,
     pub reason: String,
+    /// For a tool call held at the MCP gateway: the tool and what it was to be called with.
+    pub tool: Option<ToolAsked>,
+}
+
+/// A held tool call as the proxy reported it, its arguments redacted by the tenant's
+/// payload-capture rules before they left the proxy.
+pub struct ToolAsked {
+    pub server: String,
+    pub name: String,
+    /// The arguments as indented JSON, or why they are not shown.
+    pub arguments: String,
+}
+
+impl ToolAsked {
+    fn of(context: &serde_json::Value) -> Option<ToolAsked> {
+        let server = context["server"].as_str()?;
+        let name = context["tool"].as_str()?;
+        let arguments = match (&context["arguments"], &context["arguments_omitted"]) {
+            (serde_json::Value::Null, serde_json::Value::Null) => "(none)".to_owned(),
+            (serde_json::Value::Null, _) => "(too large to show)".to_owned(),
+            (arguments, _) => serde_json::to_string_pretty(arguments).unwrap_or_default(),
+        };
+        Some(ToolAsked {
+            server: server.to_owned(),
+            name: name.to_owned(),
+            arguments,
+        })
+    }
 }
 
 impl Item {
@@ -72,6 +101,7 @@ impl Item {
             left: span(approval.expires_at.as_millis() - now),
             reviewer: approval.reviewer_id.unwrap_or_default(),
             reason: approval.reason.unwrap_or_default(),
+            tool: ToolAsked::of(context),
         }
     }
 }
@@ -81,8 +111,7 @@ impl Item {
 struct ApprovalsPage {
     layout: Layout,
     queue: Queue,
-    history: Vec<Item>,
-    filter: String,
+    history: History,
     enforced: Option<Enforced>,
 }
 
@@ -96,46 +125,91 @@ struct Queue {
     csrf: String,
 }
 
+/// One page of decided approvals, with the filters that chose them.
+struct History {
+    items: Vec<Item>,
+    total: i64,
+    /// The status filter (`approved`, `denied`, `expired`), or empty for all.
+    status: String,
+    /// The agent filter, or empty for all.
+    agent_id: String,
+    page: i64,
+    /// The query of the page before and after this one, when there is one.
+    newer: Option<String>,
+    older: Option<String>,
+}
+
+/// How many decided approvals a page of the history lists.
+const HISTORY_PAGE: i64 = 50;
+
 #[derive(Deserialize)]
 pub struct HistoryFilter {
-    /// `approved`, `denied` or `expired`; all decided ones when absent.
-    status: Option<String>,
+    /// `approved`, `denied` or `expired`; all decided ones when absent or empty.
+    #[serde(default)]
+    status: String,
+    /// Only this agent's approvals, when given.
+    #[serde(default)]
+    agent_id: String,
+    /// Which page of the history, from 1.
+    page: Option<i64>,
     /// What the last decision came to (after the redirect).
     #[serde(flatten)]
     enforced: Enforced,
 }
 
-/// `GET /console/approvals`.
+impl HistoryFilter {
+    fn status(&self) -> Result<Option<ApprovalStatus>, PageError> {
+        match self.status.as_str() {
+            "" => Ok(None),
+            "approved" => Ok(Some(ApprovalStatus::Approved)),
+            "denied" => Ok(Some(ApprovalStatus::Denied)),
+            "expired" => Ok(Some(ApprovalStatus::Expired)),
+            _ => Err(ApiError::validation(
+                "status",
+                "status: approved, denied or expired (or none for all decided)",
+            )
+            .into()),
+        }
+    }
+
+    /// The query string of page `page` under the same filters.
+    fn query_of(&self, page: i64) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if !self.status.is_empty() {
+            query.append_pair("status", &self.status);
+        }
+        if !self.agent_id.is_empty() {
+            query.append_pair("agent_id", &self.agent_id);
+        }
+        query.append_pair("page", &page.to_string());
+        query.finish()
+    }
+}
+
+/// `GET /console/approvals`: the live queue, and the history of decided approvals.
 pub async fn show(
     State(state): State<AppState>,
     signed: Signed<require::GovernanceRead>,
     Query(filter): Query<HistoryFilter>,
 ) -> Result<Response, PageError> {
     let now = state.clock.now().as_millis();
-    let status = match filter.status.as_deref() {
-        Some("approved") => Some(ApprovalStatus::Approved),
-        Some("denied") => Some(ApprovalStatus::Denied),
-        Some("expired") => Some(ApprovalStatus::Expired),
-        _ => None,
+    let status = filter.status()?;
+    let page = Page::try_from(PageQuery {
+        page: filter.page,
+        limit: Some(HISTORY_PAGE),
+    })?;
+    let agent_id = Some(filter.agent_id.trim()).filter(|id| !id.is_empty());
+    let (decided, total) =
+        approvals::service::decided(&state, &signed.caller, status, agent_id, page).await?;
+    let history = History {
+        items: decided.into_iter().map(|a| Item::of(a, now)).collect(),
+        total,
+        status: status.map_or("", ApprovalStatus::as_str).to_owned(),
+        agent_id: agent_id.unwrap_or_default().to_owned(),
+        page: page.page,
+        newer: (page.page > 1).then(|| filter.query_of(page.page - 1)),
+        older: (page.page * page.limit < total).then(|| filter.query_of(page.page + 1)),
     };
-    let query = ApprovalQuery {
-        status,
-        agent_id: None,
-        page: None,
-        limit: None,
-    };
-    let (recent, _) = approvals::service::list_approvals(
-        &state,
-        &signed.caller,
-        &query,
-        Page { page: 1, limit: 50 },
-    )
-    .await?;
-    let history = recent
-        .into_iter()
-        .filter(|approval| approval.status != "pending")
-        .map(|approval| Item::of(approval, now))
-        .collect();
     let page = ApprovalsPage {
         layout: Layout::new(
             "approvals",
@@ -144,7 +218,6 @@ pub async fn show(
         ),
         queue: queue(&state, &signed).await?,
         history,
-        filter: status.map_or("", ApprovalStatus::as_str).to_owned(),
         enforced: Some(filter.enforced).filter(Enforced::is_known),
     };
     Ok(page::render(&page))

@@ -135,7 +135,7 @@ async fn spend(state: &AppState, signed: &Signed<require::AnyScope>) -> ApiResul
     let today = cost::service::cost_summary(state, &signed.caller, &of(Period::Day)).await?;
     let month = cost::service::cost_summary(state, &signed.caller, &of(Period::Month)).await?;
     Ok(Spend {
-        today: format!("{:.2}", today.total_cost_usd),
-        month: format!("{:.2}", month.total_cost_usd),
+        today: page::usd(today.total_cost_usd),
+        month: page::usd(month.total_cost_usd),
     })
 }

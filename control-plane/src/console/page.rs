@@ -149,9 +149,32 @@ pub fn span(millis: i64) -> String {
     }
 }
 
+/// Dollars as the ledger holds them (to the micro-dollar), with at least cents:
+/// `$12.50`, `$0.000125`, never `$0.00` for a spend that is not zero.
+/// Takes a reference too, as templates pass one.
+pub fn usd(dollars: impl std::borrow::Borrow<f64>) -> String {
+    let dollars = *dollars.borrow();
+    let micros = format!("{dollars:.6}");
+    let trimmed = micros.trim_end_matches('0');
+    let decimals = trimmed.len() - trimmed.find('.').map_or(trimmed.len(), |dot| dot + 1);
+    match decimals {
+        0..=2 => format!("${dollars:.2}"),
+        _ => format!("${trimmed}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollars_keep_their_micros_and_at_least_cents() {
+        assert_eq!(usd(0.0), "$0.00");
+        assert_eq!(usd(12.5), "$12.50");
+        assert_eq!(usd(3.0), "$3.00");
+        assert_eq!(usd(0.000125), "$0.000125");
+        assert_eq!(usd(1_234.123_4), "$1234.1234");
+    }
 
     #[test]
     fn only_console_paths_are_followed_after_sign_in() {

@@ -136,6 +136,55 @@ db_test!(cost_views_add_up_exactly, |app| {
     assert_eq!(by_model["data"][0]["requests"], json!(13));
     assert_eq!(by_model["data"][1]["model_name"], json!("gpt-4o-mini"));
     assert_eq!(by_model["data"][1]["total_cost_usd"], json!(0.2));
+    // One agent's or one team's models (read from the per-agent hours).
+    let models_of = |filter: String| {
+        let app = &app;
+        let range = &range;
+        async move {
+            let body = expect_status(
+                app.get(&format!("/cost/by-model?{range}&{filter}"), key)
+                    .await,
+                200,
+            )
+            .await;
+            body["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    (
+                        m["model_name"].clone(),
+                        m["total_cost_usd"].clone(),
+                        m["requests"].clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        models_of(format!("agent_id={a}")).await,
+        [
+            (json!("gpt-4o"), json!(0.4), json!(2)),
+            (json!("gpt-4o-mini"), json!(0.2), json!(1)),
+        ]
+    );
+    assert_eq!(
+        models_of(format!("agent_id={c}")).await,
+        [(json!("gpt-4o"), json!(1.0), json!(1))]
+    );
+    assert_eq!(
+        models_of("team=alpha".into()).await,
+        [
+            (json!("gpt-4o"), json!(0.5), json!(12)),
+            (json!("gpt-4o-mini"), json!(0.2), json!(1)),
+        ]
+    );
+    assert_eq!(
+        models_of(format!("team=alpha&agent_id={b}")).await,
+        [(json!("gpt-4o"), json!(0.1), json!(10))]
+    );
+    assert!(models_of("team=nobody".into()).await.is_empty());
+    assert!(models_of("agent_id=agt_nobody".into()).await.is_empty());
 
     // Daily buckets: three days, the middle one empty but present.
     let series = expect_status(

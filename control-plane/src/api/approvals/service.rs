@@ -5,6 +5,7 @@ use serde_json::json;
 
 use warden_shared::timestamp::Timestamp;
 
+use super::store::Selection;
 use super::{
     store, Approval, ApprovalQuery, ApprovalStatus, DecideInput, Verdict, APPROVAL_TTL_MS,
     GRANT_TTL_MS,
@@ -23,26 +24,54 @@ pub async fn list_approvals(
     query: &ApprovalQuery,
     page: Page,
 ) -> ApiResult<(Vec<Approval>, i64)> {
+    let selection = Selection {
+        status: query.status.map(ApprovalStatus::as_str),
+        agent_id: query.agent_id.as_ref().map(Text::as_str),
+        decided: false,
+    };
+    select(state, caller, selection, page).await
+}
+
+/// The approvals no longer waiting (decided or expired), newest first, optionally of
+/// one status and one agent: the reviewers' history.
+pub async fn decided(
+    state: &AppState,
+    caller: &Caller,
+    status: Option<ApprovalStatus>,
+    agent_id: Option<&str>,
+    page: Page,
+) -> ApiResult<(Vec<Approval>, i64)> {
+    let selection = Selection {
+        status: status.map(ApprovalStatus::as_str),
+        agent_id,
+        decided: true,
+    };
+    select(state, caller, selection, page).await
+}
+
+async fn select(
+    state: &AppState,
+    caller: &Caller,
+    selection: Selection<'_>,
+    page: Page,
+) -> ApiResult<(Vec<Approval>, i64)> {
     let now = state.clock.now();
-    let status = query.status.map(ApprovalStatus::as_str);
-    let agent_id = query.agent_id.as_ref().map(Text::as_str);
     let pool = state.db.pool();
-    let approvals = store::list(pool, &caller.tenant_id, status, agent_id, page, now).await?;
-    let total = store::count(pool, &caller.tenant_id, status, agent_id, now).await?;
+    let approvals = store::list(pool, &caller.tenant_id, selection, page, now).await?;
+    let total = store::count(pool, &caller.tenant_id, selection, now).await?;
     Ok((approvals, total))
 }
+
+const PENDING: Selection<'static> = Selection {
+    status: Some("pending"),
+    agent_id: None,
+    decided: false,
+};
 
 /// Approvals waiting for a reviewer.
 pub async fn pending_count(state: &AppState, caller: &Caller) -> ApiResult<i64> {
     let now = state.clock.now();
-    Ok(store::count(
-        state.db.pool(),
-        &caller.tenant_id,
-        Some("pending"),
-        None,
-        now,
-    )
-    .await?)
+    Ok(store::count(state.db.pool(), &caller.tenant_id, PENDING, now).await?)
 }
 
 /// How many approvals wait for a reviewer, and the `limit` that waited longest, oldest
@@ -55,7 +84,7 @@ pub async fn oldest_pending(
     let now = state.clock.now();
     let pool = state.db.pool();
     let oldest = store::oldest_pending(pool, &caller.tenant_id, limit, now).await?;
-    let total = store::count(pool, &caller.tenant_id, Some("pending"), None, now).await?;
+    let total = store::count(pool, &caller.tenant_id, PENDING, now).await?;
     Ok((total, oldest))
 }
 

@@ -36,24 +36,47 @@ macro_rules! select_approvals {
     };
 }
 
+/// Which of a tenant's approvals a list or count is about.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selection<'a> {
+    /// Only those with this status (as of now).
+    pub status: Option<&'a str>,
+    /// Only those of this agent.
+    pub agent_id: Option<&'a str>,
+    /// Only those decided or expired: none still pending.
+    pub decided: bool,
+}
+
+/// The condition of a [`Selection`], bound as `$3` status, `$4` agent, `$5` decided.
+macro_rules! selected {
+    () => {
+        concat!(
+            " WHERE tenant_id = $1 AND ($3 IS NULL OR ",
+            status_at!("$2"),
+            " = $3) AND ($4 IS NULL OR agent_id = $4) AND ($5 = 0 OR ",
+            status_at!("$2"),
+            " <> 'pending')"
+        )
+    };
+}
+
 pub async fn list<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant_id: &str,
-    status: Option<&str>,
-    agent_id: Option<&str>,
+    selection: Selection<'_>,
     page: Page,
     now: Timestamp,
 ) -> Result<Vec<Approval>, sqlx::Error> {
     sqlx::query(concat!(
         select_approvals!("$2"),
-        " WHERE tenant_id = $1 AND ($3 IS NULL OR ",
-        status_at!("$2"),
-        " = $3) AND ($4 IS NULL OR agent_id = $4) ORDER BY id DESC LIMIT $5 OFFSET $6"
+        selected!(),
+        " ORDER BY id DESC LIMIT $6 OFFSET $7"
     ))
     .bind(tenant_id)
     .bind(now.as_millis())
-    .bind(status)
-    .bind(agent_id)
+    .bind(selection.status)
+    .bind(selection.agent_id)
+    .bind(i32::from(selection.decided))
     .bind(page.limit)
     .bind(page.offset())
     .fetch_all(db)
@@ -90,21 +113,17 @@ pub async fn oldest_pending<'e>(
 pub async fn count<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant_id: &str,
-    status: Option<&str>,
-    agent_id: Option<&str>,
+    selection: Selection<'_>,
     now: Timestamp,
 ) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(concat!(
-        "SELECT COUNT(*) FROM approvals WHERE tenant_id = $1 AND ($3 IS NULL OR ",
-        status_at!("$2"),
-        " = $3) AND ($4 IS NULL OR agent_id = $4)"
-    ))
-    .bind(tenant_id)
-    .bind(now.as_millis())
-    .bind(status)
-    .bind(agent_id)
-    .fetch_one(db)
-    .await
+    sqlx::query_scalar(concat!("SELECT COUNT(*) FROM approvals", selected!()))
+        .bind(tenant_id)
+        .bind(now.as_millis())
+        .bind(selection.status)
+        .bind(selection.agent_id)
+        .bind(i32::from(selection.decided))
+        .fetch_one(db)
+        .await
 }
 
 pub async fn get<'e>(

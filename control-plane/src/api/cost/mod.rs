@@ -87,6 +87,24 @@ pub struct RangeQuery {
     pub to: Option<String>,
 }
 
+/// The range of `by-model`, and optionally the one agent or team whose usage it sums
+/// (as `/cost/timeseries` filters; an extension of the spec's `from`).
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ModelQuery {
+    /// Default: the start of the current month.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub from: Option<String>,
+    /// Default: today (inclusive).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub to: Option<String>,
+    /// Only this agent's usage.
+    pub agent_id: Option<String>,
+    /// Only the usage attributed to this team (its name) when it was recorded.
+    pub team: Option<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentCost {
     pub agent_id: String,
@@ -195,13 +213,13 @@ async fn cost_by_team(
     Ok(envelope::ok(teams))
 }
 
-#[utoipa::path(get, path = "/cost/by-model", tag = "cost", params(RangeQuery),
+#[utoipa::path(get, path = "/cost/by-model", tag = "cost", params(ModelQuery),
     security(("bearer" = ["cost:read"])),
     responses((status = 200, description = "Models by cost", body = Envelope<Vec<ModelCost>>)))]
 async fn cost_by_model(
     caller: Authorized<require::CostRead>,
     State(state): State<AppState>,
-    ApiQuery(query): ApiQuery<RangeQuery>,
+    ApiQuery(query): ApiQuery<ModelQuery>,
 ) -> ApiResult<Response> {
     let models = service::cost_by_model(&state, &caller, &query).await?;
     Ok(envelope::ok(models))

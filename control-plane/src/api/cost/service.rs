@@ -8,8 +8,8 @@ use warden_shared::timestamp::Timestamp;
 
 use super::store::{self, Totals};
 use super::{
-    AgentCost, BreakdownQuery, CostPoint, CostSummary, ModelCost, RangeQuery, SummaryQuery,
-    TeamCost, TimeseriesQuery,
+    AgentCost, BreakdownQuery, CostPoint, CostSummary, ModelCost, ModelQuery, RangeQuery,
+    SummaryQuery, TeamCost, TimeseriesQuery,
 };
 use crate::api::envelope::Page;
 use crate::api::range::{self, Granularity, Period, Range, DAY_MS};
@@ -94,10 +94,25 @@ pub async fn cost_by_team(
 pub async fn cost_by_model(
     state: &AppState,
     caller: &Caller,
-    query: &RangeQuery,
+    query: &ModelQuery,
 ) -> ApiResult<Vec<ModelCost>> {
     let range = month_range(state, query.from.as_deref(), query.to.as_deref())?;
-    let rows = store::by_model(state.db.pool(), &caller.tenant_id, range).await?;
+    let team_id = match &query.team {
+        Some(name) => match find_team(state, caller, name).await? {
+            Some(id) => Some(id),
+            // An unknown team has spent nothing.
+            None => return Ok(Vec::new()),
+        },
+        None => None,
+    };
+    let rows = store::by_model(
+        state.db.pool(),
+        &caller.tenant_id,
+        range,
+        query.agent_id.as_deref(),
+        team_id.as_deref(),
+    )
+    .await?;
     Ok(rows
         .into_iter()
         .map(|(model_provider, model_name, totals)| ModelCost {
@@ -135,15 +150,11 @@ pub async fn cost_timeseries(
         ));
     }
     let team_id = match &query.team {
-        Some(name) => {
-            match crate::api::teams::find_team_id_by_name(state.db.pool(), &caller.tenant_id, name)
-                .await?
-            {
-                Some(id) => Some(id),
-                // An unknown team has spent nothing: every bucket is zero.
-                None => return Ok(zero_series(first, range, granularity)),
-            }
-        }
+        Some(name) => match find_team(state, caller, name).await? {
+            Some(id) => Some(id),
+            // An unknown team has spent nothing: every bucket is zero.
+            None => return Ok(zero_series(first, range, granularity)),
+        },
         None => None,
     };
     let hours = store::hourly(
@@ -215,4 +226,9 @@ fn range_of(
         None => Granularity::Day.bucket(now.as_millis()) + DAY_MS,
     };
     range::resolve(from, to)
+}
+
+/// The id of the caller's team of that name, if there is one.
+async fn find_team(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Option<String>> {
+    Ok(crate::api::teams::find_team_id_by_name(state.db.pool(), &caller.tenant_id, name).await?)
 }

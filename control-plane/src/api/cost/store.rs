@@ -185,22 +185,48 @@ pub async fn by_team(
         .collect()
 }
 
+/// Sums per provider and model, optionally of one agent and/or one team id. Without
+/// either, the per-model rollups answer; with one, the per-agent hours (led by the
+/// agent's own index when there is an agent).
 pub async fn by_model(
     pool: &AnyPool,
     tenant_id: &str,
     range: Range,
+    agent_id: Option<&str>,
+    team_id: Option<&str>,
 ) -> Result<Vec<(String, String, Totals)>, sqlx::Error> {
-    let rows = sqlx::query(concat!(
-        "SELECT u.model_provider, u.model_name, ",
-        sums!(),
-        " FROM usage_model_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
-         GROUP BY u.model_provider, u.model_name ORDER BY cost DESC, u.model_provider, u.model_name"
-    ))
-    .bind(tenant_id)
-    .bind(range.from)
-    .bind(range.to)
-    .fetch_all(pool)
-    .await?;
+    let sql = match (agent_id, team_id) {
+        (None, None) => concat!(
+            "SELECT u.model_provider, u.model_name, ",
+            sums!(),
+            " FROM usage_model_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+             AND $4 IS NULL AND $5 IS NULL \
+             GROUP BY u.model_provider, u.model_name ORDER BY cost DESC, u.model_provider, u.model_name"
+        ),
+        // As in [`hourly`]: a plain equality per case, so each plan can use its index.
+        (Some(_), _) => concat!(
+            "SELECT u.model_provider, u.model_name, ",
+            sums!(),
+            " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+             AND u.agent_id = $4 AND ($5 IS NULL OR u.team_id = $5) \
+             GROUP BY u.model_provider, u.model_name ORDER BY cost DESC, u.model_provider, u.model_name"
+        ),
+        (None, Some(_)) => concat!(
+            "SELECT u.model_provider, u.model_name, ",
+            sums!(),
+            " FROM usage_hourly u WHERE u.tenant_id = $1 AND u.hour >= $2 AND u.hour < $3 \
+             AND $4 IS NULL AND u.team_id = $5 \
+             GROUP BY u.model_provider, u.model_name ORDER BY cost DESC, u.model_provider, u.model_name"
+        ),
+    };
+    let rows = sqlx::query(sql)
+        .bind(tenant_id)
+        .bind(range.from)
+        .bind(range.to)
+        .bind(agent_id)
+        .bind(team_id)
+        .fetch_all(pool)
+        .await?;
     rows.iter()
         .map(|row| {
             Ok((

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Browser;
 use crate::helpers::expect_status;
-use crate::proxy::{HeldForApproval, MockProvider, TestProxy};
+use crate::proxy::{eventually, HeldForApproval, MockProvider, TestProxy};
 
 db_test!(
     a_held_request_is_approved_in_the_console_and_the_retry_passes,
@@ -53,9 +53,6 @@ db_test!(
         assert!(page.body.contains("openai gpt-4o"), "{}", page.body);
         let agent_id = created["agent_id"].as_str().unwrap();
         assert!(page.body.contains(agent_id));
-        // Named for people: the agent and the policy that held it.
-        assert!(page.body.contains(">deployer</a>"), "{}", page.body);
-        assert!(page.body.contains("approve gpt-4o"));
         // Named for people: the agent and the policy that held it.
         assert!(page.body.contains(">deployer</a>"), "{}", page.body);
         assert!(page.body.contains("approve gpt-4o"));
@@ -178,8 +175,56 @@ db_test!(
         let events = app.audit_events(&tenant.id, agent_id).await;
         assert!(events.contains(&"agent.blocked".to_owned()), "{events:?}");
         assert!(events.contains(&"agent.unblocked".to_owned()), "{events:?}");
+
+        // The two requests that passed are the agent's cost this month, as the API has it.
+        let costs = eventually(Duration::from_secs(10), || {
+            let (app, key) = (&app, &tenant.admin_key);
+            async move {
+                let path = format!("/cost/by-model?agent_id={agent_id}");
+                let body = expect_status(app.get(&path, key).await, 200).await;
+                (body["data"][0]["requests"] == json!(2)).then_some(body)
+            }
+        })
+        .await;
+        let model = &costs["data"][0];
+        assert_eq!(model["model_name"], "gpt-4o-mini");
+        let cost = model["total_cost_usd"].as_f64().unwrap();
+        assert!(cost > 0.0, "{costs}");
+        let page = browser.get(&path).await;
+        let table = &page.body[page.body.find("<table id=\"cost-by-model\">").unwrap()..];
+        let row = &table[table.find("<tbody>").unwrap()..table.find("</tbody>").unwrap()];
+        let cells: Vec<&str> = row
+            .split("<td")
+            .skip(1)
+            .map(|cell| &cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()])
+            .collect();
+        let tokens = |field: &str| model[field].as_i64().unwrap().to_string();
+        assert_eq!(
+            cells,
+            [
+                "openai",
+                "gpt-4o-mini",
+                "2",
+                &tokens("input_tokens"),
+                &tokens("output_tokens"),
+                &format_usd(cost),
+            ]
+        );
+        assert!(page
+            .body
+            .contains(&format!("Cost this month: {}", format_usd(cost))));
     }
 );
+
+/// Dollars as the console shows them: to the micro-dollar, at least cents.
+fn format_usd(dollars: f64) -> String {
+    let micros = format!("{dollars:.6}");
+    let trimmed = micros.trim_end_matches('0');
+    match trimmed.len() - trimmed.find('.').unwrap() - 1 {
+        0..=2 => format!("${dollars:.2}"),
+        _ => format!("${trimmed}"),
+    }
+}
 
 db_test!(
     a_read_only_person_sees_no_action_and_a_forged_post_changes_nothing,
@@ -206,6 +251,8 @@ db_test!(
         assert_eq!(page.status, 200);
         assert!(!page.body.contains("Kill switch"));
         assert!(!page.body.contains("/block\""));
+        // Without cost:read, no spend either.
+        assert!(!page.body.contains("Cost this month"));
 
         // Posts made by hand, with a valid CSRF token, are refused by scope.
         let pending = expect_status(

@@ -4,6 +4,7 @@
 mod access;
 mod actions;
 mod browser;
+mod history;
 mod keys;
 
 use reqwest::header::{HeaderMap, COOKIE, LOCATION, ORIGIN, SET_COOKIE};

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{call, tools, Upstream};
+use crate::console::Browser;
 use crate::helpers::{create_policy, expect_status};
 use crate::proxy::{eventually, MockProvider, TestProxy};
 
@@ -142,7 +143,22 @@ db_test!(
             context["arguments"],
             json!({ "title": "Outage", "body": "Roll back with [REDACTED:token]" })
         );
+        // Reviewers see the same in the console: server, tool, the redacted arguments.
+        let mut browser = Browser::new(&app);
+        browser.sign_in_with_key(&admin).await;
+        let queue = browser.get("/console/approvals").await;
         let id = approval["id"].as_i64().unwrap();
+        let item = &queue.body[queue.body.find(&format!("id=\"approval-{id}\"")).unwrap()..];
+        let item = &item[..item.find("</li>").unwrap()];
+        for shown in [
+            "<dt>MCP server</dt><dd>docs</dd>",
+            "<dt>Tool</dt><dd>create_issue</dd>",
+            "Roll back with [REDACTED:token]",
+            "Outage",
+        ] {
+            assert!(item.contains(shown), "{shown} not in {item}");
+        }
+        assert!(!queue.body.contains("token-1234"));
         expect_status(
             app.post(
                 &format!("/approvals/{id}/decide"),
