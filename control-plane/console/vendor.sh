@@ -13,14 +13,25 @@ cp "$scratch/package-lock.json" package-lock.json
 modules="$scratch/node_modules"
 cp "$modules/htmx.org/dist/htmx.min.js" assets/htmx.min.js
 cp "$modules/htmx-ext-sse/dist/sse.min.js" assets/htmx-ext-sse.min.js
+# Redoc's sidebar footer loads its logo from Redocly's CDN; the console fetches nothing
+# from elsewhere (and its Content-Security-Policy would refuse it), so the logo becomes
+# an empty data URL, which Redoc's own error handler then hides. The "API docs by
+# Redocly" link stays. This is the only change made to a vendored file.
+sed 's#https://cdn.redoc.ly/redoc/logo-mini.svg#data:,#' \
+  "$modules/redoc/bundles/redoc.standalone.js" > assets/redoc.standalone.js
+grep -q 'cdn.redoc.ly' assets/redoc.standalone.js && { echo "redoc still names its CDN" >&2; exit 1; }
 {
-  echo "The console embeds these packages from the npm registry, unchanged."
-  for package in htmx.org htmx-ext-sse; do
+  echo "The console embeds these packages from the npm registry, unchanged but for Redoc's logo URL (see vendor.sh)."
+  for package in htmx.org htmx-ext-sse redoc; do
     version=$(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$modules/$package/package.json" | head -n 1)
     echo
     echo "== $package $version =="
     cat "$modules/$package/LICENSE"
   done
+  # Redoc's bundle carries the notices of what it bundles.
+  echo
+  echo "== bundled in redoc.standalone.js =="
+  cat "$modules/redoc/bundles/redoc.standalone.js.LICENSE.txt"
 } > assets/LICENSES.txt
 # The browser tests' accessibility scanner (not embedded in Warden).
 tests=../tests/api/console/vendor

@@ -397,7 +397,7 @@ fn print_welcome(app: &Application, proxy: &ProxyApp, data_dir: &std::path::Path
     println!();
     println!("  Console          {base}/console   (sign up, or sign in)");
     println!("  Management API   {base}/api/v1");
-    println!("  OpenAPI document {base}/api/v1/openapi.json");
+    println!("  API reference    {base}/docs   (the OpenAPI document: {base}/api/v1/openapi.json)");
     println!("  Health           {base}/healthz  {base}/readyz");
     println!("  Metrics          {base}/metrics");
     println!("  Proxy (OpenAI)   {proxy_base}/v1   (metrics: {proxy_base}/metrics)");

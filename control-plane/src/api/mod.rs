@@ -14,7 +14,7 @@ pub(crate) mod agents;
 pub(crate) mod anomalies;
 mod anomaly_rules;
 pub mod approvals;
-mod audit_trail;
+pub(crate) mod audit_trail;
 pub(crate) mod auth;
 pub mod billing;
 pub(crate) mod budget;

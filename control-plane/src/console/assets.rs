@@ -39,6 +39,9 @@ static ASSETS: LazyLock<Vec<Asset>> = LazyLock::new(|| {
         asset!("console.js", "text/javascript; charset=utf-8"),
         asset!("htmx.min.js", "text/javascript; charset=utf-8"),
         asset!("htmx-ext-sse.min.js", "text/javascript; charset=utf-8"),
+        asset!("redoc.standalone.js", "text/javascript; charset=utf-8"),
+        asset!("docs.js", "text/javascript; charset=utf-8"),
+        asset!("docs.css", "text/css; charset=utf-8"),
         asset!("LICENSES.txt", "text/plain; charset=utf-8"),
     ]
     .into_iter()

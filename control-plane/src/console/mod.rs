@@ -12,7 +12,12 @@
 mod agents;
 mod approvals;
 mod assets;
+mod audit;
+mod chart;
+mod costs;
+mod docs;
 mod enforcement;
+mod filters;
 mod form;
 mod headers;
 mod keys;
@@ -49,10 +54,16 @@ pub fn router() -> Router<AppState> {
         .route("/console/agents", get(agents::list))
         .route("/console/agents/{id}", get(agents::show))
         .route("/console/agents/{id}/{action}", post(agents::switch))
+        .route("/console/costs", get(costs::show))
+        .route("/console/costs/export/{table}", get(costs::export))
+        .route("/console/audit", get(audit::show))
+        .route("/console/audit/verification", get(audit::verification))
+        .route("/console/audit/export/{format}", get(audit::export))
         .route("/console/keys", get(keys::show))
         .route("/console/keys/proxy", post(keys::create_proxy_key))
         .route("/console/keys/api", post(keys::create_api_key))
         .route("/console/keys/{kind}/{id}/revoke", post(keys::revoke))
         .route("/console/assets/{file}", get(assets::serve))
+        .route("/docs", get(docs::show))
         .layer(axum::middleware::from_fn(headers::secure))
 }

@@ -109,6 +109,12 @@ async fn warden_dev_prints_what_a_newcomer_needs_and_stops_cleanly() {
     let first = start(dir.path(), &[]);
     let text = first.output.join("\n");
     assert!(text.contains("/api/v1/openapi.json"), "{text}");
+    let reference = first
+        .output
+        .iter()
+        .find(|l| l.contains("API reference"))
+        .unwrap_or_else(|| panic!("no API reference line in {text}"));
+    assert!(reference.contains("/docs"), "{reference}");
     let key_line_index = first
         .output
         .iter()

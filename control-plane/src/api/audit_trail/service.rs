@@ -22,6 +22,7 @@ const EXPORT_CHUNK: i64 = 500;
 pub struct Criteria {
     pub event_type: Option<String>,
     pub target_id: Option<String>,
+    pub actor: Option<String>,
     pub from: Option<i64>,
     pub to: Option<i64>,
 }
@@ -46,6 +47,7 @@ impl Criteria {
         Ok(Criteria {
             event_type: query.event_type.as_ref().map(|t| t.as_str().to_owned()),
             target_id: query.target_id.as_ref().map(|t| t.as_str().to_owned()),
+            actor: query.actor.as_ref().map(|t| t.as_str().to_owned()),
             from,
             to,
         })
@@ -55,6 +57,7 @@ impl Criteria {
         Filter {
             event_type: self.event_type.as_deref(),
             target_id: self.target_id.as_deref(),
+            actor: self.actor.as_deref(),
             from: self.from,
             to: self.to,
         }

@@ -14,6 +14,7 @@ use crate::api::envelope::COUNT_LIMIT;
 pub struct Filter<'a> {
     pub event_type: Option<&'a str>,
     pub target_id: Option<&'a str>,
+    pub actor: Option<&'a str>,
     pub from: Option<i64>,
     pub to: Option<i64>,
 }
@@ -35,6 +36,7 @@ impl Filter<'_> {
         };
         add(self.event_type.is_some(), " AND event_type = ?");
         add(self.target_id.is_some(), " AND target_id = ?");
+        add(self.actor.is_some(), " AND actor = ?");
         add(self.from.is_some(), " AND occurred_at >= ?");
         add(self.to.is_some(), " AND occurred_at < ?");
         (clause, parameters)
@@ -51,6 +53,9 @@ impl Filter<'_> {
         }
         if let Some(target_id) = self.target_id {
             query = query.bind(target_id);
+        }
+        if let Some(actor) = self.actor {
+            query = query.bind(actor);
         }
         if let Some(from) = self.from {
             query = query.bind(from);

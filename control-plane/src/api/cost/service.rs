@@ -17,8 +17,9 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
-/// At most this many buckets in one series.
-const MAX_BUCKETS: i64 = 2_000;
+/// At most this many buckets in one series: 100 days by the hour (the console's
+/// 90-day hourly view fits).
+const MAX_BUCKETS: i64 = 2_400;
 
 /// Totals over the range, by default the current period (a month unless given) up to
 /// the end of today.

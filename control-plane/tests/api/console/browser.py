@@ -75,9 +75,16 @@ def check(page, name):
     violations = page.evaluate(
         """() => axe.run(document, {resultTypes: ['violations']}).then(r =>
             r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
-                                    targets: v.nodes.map(n => n.target.join(' '))})))"""
+                                    targets: v.nodes.map(n => n.target.join(' ') +
+                                        (n.any[0] && n.any[0].data && n.any[0].data.fgColor
+                                         ? ` (${n.any[0].data.fgColor} on ${n.any[0].data.bgColor}: ${n.any[0].data.contrastRatio})`
+                                         : ''))})))"""
     )
     serious = [v for v in violations if v["impact"] in ("serious", "critical")]
+    for violation in serious:
+        # A few of the elements are enough to find the rest.
+        count = len(violation["targets"])
+        violation["targets"] = violation["targets"][:5] + ([f"... {count} in all"] if count > 5 else [])
     if serious:
         PROBLEMS.append(f"{name}: accessibility: {json.dumps(serious)}")
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
@@ -235,6 +242,65 @@ def keys(browser):
     context.close()
 
 
+def records(browser):
+    """The costs and the audit trail: charts, tables, the chain's badge, downloads."""
+    page = watch(browser.new_context(accept_downloads=True).new_page())
+    sign_in_with_key(page, CONFIG["admin_key"])
+    page.get_by_role("link", name="Costs", exact=True).click()
+    expect(page.get_by_role("heading", name="Costs", exact=True)).to_be_visible()
+    expect(page.get_by_role("img", name="Spend per day")).to_be_visible()
+    check(page, "costs")
+    with page.expect_download() as download:
+        page.locator("#series-heading").locator("..").get_by_role("link", name="Download as CSV").click()
+    csv = Path(download.value.path()).read_text()
+    assert csv.startswith("timestamp,cost_usd,"), csv[:80]
+    assert len(csv.splitlines()) == 31, len(csv.splitlines())
+    step("costs: chart, tables, and the series downloaded as CSV")
+
+    page.get_by_role("link", name="Audit trail", exact=True).click()
+    expect(page.get_by_role("heading", name="Audit trail")).to_be_visible()
+    expect(page.locator("#verification")).to_contain_text("Hash chain intact", timeout=15_000)
+    check(page, "audit")
+    page.get_by_label("Event type").fill("agent.blocked")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(BASE + "/console/audit?event_type=agent.blocked&target_id=&actor=&from=&to=")
+    rows = page.locator("#events tbody tr")
+    expect(rows.first).to_contain_text("agent.blocked")
+    rows.first.get_by_text("Details").click()
+    expect(rows.first.locator("pre")).to_contain_text("runaway loop")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="JSON").click()
+    events = json.loads(Path(download.value.path()).read_text())
+    assert events and all(e["event_type"] == "agent.blocked" for e in events), events
+    step(f"audit trail: verified, filtered, details opened, {len(events)} events exported")
+    for path in ["/console/costs", "/console/audit"]:
+        own = requests_on_load(page, path)
+        step(f"{path}: {len(own)} requests to the server on load")
+    page.context.close()
+
+
+def reference(browser):
+    """The API reference renders every operation of the OpenAPI document."""
+    page = watch(browser.new_context().new_page())
+    page.goto(BASE + "/docs")
+    operations = page.locator("[data-section-id*='operation/'], [data-section-id*='paths/']")
+    expect(operations.first).to_be_attached(timeout=60_000)
+    with urllib.request.urlopen(BASE + "/api/v1/openapi.json", timeout=30) as answer:
+        document = json.load(answer)
+    methods = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+    expected = sum(1 for item in document["paths"].values() for m in item if m in methods)
+    # Redoc marks each operation's section `tag/<tag>/operation/<operationId>`.
+    shown = page.evaluate(
+        """() => new Set([...document.querySelectorAll("[data-section-id^='tag/']")]
+            .map(e => e.getAttribute('data-section-id'))
+            .filter(id => /^tag\\/[^/]+\\/(operation|paths)\\//.test(id))).size"""
+    )
+    assert shown == expected, f"{shown} operations shown, {expected} in the document"
+    check(page, "docs")
+    step(f"/docs renders all {expected} operations of the OpenAPI document")
+    page.context.close()
+
+
 def read_only(browser):
     page = watch(browser.new_context().new_page())
     sign_in_with_key(page, CONFIG["reader_key"])
@@ -262,6 +328,8 @@ with sync_playwright() as playwright:
     passwords(chromium)
     approvals_and_kill_switch(chromium)
     keys(chromium)
+    records(chromium)
+    reference(chromium)
     read_only(chromium)
     chromium.close()
 

@@ -6,6 +6,7 @@ mod actions;
 mod browser;
 mod history;
 mod keys;
+mod records;
 
 use reqwest::header::{HeaderMap, COOKIE, LOCATION, ORIGIN, SET_COOKIE};
 use std::collections::BTreeMap;
