@@ -17,8 +17,8 @@ use super::session::{csrf_token, SESSION_COOKIE};
 use crate::auth::cookie::cookie;
 use crate::state::AppState;
 
-/// The largest console form read: a reason is at most 1,000 characters.
-const MAX_FORM_BYTES: usize = 16 * 1024;
+/// The largest console form read: a FRIA is six texts of up to 10,000 characters.
+const MAX_FORM_BYTES: usize = 128 * 1024;
 
 pub struct Posted<T>(pub T);
 
@@ -47,7 +47,16 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Posted<T> {
         if !matches {
             return Err(PageError::cross_site().into_response());
         }
-        serde_urlencoded::from_bytes(&body)
+        // The token is checked; fields left empty are absent, as an API body would
+        // leave them out. What remains is read as the API's own input type.
+        let fields: Vec<(String, String)> = form_urlencoded::parse(&body)
+            .filter(|(key, value)| key != "csrf" && !value.trim().is_empty())
+            .map(|(key, value)| (key.into_owned(), value.into_owned()))
+            .collect();
+        let encoded = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(&fields)
+            .finish();
+        serde_urlencoded::from_str(&encoded)
             .map(Posted)
             .map_err(|error| PageError::bad_form(&error.to_string()).into_response())
     }

@@ -9,11 +9,13 @@
 //! carries a Content-Security-Policy without inline script, and every form post is
 //! checked for its origin and CSRF token before anything is read from it.
 
+mod agent_compliance;
 mod agents;
 mod approvals;
 mod assets;
 mod audit;
 mod chart;
+mod compliance;
 mod costs;
 mod docs;
 mod enforcement;
@@ -54,6 +56,36 @@ pub fn router() -> Router<AppState> {
         .route("/console/agents", get(agents::list))
         .route("/console/agents/{id}", get(agents::show))
         .route("/console/agents/{id}/{action}", post(agents::switch))
+        .route(
+            "/console/agents/{id}/compliance",
+            get(agent_compliance::show),
+        )
+        .route(
+            "/console/agents/{id}/risk-classification",
+            post(agent_compliance::classify),
+        )
+        .route(
+            "/console/agents/{id}/fria",
+            post(agent_compliance::write_fria),
+        )
+        .route(
+            "/console/agents/{id}/fria/{fria_id}/submit",
+            post(agent_compliance::submit_fria),
+        )
+        .route(
+            "/console/agents/{id}/transparency-card",
+            get(agent_compliance::card),
+        )
+        .route("/console/compliance", get(compliance::show))
+        .route("/console/incidents", post(compliance::report))
+        .route(
+            "/console/incidents/{id}",
+            get(compliance::incident).post(compliance::update),
+        )
+        .route(
+            "/console/incidents/{id}/evidence-pack",
+            get(compliance::evidence_pack),
+        )
         .route("/console/costs", get(costs::show))
         .route("/console/costs/export/{table}", get(costs::export))
         .route("/console/audit", get(audit::show))

@@ -3,9 +3,9 @@
 //! on read from the records (`store.rs`), `governance:read`. Impact assessments and
 //! incidents are resources of their own (`api::fria`, `api::incidents`).
 
-mod readiness;
+pub(crate) mod readiness;
 mod store;
-mod transparency;
+pub(crate) mod transparency;
 
 use axum::extract::State;
 use axum::response::Response;

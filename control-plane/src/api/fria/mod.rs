@@ -16,7 +16,7 @@
 //! submit is 409 `fria_already_submitted`). Both writes are audited (`fria.created`,
 //! `fria.submitted`).
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

@@ -10,9 +10,9 @@
 //! become true (the time is recorded; false afterwards is a 422). A report is audited as
 //! `incident.created` (announced to channels) and every update as `incident.updated`.
 
-mod deadline;
-mod evidence;
-mod service;
+pub(crate) mod deadline;
+pub(crate) mod evidence;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

@@ -8,9 +8,9 @@
 //! no level (`risk_level: null` on the agent). Every classification is kept; the newest
 //! is the agent's level. Writes need the Starter plan or above (402).
 
-mod service;
+pub(crate) mod service;
 mod store;
-mod suggestion;
+pub(crate) mod suggestion;
 
 use axum::extract::State;
 use axum::response::Response;

@@ -279,6 +279,50 @@ def records(browser):
     page.context.close()
 
 
+def compliance(browser):
+    """Readiness, an agent's FRIA written and submitted, its card, an incident."""
+    page = watch(browser.new_context().new_page())
+    sign_in_with_key(page, CONFIG["admin_key"])
+    page.get_by_role("link", name="Compliance", exact=True).click()
+    expect(page.get_by_role("heading", name="Compliance", exact=True)).to_be_visible()
+    check(page, "compliance")
+    page.goto(BASE + "/console/agents/" + CONFIG["agent_id"] + "/compliance")
+    expect(page.locator("#suggestion")).to_contain_text("The rules suggest")
+    for label in ["The processes the agent is used in", "How often and how widely it is used",
+                  "Categories of persons affected", "Specific risks of harm",
+                  "Human oversight measures", "Measures if the risks materialise"]:
+        page.get_by_label(label).fill(label + ": written in the browser test")
+    page.get_by_role("button", name="Save as a draft").click()
+    expect(page.locator("#fria-status")).to_contain_text("Version 1: draft")
+    check(page, "agent-compliance")
+    page.get_by_role("button", name="Submit version 1").click()
+    expect(page.locator("#fria-status")).to_contain_text("Version 1: submitted")
+    step("a FRIA written and submitted from the agent's compliance page")
+    page.get_by_role("link", name="Transparency card (printable)").click()
+    expect(page.get_by_role("heading", name=CONFIG["agent_name"])).to_be_visible()
+    check(page, "transparency-card")
+    page.emulate_media(media="print")
+    assert not page.get_by_role("navigation", name="Console").is_visible()
+    page.emulate_media(media="screen")
+    step("the transparency card prints without the console around it")
+
+    page.goto(BASE + "/console/compliance")
+    page.get_by_text("Report an incident").click()
+    page.get_by_label("Agent id").fill(CONFIG["agent_id"])
+    page.get_by_label("Title").fill("Wrong answers to customers")
+    page.get_by_label("Description").fill("The agent quoted prices that do not exist.")
+    page.get_by_role("button", name="Report the incident").click()
+    expect(page.get_by_role("heading", name="Wrong answers to customers")).to_be_visible()
+    expect(page.locator("#deadline")).to_contain_text("due in 15 d 0 h")
+    check(page, "incident")
+    page.get_by_label("New status").select_option("investigating")
+    page.get_by_label("Note").fill("looking into it")
+    page.get_by_role("button", name="Record the update").click()
+    expect(page.locator("#updates")).to_contain_text("looking into it")
+    step("an incident reported, its deadline counting down, an update recorded")
+    page.context.close()
+
+
 def reference(browser):
     """The API reference renders every operation of the OpenAPI document."""
     page = watch(browser.new_context().new_page())
@@ -329,6 +373,7 @@ with sync_playwright() as playwright:
     approvals_and_kill_switch(chromium)
     keys(chromium)
     records(chromium)
+    compliance(chromium)
     reference(chromium)
     read_only(chromium)
     chromium.close()

@@ -4,6 +4,7 @@
 mod access;
 mod actions;
 mod browser;
+mod compliance;
 mod history;
 mod keys;
 mod records;
