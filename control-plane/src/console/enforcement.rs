@@ -34,6 +34,14 @@ impl Enforced {
         }
     }
 
+    /// From a page's own query fields (a page whose query holds more than these).
+    pub fn from_parts(enforcement: Option<String>, unconfirmed: Option<String>) -> Enforced {
+        Enforced {
+            enforcement,
+            unconfirmed,
+        }
+    }
+
     /// The query that carries it to the next page.
     pub fn query(&self) -> String {
         let state = self.enforcement.as_deref().unwrap_or("saved");

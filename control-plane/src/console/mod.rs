@@ -25,6 +25,7 @@ mod headers;
 mod keys;
 mod overview;
 mod page;
+mod policies;
 mod session;
 mod sign_in;
 mod sign_up;
@@ -85,6 +86,12 @@ pub fn router() -> Router<AppState> {
         .route(
             "/console/incidents/{id}/evidence-pack",
             get(compliance::evidence_pack),
+        )
+        .route("/console/policies", get(policies::show))
+        .route("/console/policies/{id}/enabled", post(policies::switch))
+        .route(
+            "/console/policies/from-template/{template_id}",
+            post(policies::from_template),
         )
         .route("/console/costs", get(costs::show))
         .route("/console/costs/export/{table}", get(costs::export))

@@ -25,7 +25,7 @@ use super::store;
 use crate::api::envelope;
 use crate::api::extract::ApiJson;
 use crate::api::provider_names;
-use crate::auth::{require, Authorized};
+use crate::auth::{require, Authorized, Caller};
 use crate::error::{ApiError, ApiResult};
 use crate::proxy_state::load;
 use crate::state::AppState;
@@ -61,17 +61,19 @@ pub async fn evaluate_policies(
     State(state): State<AppState>,
     ApiJson(input): ApiJson<DryRunInput>,
 ) -> ApiResult<Response> {
+    Ok(envelope::ok(evaluate_for(&state, &caller, &input).await?))
+}
+
+/// The dry run for the caller: a provider Warden knows (or `mcp`), then [`dry_run`].
+pub async fn evaluate_for(
+    state: &AppState,
+    caller: &Caller,
+    input: &DryRunInput,
+) -> ApiResult<Vec<DryRunResult>> {
     if input.provider != Provider::Mcp {
         provider_names::require_known(&state.providers, "provider", [&input.provider])?;
     }
-    let results = dry_run(
-        state.db.pool(),
-        &caller.tenant_id,
-        &input,
-        state.clock.now(),
-    )
-    .await?;
-    Ok(envelope::ok(results))
+    dry_run(state.db.pool(), &caller.tenant_id, input, state.clock.now()).await
 }
 
 /// One policy's result in the dry run's answer.

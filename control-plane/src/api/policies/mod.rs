@@ -4,12 +4,12 @@
 //! one evaluator in `warden_shared::policy`. A change is audited and published to the
 //! proxies in its transaction; the proxies hold only enabled policies.
 
-mod dry_run;
+pub(crate) mod dry_run;
 pub(crate) mod evaluations;
-mod input;
-mod service;
+pub(crate) mod input;
+pub(crate) mod service;
 mod store;
-mod templates;
+pub(crate) mod templates;
 
 use axum::extract::State;
 use axum::response::Response;

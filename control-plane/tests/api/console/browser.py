@@ -323,6 +323,24 @@ def compliance(browser):
     page.context.close()
 
 
+def policies(browser):
+    """The policy list and the dry run through its form."""
+    page = watch(browser.new_context().new_page())
+    sign_in_with_key(page, CONFIG["admin_key"])
+    page.get_by_role("link", name="Policies", exact=True).click()
+    expect(page.get_by_role("heading", name="Policies", exact=True)).to_be_visible()
+    page.get_by_label("Agent id").fill(CONFIG["agent_id"])
+    page.get_by_label("Provider", exact=True).fill("openai")
+    page.get_by_label("Model (or server__tool)").fill("gpt-4o")
+    page.get_by_role("button", name="Evaluate").click()
+    # Approved earlier in this run, so the approval policy passes it for the hour.
+    expect(page.locator("#dry-run-verdict")).to_contain_text("The request would pass.")
+    expect(page.locator("#dry-run")).to_contain_text("approved by a reviewer")
+    check(page, "policies")
+    step("the dry run shows the approval policy passing the approved model")
+    page.context.close()
+
+
 def reference(browser):
     """The API reference renders every operation of the OpenAPI document."""
     page = watch(browser.new_context().new_page())
@@ -374,6 +392,7 @@ with sync_playwright() as playwright:
     keys(chromium)
     records(chromium)
     compliance(chromium)
+    policies(chromium)
     reference(chromium)
     read_only(chromium)
     chromium.close()

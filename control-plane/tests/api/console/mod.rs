@@ -7,6 +7,7 @@ mod browser;
 mod compliance;
 mod history;
 mod keys;
+mod policies;
 mod records;
 
 use reqwest::header::{HeaderMap, COOKIE, LOCATION, ORIGIN, SET_COOKIE};
