@@ -12,7 +12,7 @@ pub mod read_your_writes;
 mod admin;
 pub(crate) mod agents;
 pub(crate) mod anomalies;
-mod anomaly_rules;
+pub(crate) mod anomaly_rules;
 pub mod approvals;
 pub(crate) mod audit_trail;
 pub(crate) mod auth;

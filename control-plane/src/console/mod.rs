@@ -11,6 +11,7 @@
 
 mod agent_compliance;
 mod agents;
+mod anomalies;
 mod approvals;
 mod assets;
 mod audit;
@@ -92,6 +93,16 @@ pub fn router() -> Router<AppState> {
         .route(
             "/console/policies/from-template/{template_id}",
             post(policies::from_template),
+        )
+        .route("/console/anomalies", get(anomalies::show))
+        .route(
+            "/console/anomalies/{id}/acknowledge",
+            post(anomalies::acknowledge),
+        )
+        .route("/console/anomalies/{id}/resolve", post(anomalies::resolve))
+        .route(
+            "/console/anomaly-rules/{id}/enabled",
+            post(anomalies::switch_rule),
         )
         .route("/console/costs", get(costs::show))
         .route("/console/costs/export/{table}", get(costs::export))

@@ -8,7 +8,7 @@
 //! `anomaly.resolved`), signed per Standard Webhooks with the rule's own secret, shown
 //! once when the URL is first set. The URL is masked in responses. Writes are audited.
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

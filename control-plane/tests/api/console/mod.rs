@@ -3,6 +3,7 @@
 
 mod access;
 mod actions;
+mod anomalies;
 mod browser;
 mod compliance;
 mod history;
