@@ -26,7 +26,7 @@ pub mod http_metrics;
 pub(crate) mod incidents;
 pub mod internal;
 mod managed_keys;
-mod mcp_servers;
+pub(crate) mod mcp_servers;
 pub(crate) mod monitoring;
 mod notification_channels;
 mod openapi_bodies;

@@ -24,6 +24,7 @@ mod filters;
 mod form;
 mod headers;
 mod keys;
+mod mcp;
 mod overview;
 mod page;
 mod policies;
@@ -104,6 +105,9 @@ pub fn router() -> Router<AppState> {
             "/console/anomaly-rules/{id}/enabled",
             post(anomalies::switch_rule),
         )
+        .route("/console/mcp-servers", get(mcp::list))
+        .route("/console/mcp-servers/{id}", get(mcp::show))
+        .route("/console/mcp-servers/{id}/approve", post(mcp::approve))
         .route("/console/costs", get(costs::show))
         .route("/console/costs/export/{table}", get(costs::export))
         .route("/console/audit", get(audit::show))

@@ -15,7 +15,7 @@
 //! and report it (`mcp_server.tool_changed`, audited and notified). A changed URL or
 //! credential makes a different server: its approval is cleared.
 
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

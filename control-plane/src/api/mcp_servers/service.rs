@@ -128,36 +128,15 @@ pub async fn delete(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()
 /// proxies hold agents' listings and calls to. Replaces an earlier approval.
 pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ServerTools> {
     let mut server = get(state, caller, id).await?;
-    // Checked again, for a clear 422: the name may resolve elsewhere than when the server
-    // was registered. The fetch resolves it once more under the same rules.
-    check_url(state, &server.url).await?;
-    let credential = match &server.secret_ref {
-        Some(secret_ref) => Some(
-            warden_proxy::read_secret(&state.config.proxy.secrets_manager, secret_ref)
-                .await
-                .map_err(|error| unreachable(format!("its credential: {error}")))?
-                .expose()
-                .to_owned(),
-        ),
-        None => None,
-    };
-    let guard = &state.notification_sender.guard;
-    let definitions = warden_proxy::fetch_definitions(&server.url, credential, guard.allowance())
-        .await
-        .map_err(|error| unreachable(error.to_string()))?;
     let now = state.clock.now();
-    let mut tools: Vec<ApprovedTool> = definitions
+    let tools: Vec<ApprovedTool> = listed_now(state, &server)
+        .await?
         .into_iter()
-        .map(|definition| ApprovedTool {
-            name: definition.name,
-            fingerprint: definition.fingerprint,
-            definition: definition.definition,
-            approved_at: now,
+        .map(|mut tool| {
+            tool.approved_at = now;
+            tool
         })
         .collect();
-    // In name order, as the server's tools are read back.
-    tools.sort_by(|a, b| a.name.cmp(&b.name));
-    tools.dedup_by(|a, b| a.name == b.name);
     server.approved_at = Some(now);
     server.updated_at = now;
     let mut tx = state.db.begin_write().await?;
@@ -190,6 +169,41 @@ pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<S
         tools,
         changed: Vec::new(),
     })
+}
+
+/// The server's tools as it lists them now, in name order (each `approved_at` is the
+/// time of the listing): what an approval would pin.
+pub async fn listed_now(state: &AppState, server: &McpServer) -> ApiResult<Vec<ApprovedTool>> {
+    // Checked again, for a clear 422: the name may resolve elsewhere than when the server
+    // was registered. The fetch resolves it once more under the same rules.
+    check_url(state, &server.url).await?;
+    let credential = match &server.secret_ref {
+        Some(secret_ref) => Some(
+            warden_proxy::read_secret(&state.config.proxy.secrets_manager, secret_ref)
+                .await
+                .map_err(|error| unreachable(format!("its credential: {error}")))?
+                .expose()
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let guard = &state.notification_sender.guard;
+    let definitions = warden_proxy::fetch_definitions(&server.url, credential, guard.allowance())
+        .await
+        .map_err(|error| unreachable(error.to_string()))?;
+    let now = state.clock.now();
+    let mut tools: Vec<ApprovedTool> = definitions
+        .into_iter()
+        .map(|definition| ApprovedTool {
+            name: definition.name,
+            fingerprint: definition.fingerprint,
+            definition: definition.definition,
+            approved_at: now,
+        })
+        .collect();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools.dedup_by(|a, b| a.name == b.name);
+    Ok(tools)
 }
 
 pub async fn tools(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ServerTools> {
