@@ -28,7 +28,7 @@ pub mod internal;
 mod managed_keys;
 pub(crate) mod mcp_servers;
 pub(crate) mod monitoring;
-mod notification_channels;
+pub(crate) mod notification_channels;
 mod openapi_bodies;
 mod openapi_enums;
 mod openapi_errors;

@@ -15,6 +15,7 @@ mod anomalies;
 mod approvals;
 mod assets;
 mod audit;
+mod billing;
 mod chart;
 mod compliance;
 mod costs;
@@ -25,6 +26,7 @@ mod form;
 mod headers;
 mod keys;
 mod mcp;
+mod notifications;
 mod overview;
 mod page;
 mod policies;
@@ -108,6 +110,13 @@ pub fn router() -> Router<AppState> {
         .route("/console/mcp-servers", get(mcp::list))
         .route("/console/mcp-servers/{id}", get(mcp::show))
         .route("/console/mcp-servers/{id}/approve", post(mcp::approve))
+        .route("/console/notifications", get(notifications::show))
+        .route(
+            "/console/notifications/{id}/test",
+            post(notifications::test),
+        )
+        .route("/console/billing", get(billing::show))
+        .route("/console/billing/checkout", post(billing::checkout))
         .route("/console/costs", get(costs::show))
         .route("/console/costs/export/{table}", get(costs::export))
         .route("/console/audit", get(audit::show))

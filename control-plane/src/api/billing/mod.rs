@@ -11,7 +11,7 @@
 //! documented in `webhook.rs`.
 
 mod period;
-mod service;
+pub(crate) mod service;
 mod store;
 mod webhook;
 

@@ -10,7 +10,7 @@
 //! keeps the secret). A tenant has at most 50 channels.
 
 mod input;
-mod service;
+pub(crate) mod service;
 mod store;
 
 use axum::extract::State;

@@ -341,6 +341,31 @@ def policies(browser):
     page.context.close()
 
 
+def administration(browser):
+    """Anomalies, MCP servers, notification channels and billing: reachable from the
+    navigation, scanned and photographed."""
+    page = watch(browser.new_context().new_page())
+    sign_in_with_key(page, CONFIG["admin_key"])
+    for link, heading, name in [
+        ("Anomalies", "Anomalies", "anomalies"),
+        ("MCP servers", "MCP servers", "mcp-servers"),
+        ("Notifications", "Notification channels", "notifications"),
+        ("Billing", "Billing", "billing"),
+    ]:
+        page.get_by_role("link", name=link, exact=True).click()
+        expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
+        check(page, name)
+    page.get_by_label("Plan", exact=True).select_option("professional")
+    page.get_by_role("button", name="Change the plan").click()
+    expect(page.locator("#plan-change")).to_contain_text("Upgrade from starter to professional")
+    step("billing: an upgrade answers its checkout link")
+    for path in ["/console/anomalies", "/console/mcp-servers", "/console/notifications",
+                 "/console/billing", "/console/compliance", "/console/policies"]:
+        own = requests_on_load(page, path)
+        step(f"{path}: {len(own)} requests to the server on load")
+    page.context.close()
+
+
 def reference(browser):
     """The API reference renders every operation of the OpenAPI document."""
     page = watch(browser.new_context().new_page())
@@ -393,6 +418,7 @@ with sync_playwright() as playwright:
     records(chromium)
     compliance(chromium)
     policies(chromium)
+    administration(chromium)
     reference(chromium)
     read_only(chromium)
     chromium.close()

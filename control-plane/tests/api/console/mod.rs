@@ -4,6 +4,7 @@
 mod access;
 mod actions;
 mod anomalies;
+mod billing;
 mod browser;
 mod compliance;
 mod history;

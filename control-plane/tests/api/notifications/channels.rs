@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use super::{create_channel, notifying_app, Receiver, ROUTING_KEY};
+use crate::console::Browser;
 use crate::helpers::{expect_error, expect_status, report_decisions, Backend, TestApp};
 
 async fn channel(app: &TestApp, key: &str, id: &str) -> Value {
@@ -333,6 +334,54 @@ async fn the_test_send_says_whether_and_why_not() {
     );
     let result = expect_status(app.post(&path, key, json!({})).await, 200).await;
     assert_eq!(result["success"], false);
+
+    // The console's test button: the same sends, their outcome shown at the channel.
+    let mut browser = Browser::new(&app);
+    browser.sign_in_with_key(key).await;
+    let page = browser.get("/console/notifications").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("siem (webhook)") && page.body.contains("moved (slack)"));
+    let hook_id = hook["id"].as_str().unwrap();
+    let tested = browser
+        .post(
+            &format!("/console/notifications/{hook_id}/test"),
+            &[("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(tested.status, 200, "{}", tested.body);
+    let row = &tested.body[tested.body.find(&format!("id=\"test-{hook_id}\"")).unwrap()..];
+    assert!(
+        row[..row.find("</form>").unwrap()].contains("Test delivered"),
+        "{row}"
+    );
+    receiver
+        .wait_for("the console's test message", |r| {
+            r["webhook"].as_array().unwrap().len() == 2
+        })
+        .await;
+    // With htmx, only the outcome comes back, for the row.
+    let fragment = app
+        .client
+        .post(format!(
+            "{}/console/notifications/{}/test",
+            app.base,
+            redirect["id"].as_str().unwrap()
+        ))
+        .header(reqwest::header::COOKIE, browser.cookie_header())
+        .header(reqwest::header::ORIGIN, &app.base)
+        .header("hx-request", "true")
+        .form(&[("csrf", page.csrf())])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        fragment.starts_with("<span class=\"badge broken\">Test failed:"),
+        "{fragment}"
+    );
+    assert!(fragment.contains("302"), "{fragment}");
     let message = result["message"].as_str().unwrap();
     assert!(
         message.contains("302") && message.contains("not followed"),
