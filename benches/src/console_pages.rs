@@ -1,5 +1,6 @@
 //! Server time of each console page on a large tenant (by default 10,000 agents and
-//! 1,000,000 usage records over 30 days, 50 pending approvals, 100 blocked agents), as
+//! 1,000,000 usage records over 30 days, 50 pending approvals, 100 blocked agents, an
+//! audit trail of every registration and block), as
 //! p50 and p95 and as ratios to `/healthz` measured against the same server in the same
 //! process. Target: p95 under 50 ms for every page, on SQLite and on PostgreSQL.
 //!
@@ -69,6 +70,7 @@ async fn main() {
     let cookie = sign_in(&server, &key).await;
     let base = &server.base;
     let agent = &agent_ids[120];
+    let ninety_days_ago = Timestamp::from_millis(now - 89 * DAY_MS).to_string()[..10].to_owned();
     let pages = [
         ("GET /healthz (baseline)", format!("{base}/healthz")),
         ("overview", format!("{base}/console")),
@@ -84,6 +86,53 @@ async fn main() {
         ),
         ("an agent", format!("{base}/console/agents/{agent}")),
         ("keys", format!("{base}/console/keys")),
+        (
+            "approvals history, one agent",
+            format!("{base}/console/approvals?agent_id={agent}"),
+        ),
+        ("costs (30 days by day)", format!("{base}/console/costs")),
+        (
+            "costs (90 days by hour)",
+            format!("{base}/console/costs?granularity=hour&from={ninety_days_ago}"),
+        ),
+        (
+            "costs, one agent, 90 days by hour",
+            format!(
+                "{base}/console/costs?granularity=hour&from={ninety_days_ago}&agent_id={agent}"
+            ),
+        ),
+        (
+            "costs CSV (30 days by day)",
+            format!("{base}/console/costs/export/series"),
+        ),
+        ("audit trail", format!("{base}/console/audit")),
+        (
+            "audit trail, filtered by type",
+            format!("{base}/console/audit?event_type=agent.blocked"),
+        ),
+        (
+            "audit chain verification",
+            format!("{base}/console/audit/verification"),
+        ),
+        ("anomalies", format!("{base}/console/anomalies")),
+        ("compliance", format!("{base}/console/compliance")),
+        (
+            "an agent's compliance",
+            format!("{base}/console/agents/{agent}/compliance"),
+        ),
+        (
+            "a transparency card",
+            format!("{base}/console/agents/{agent}/transparency-card"),
+        ),
+        ("policies", format!("{base}/console/policies")),
+        (
+            "policies, with a dry run",
+            format!("{base}/console/policies?agent_id={agent}&provider=openai&model=gpt-4o"),
+        ),
+        ("MCP servers", format!("{base}/console/mcp-servers")),
+        ("notifications", format!("{base}/console/notifications")),
+        ("billing", format!("{base}/console/billing")),
+        ("API reference page", format!("{base}/docs")),
     ];
     println!(
         "{:<34} {:>9} {:>9} {:>11}",
