@@ -207,21 +207,27 @@ db_test!(
         let (_, raw_key, _) = proxy
             .tenant_with_key(&app, json!({ "developer_label": "pooled" }))
             .await;
-        for answered in 1..=2 {
+        const ANSWERED: usize = 4;
+        for answered in 1..=ANSWERED {
             let response = proxy.chat(&raw_key, simple_chat("gpt-4o-mini")).await;
             assert_eq!(response.status().as_u16(), 200);
             response.bytes().await.unwrap();
             // The proxy returns the connection to its pool after answering, then counts
-            // the request: once counted, the next request finds the connection pooled
-            // (else, on a loaded machine, it could overtake it and open a new one).
+            // the request: once counted, the next request usually finds the connection
+            // pooled (on a loaded machine it may still open a new one, hence several).
             eventually(Duration::from_secs(10), || async {
-                (forwarded(&proxy).await == answered).then_some(())
+                (forwarded(&proxy).await == answered as u64).then_some(())
             })
             .await;
         }
-        // The second request reached the provider twice: on the pooled connection it
-        // dropped, then on a new one.
-        assert_eq!(requests.load(Ordering::SeqCst), 3);
+        // Every request was answered, and a request that met a pooled connection the
+        // provider dropped reached it twice: on that connection, then on a new one. Each
+        // is retried at most once (a second drop would have been an error answer).
+        let reached = requests.load(Ordering::SeqCst);
+        assert!(
+            (ANSWERED + 1..=2 * ANSWERED - 1).contains(&reached),
+            "{reached} requests reached the provider for {ANSWERED} answers"
+        );
     }
 );
 
