@@ -16,13 +16,14 @@ use super::session::Signed;
 use crate::api::agents::{self, Agent, AgentFilter, EnforcementFlag, Reason};
 use crate::api::auth::service as auth;
 use crate::api::cost::{self, ModelCost, ModelQuery};
-use crate::api::envelope::Page;
+use crate::api::envelope::{Page, PageQuery};
 use crate::api::health;
 use crate::api::owners::{self, Ownership};
 use crate::api::policies::evaluations::{self, Filters, PolicyEvaluation};
 use crate::api::risk_level::RiskLevel;
 use crate::api::tool_calls::{self, ToolCall, ToolCallQuery};
 use crate::auth::require;
+use crate::error::ApiError;
 use crate::health::HealthScore;
 use crate::state::AppState;
 use crate::validate::Text;
@@ -36,6 +37,10 @@ struct AgentsPage {
     layout: Layout,
     agents: Vec<Agent>,
     total: i64,
+    page: i64,
+    /// The query of the page before and after this one, when there is one.
+    newer: Option<String>,
+    older: Option<String>,
     status: String,
     team: String,
     environment: String,
@@ -55,6 +60,29 @@ pub struct ListFilter {
     risk_level: String,
     #[serde(default)]
     search: String,
+    /// Which page of the list, from 1.
+    #[serde(default)]
+    page: String,
+}
+
+impl ListFilter {
+    /// The query string of page `page` under the same filters.
+    fn query_of(&self, page: i64) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in [
+            ("search", &self.search),
+            ("status", &self.status),
+            ("environment", &self.environment),
+            ("risk_level", &self.risk_level),
+            ("team", &self.team),
+        ] {
+            if !value.trim().is_empty() {
+                query.append_pair(name, value.trim());
+            }
+        }
+        query.append_pair("page", &page.to_string());
+        query.finish()
+    }
 }
 
 /// `GET /console/agents`.
@@ -73,10 +101,16 @@ pub async fn list(
         page: None,
         limit: None,
     };
-    let page_of = Page {
-        page: 1,
-        limit: PER_PAGE,
+    let number = match filter.page.trim() {
+        "" => 1,
+        given => given
+            .parse()
+            .map_err(|_| ApiError::validation("page", "page: must be a whole number"))?,
     };
+    let page_of = Page::try_from(PageQuery {
+        page: Some(number),
+        limit: Some(PER_PAGE),
+    })?;
     let (agents, total) =
         agents::service::list_agents(&state, &signed.caller, &api_filter, page_of).await?;
     let page = AgentsPage {
@@ -87,6 +121,9 @@ pub async fn list(
         ),
         agents,
         total,
+        page: page_of.page,
+        newer: (page_of.page > 1).then(|| filter.query_of(page_of.page - 1)),
+        older: (page_of.page * page_of.limit < total).then(|| filter.query_of(page_of.page + 1)),
         status: api_filter.status.map_or("", AgentStatus::as_str).to_owned(),
         team: api_filter.team.unwrap_or_default(),
         environment: api_filter

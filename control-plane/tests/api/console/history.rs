@@ -226,3 +226,52 @@ db_test!(
         assert_eq!(wrong.status, 422, "{}", wrong.body);
     }
 );
+
+db_test!(
+    the_agents_list_pages_through_every_agent_under_its_filters,
+    |app| {
+        let tenant = app.new_tenant("enterprise").await;
+        let key = &tenant.admin_key;
+        for n in 0..105 {
+            let team = if n % 2 == 0 { "even" } else { "odd" };
+            app.register_agent(
+                key,
+                json!({ "name": format!("listed-{n:03}"), "team": team }),
+            )
+            .await;
+        }
+        let mut browser = Browser::new(&app);
+        browser.sign_in_with_key(key).await;
+        let count = |body: &str| body.matches("<a href=\"/console/agents/agt_").count();
+
+        let first = browser.get("/console/agents").await;
+        assert_eq!(first.status, 200);
+        assert!(first.body.contains("105 agents; page 1, 100 shown."));
+        assert_eq!(count(&first.body), 100);
+        assert!(first
+            .body
+            .contains("href=\"/console/agents?page=2\" rel=\"next\""));
+        let second = browser.get("/console/agents?page=2").await;
+        assert_eq!(count(&second.body), 5);
+        assert!(second
+            .body
+            .contains("href=\"/console/agents?page=1\" rel=\"prev\""));
+        assert!(!second.body.contains("rel=\"next\""));
+
+        // Under a filter the links keep it; a filter matching one page has none.
+        let even = browser.get("/console/agents?team=even").await;
+        assert_eq!(count(&even.body), 53);
+        assert!(!even.body.contains("rel=\"next\""));
+        let searched = browser.get("/console/agents?search=listed-1&page=1").await;
+        assert!(
+            searched.body.contains("<p>5 agents.</p>"),
+            "{}",
+            searched.body
+        );
+
+        for wrong in ["0", "abc", "-1"] {
+            let page = browser.get(&format!("/console/agents?page={wrong}")).await;
+            assert_eq!(page.status, 422, "page={wrong}");
+        }
+    }
+);
