@@ -11,7 +11,6 @@ use super::form::Posted;
 use super::page::{self, Layout, PageError};
 use super::session::Signed;
 use crate::api::agents::{self, Agent};
-use crate::api::auth::service as auth;
 use crate::api::compliance::transparency::{self, TransparencyCard};
 use crate::api::fria::{self, FriaInput, FriaWithHistory};
 use crate::api::risk::{self, ClassifyInput, RiskClassification, Suggestion};
@@ -42,11 +41,7 @@ pub async fn show(
     let suggestion = risk::service::suggest(&state, caller, &id).await?;
     let fria = absent_if_not_found(fria::service::newest(&state, caller, &id).await)?;
     let page = AgentCompliancePage {
-        layout: Layout::new(
-            "agents",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "agents").await?,
         agent,
         current,
         suggestion,
@@ -120,11 +115,7 @@ pub async fn card(
     let caller = &signed.caller;
     let card = transparency::card(&state, caller, &id).await?;
     let page = CardPage {
-        layout: Layout::new(
-            "agents",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "agents").await?,
         card,
     };
     Ok(page::render(&page))

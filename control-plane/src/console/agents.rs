@@ -14,7 +14,6 @@ use super::form::Posted;
 use super::page::{self, span, Layout, PageError};
 use super::session::Signed;
 use crate::api::agents::{self, Agent, AgentFilter, EnforcementFlag, Reason};
-use crate::api::auth::service as auth;
 use crate::api::cost::{self, ModelCost, ModelQuery};
 use crate::api::envelope::{Page, PageQuery};
 use crate::api::health;
@@ -114,11 +113,7 @@ pub async fn list(
     let (agents, total) =
         agents::service::list_agents(&state, &signed.caller, &api_filter, page_of).await?;
     let page = AgentsPage {
-        layout: Layout::new(
-            "agents",
-            auth::caller_name(&state, &signed.caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "agents").await?,
         agents,
         total,
         page: page_of.page,
@@ -251,11 +246,7 @@ pub async fn show(
         false => None,
     };
     let page = AgentPage {
-        layout: Layout::new(
-            "agents",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "agents").await?,
         owners: owners::service::owners_of(&state, caller, &id).await?,
         tool_calls,
         agent,

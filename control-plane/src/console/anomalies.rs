@@ -14,7 +14,6 @@ use crate::api::anomalies::service::{self as anomalies, Move};
 use crate::api::anomalies::{AcknowledgeInput, Anomaly, AnomalyQuery, ResolveInput};
 use crate::api::anomaly_rules::service as rules;
 use crate::api::anomaly_rules::{AnomalyRule, UpdateRuleInput};
-use crate::api::auth::service as auth;
 use crate::api::envelope::{Page, PageQuery};
 use crate::auth::require;
 use crate::state::AppState;
@@ -58,11 +57,7 @@ pub async fn show(
     })?;
     let (found, total) = anomalies::list(&state, caller, &filters.query, page).await?;
     let shown = AnomaliesPage {
-        layout: Layout::new(
-            "anomalies",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "anomalies").await?,
         anomalies: found
             .into_iter()
             .map(|anomaly| Shown {

@@ -211,11 +211,7 @@ pub async fn show(
         older: (page.page * page.limit < total).then(|| filter.query_of(page.page + 1)),
     };
     let page = ApprovalsPage {
-        layout: Layout::new(
-            "approvals",
-            auth::caller_name(&state, &signed.caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "approvals").await?,
         queue: queue(&state, &signed).await?,
         history,
         enforced: Some(filter.enforced).filter(Enforced::is_known),

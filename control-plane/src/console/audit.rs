@@ -13,7 +13,6 @@ use super::page::{self, Layout, PageError};
 use super::session::Signed;
 use crate::api::audit_trail::service::{self as audit, Criteria};
 use crate::api::audit_trail::{self, AuditEventView, AuditQuery, ExportFormat};
-use crate::api::auth::service as auth;
 use crate::api::envelope::{Page, PageQuery};
 use crate::auth::require;
 use crate::changes::chain::Verification;
@@ -76,11 +75,7 @@ pub async fn show(
         })
         .collect();
     let audit = AuditPage {
-        layout: Layout::new(
-            "audit",
-            auth::caller_name(&state, &signed.caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "audit").await?,
         events,
         total,
         at_least,

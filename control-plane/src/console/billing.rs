@@ -9,7 +9,6 @@ use axum::response::Response;
 use super::form::Posted;
 use super::page::{self, Layout, PageError};
 use super::session::Signed;
-use crate::api::auth::service as auth;
 use crate::api::billing::service as billing;
 use crate::api::billing::{Billing, CheckoutInput, CheckoutOutcome};
 use crate::auth::require;
@@ -31,11 +30,7 @@ async fn render(
 ) -> Result<Response, PageError> {
     let caller = &signed.caller;
     let page = BillingPage {
-        layout: Layout::new(
-            "billing",
-            auth::caller_name(state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(state, signed, "billing").await?,
         billing: billing::billing(state, caller).await?,
         outcome,
     };

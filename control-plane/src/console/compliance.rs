@@ -15,7 +15,6 @@ use super::filters::Filters;
 use super::form::Posted;
 use super::page::{self, span, Layout, PageError};
 use super::session::Signed;
-use crate::api::auth::service as auth;
 use crate::api::compliance::readiness::{self, Readiness};
 use crate::api::envelope::{Page, PageQuery};
 use crate::api::incidents::{
@@ -80,11 +79,7 @@ pub async fn show(
     let (incidents, total) = incidents::service::list(&state, caller, &filters.query, page).await?;
     let now = state.clock.now().as_millis();
     let page = CompliancePage {
-        layout: Layout::new(
-            "compliance",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "compliance").await?,
         readiness,
         incidents: incidents
             .into_iter()
@@ -128,11 +123,7 @@ pub async fn incident(
     let caller = &signed.caller;
     let incident = incidents::service::get(&state, caller, &id).await?;
     let page = IncidentPage {
-        layout: Layout::new(
-            "compliance",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "compliance").await?,
         deadline: deadline_of(&incident, state.clock.now().as_millis()),
         incident,
         may_update: caller.has(Scope::GovernanceWrite),

@@ -17,7 +17,6 @@ use super::filters::Filters;
 use super::page::{self, Layout, PageError};
 use super::session::Signed;
 use crate::api::audit_trail::service::csv_cell;
-use crate::api::auth::service as auth;
 use crate::api::budget::{self, BudgetScopeStatus};
 use crate::api::cost::{
     self, AgentCost, BreakdownQuery, CostPoint, ModelCost, ModelQuery, RangeQuery, TeamCost,
@@ -85,11 +84,7 @@ pub async fn show(
         given => given,
     };
     let page = CostsPage {
-        layout: Layout::new(
-            "costs",
-            auth::caller_name(&state, &signed.caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "costs").await?,
         chart: BarChart::of(&costs.series, granularity),
         total: costs.series.iter().map(|p| p.cost_usd).sum(),
         costs,

@@ -81,11 +81,7 @@ pub async fn show(
         format!("Key {id} revoked.{proxies}")
     });
     let page = KeysPage {
-        layout: Layout::new(
-            "keys",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "keys").await?,
         proxy_keys,
         proxy_total,
         api_keys,
@@ -227,9 +223,5 @@ fn api_input<T: DeserializeOwned>(body: Value) -> Result<T, PageError> {
 }
 
 async fn layout<R>(state: &AppState, signed: &Signed<R>) -> Result<Layout, PageError> {
-    Ok(Layout::new(
-        "keys",
-        auth::caller_name(state, &signed.caller).await?,
-        signed.csrf(),
-    ))
+    Ok(Layout::signed(state, signed, "keys").await?)
 }

@@ -11,7 +11,6 @@ use warden_shared::scopes::Scope;
 use super::form::Posted;
 use super::page::{self, Layout, PageError};
 use super::session::Signed;
-use crate::api::auth::service as auth;
 use crate::api::envelope::Page;
 use crate::api::mcp_servers::service as servers;
 use crate::api::mcp_servers::{ApprovedTool, McpServer, ServerTools};
@@ -50,11 +49,7 @@ pub async fn list(
     )
     .await?;
     let page = ServersPage {
-        layout: Layout::new(
-            "mcp",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "mcp").await?,
         servers,
         total,
         may_approve: caller.has(Scope::Admin),
@@ -124,11 +119,7 @@ pub async fn show(
     };
     let (calls, _) = tool_calls::service::list(&state, caller, &calls, recent).await?;
     let page = ServerPage {
-        layout: Layout::new(
-            "mcp",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "mcp").await?,
         definitions: tools
             .tools
             .iter()

@@ -11,7 +11,6 @@ use serde::de::IgnoredAny;
 use super::form::Posted;
 use super::page::{self, Layout, PageError};
 use super::session::Signed;
-use crate::api::auth::service as auth;
 use crate::api::envelope::Page;
 use crate::api::notification_channels::service as channels;
 use crate::api::notification_channels::{Delivery, NotificationChannel, TestResult};
@@ -81,11 +80,7 @@ async fn render(
         });
     }
     let page = NotificationsPage {
-        layout: Layout::new(
-            "notifications",
-            auth::caller_name(state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(state, signed, "notifications").await?,
         channels: listed,
         total,
     };

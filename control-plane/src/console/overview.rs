@@ -12,7 +12,6 @@ use super::session::Signed;
 use crate::api::agents::{self, Agent, Only};
 use crate::api::anomalies;
 use crate::api::approvals;
-use crate::api::auth::service as auth;
 use crate::api::budget::{self, BudgetScopeStatus};
 use crate::api::cost::{self, SummaryQuery};
 use crate::api::envelope::Page;
@@ -62,11 +61,7 @@ pub async fn show(
     let caller = &signed.caller;
     let may = |scope: Scope| caller.has(scope);
     let page = OverviewPage {
-        layout: Layout::new(
-            "overview",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "overview").await?,
         agents: when(may(Scope::MonitoringRead), || {
             monitoring::service::monitoring_overview(&state, caller)
         })

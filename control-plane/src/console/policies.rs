@@ -15,7 +15,6 @@ use super::filters::Filters;
 use super::form::Posted;
 use super::page::{self, Layout, PageError};
 use super::session::Signed;
-use crate::api::auth::service as auth;
 use crate::api::policies::dry_run::{self, DryRunInput, DryRunResult};
 use crate::api::policies::input::UpdatePolicyInput;
 use crate::api::policies::templates::{self, PolicyTemplate};
@@ -114,11 +113,7 @@ pub async fn show(
     };
     let enforced = Enforced::from_parts(form.enforcement.clone(), form.unconfirmed.clone());
     let page = PoliciesPage {
-        layout: Layout::new(
-            "policies",
-            auth::caller_name(&state, caller).await?,
-            signed.csrf(),
-        ),
+        layout: Layout::signed(&state, &signed, "policies").await?,
         policies: policies::service::list_policies(&state, caller).await?,
         templates: templates::catalog(),
         may_write: caller.has(Scope::GovernanceWrite),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::header::COOKIE;
 use serde_json::json;
 
-use super::Browser;
+use super::{usd, Browser};
 use crate::helpers::expect_status;
 use crate::proxy::{eventually, HeldForApproval, MockProvider, TestProxy};
 
@@ -207,24 +207,14 @@ db_test!(
                 "2",
                 &tokens("input_tokens"),
                 &tokens("output_tokens"),
-                &format_usd(cost),
+                &usd(cost),
             ]
         );
         assert!(page
             .body
-            .contains(&format!("Cost this month: {}", format_usd(cost))));
+            .contains(&format!("Cost this month: {}", usd(cost))));
     }
 );
-
-/// Dollars as the console shows them: to the micro-dollar, at least cents.
-fn format_usd(dollars: f64) -> String {
-    let micros = format!("{dollars:.6}");
-    let trimmed = micros.trim_end_matches('0');
-    match trimmed.len() - trimmed.find('.').unwrap() - 1 {
-        0..=2 => format!("${dollars:.2}"),
-        _ => format!("${trimmed}"),
-    }
-}
 
 db_test!(
     a_read_only_person_sees_no_action_and_a_forged_post_changes_nothing,

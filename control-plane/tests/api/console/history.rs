@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::Browser;
+use super::{table, Browser, Page};
 use crate::helpers::{create_policy, expect_status, report_decisions, TestApp};
 
 /// Queues one pending approval per model for `agent_id`, as the proxy reports held
@@ -72,33 +72,10 @@ async fn decide(app: &TestApp, key: &str, id: i64, decision: &str) {
 }
 
 /// The history table's rows: (agent, request, status).
-fn rows(body: &str) -> Vec<(String, String, String)> {
-    let Some(start) = body.find("<table id=\"history\">") else {
-        return Vec::new();
-    };
-    let table = &body[start..start + body[start..].find("</table>").unwrap()];
-    let cells = |row: &str| -> Vec<String> {
-        row.split("<td>")
-            .skip(1)
-            .map(|cell| {
-                let cell = &cell[..cell.find("</td>").unwrap()];
-                // The agent cell is a link: its text.
-                match cell.find('>') {
-                    Some(at) if cell.starts_with("<a ") => {
-                        cell[at + 1..cell.find("</a>").unwrap()].to_owned()
-                    }
-                    _ => cell.to_owned(),
-                }
-            })
-            .collect()
-    };
-    table
-        .split("<tr>")
-        .skip(2)
-        .map(|row| {
-            let cells = cells(row);
-            (cells[0].clone(), cells[1].clone(), cells[2].clone())
-        })
+fn rows(page: &Page) -> Vec<(String, String, String)> {
+    table(page, "history")
+        .into_iter()
+        .map(|cells| (cells[0].clone(), cells[1].clone(), cells[2].clone()))
         .collect()
 }
 
@@ -145,7 +122,7 @@ db_test!(
         let first = browser.get("/console/approvals").await;
         assert_eq!(first.status, 200, "{}", first.body);
         assert!(first.body.contains("59 decided, newest first; page 1"));
-        let shown = rows(&first.body);
+        let shown = rows(&first);
         assert_eq!(shown.len(), 50);
         assert_eq!(
             shown[0],
@@ -157,7 +134,7 @@ db_test!(
         let older = "/console/approvals?page=2";
         assert!(first.body.contains(&format!("href=\"{older}\"")));
         let second = browser.get(older).await;
-        let rest = rows(&second.body);
+        let rest = rows(&second);
         assert_eq!(rest.len(), 9);
         assert_eq!(
             rest[8],
@@ -174,7 +151,7 @@ db_test!(
 
         // By status.
         let denied = browser.get("/console/approvals?status=denied").await;
-        let shown = rows(&denied.body);
+        let shown = rows(&denied);
         assert_eq!(
             shown,
             vec![
@@ -187,14 +164,14 @@ db_test!(
         // By agent, and both, with paging that keeps them.
         let path = format!("/console/approvals?status=approved&agent_id={}", agents[0]);
         let approved = browser.get(&path).await;
-        assert_eq!(rows(&approved.body).len(), 50);
+        assert_eq!(rows(&approved).len(), 50);
         let next = format!(
             "href=\"/console/approvals?status=approved&#38;agent_id={}&#38;page=2\"",
             agents[0]
         );
         assert!(approved.body.contains(&next), "{}", approved.body);
         let page_two = browser.get(&format!("{path}&page=2")).await;
-        let shown = rows(&page_two.body);
+        let shown = rows(&page_two);
         assert_eq!(shown.len(), 5);
         assert!(shown
             .iter()
@@ -203,7 +180,7 @@ db_test!(
             .get(&format!("/console/approvals?agent_id={}", agents[1]))
             .await;
         assert_eq!(
-            rows(&beta_only.body)
+            rows(&beta_only)
                 .iter()
                 .map(|row| row.2.as_str())
                 .collect::<Vec<_>>(),

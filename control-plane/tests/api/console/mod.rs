@@ -17,6 +17,63 @@ use std::collections::BTreeMap;
 
 use crate::helpers::TestApp;
 
+/// The text of each cell of the table with `id`, row by row (links and markup dropped).
+pub fn table(page: &Page, id: &str) -> Vec<Vec<String>> {
+    let start = page
+        .body
+        .find(&format!("<table id=\"{id}\">"))
+        .unwrap_or_else(|| panic!("no table {id} in:\n{}", page.body));
+    let body = &page.body[start..];
+    let body = &body[body.find("<tbody>").unwrap()..body.find("</tbody>").unwrap()];
+    body.split("<tr")
+        .skip(1)
+        .map(|row| {
+            row.split("<td")
+                .skip(1)
+                .map(|cell| {
+                    let cell = &cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()];
+                    text_of(cell)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `html` without its tags and with its entities decoded, trimmed.
+pub fn text_of(html: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.replace("&#34;", "\"")
+        .replace("&quot;", "\"")
+        .replace("&#38;", "&")
+        .replace("&amp;", "&")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Dollars as the console shows them: to the micro-dollar, at least cents (as
+/// `console::page::usd`, written again here so a change there shows in the tests).
+pub fn usd(dollars: f64) -> String {
+    let micros = format!("{dollars:.6}");
+    let trimmed = micros.trim_end_matches('0');
+    match trimmed.len() - trimmed.find('.').unwrap() - 1 {
+        0..=2 => format!("${dollars:.2}"),
+        _ => format!("${trimmed}"),
+    }
+}
+
 /// One browser's view of the console: its cookies, kept as a browser keeps them.
 pub struct Browser {
     base: String,

@@ -3,31 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::Browser;
+use super::{table, Browser};
 use crate::helpers::{create_policy, expect_status};
-
-/// The dry run's table rows: (policy, type, result, why).
-fn dry_run_rows(body: &str) -> Vec<Vec<String>> {
-    let Some(start) = body.find("<table id=\"dry-run\">") else {
-        return Vec::new();
-    };
-    let table = &body[start..start + body[start..].find("</table>").unwrap()];
-    table
-        .split("<tr><td>")
-        .skip(1)
-        .map(|row| {
-            let row = &row[..row.find("</tr>").unwrap()];
-            row.split("</td><td>")
-                .map(|cell| {
-                    cell.trim_end_matches("</td>")
-                        .replace("&#39;", "'")
-                        .replace("&#34;", "\"")
-                        .replace("&#38;", "&")
-                })
-                .collect()
-        })
-        .collect()
-}
 
 db_test!(
     policies_are_made_switched_and_dry_run_from_the_console,
@@ -120,7 +97,7 @@ db_test!(
                 ))
                 .await;
             assert_eq!(page.status, 200, "{}", page.body);
-            assert_eq!(dry_run_rows(&page.body), expected, "{model} {environment}");
+            assert_eq!(table(&page, "dry-run"), expected, "{model} {environment}");
             let fails = expected.iter().any(|row| row[2] == "fail");
             let verdict = if fails {
                 "The request would be refused or held."

@@ -6,65 +6,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Browser, Page};
+use super::{table, text_of, usd, Browser};
 use crate::helpers::expect_status;
 use crate::proxy::{eventually, MockProvider, TestProxy};
-
-/// The text of each cell of the table with `id`, row by row (links and markup dropped).
-fn table(page: &Page, id: &str) -> Vec<Vec<String>> {
-    let start = page
-        .body
-        .find(&format!("<table id=\"{id}\">"))
-        .unwrap_or_else(|| panic!("no table {id} in:\n{}", page.body));
-    let body = &page.body[start..];
-    let body = &body[body.find("<tbody>").unwrap()..body.find("</tbody>").unwrap()];
-    body.split("<tr")
-        .skip(1)
-        .map(|row| {
-            row.split("<td")
-                .skip(1)
-                .map(|cell| {
-                    let cell = &cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()];
-                    text_of(cell)
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// `html` without its tags and with its entities decoded, trimmed.
-fn text_of(html: &str) -> String {
-    let mut text = String::new();
-    let mut in_tag = false;
-    for c in html.chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' => in_tag = false,
-            c if !in_tag => text.push(c),
-            _ => {}
-        }
-    }
-    text.replace("&#34;", "\"")
-        .replace("&quot;", "\"")
-        .replace("&#38;", "&")
-        .replace("&amp;", "&")
-        .replace("&#39;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Dollars as the console shows them: to the micro-dollar, at least cents.
-fn usd(dollars: f64) -> String {
-    let micros = format!("{dollars:.6}");
-    let trimmed = micros.trim_end_matches('0');
-    match trimmed.len() - trimmed.find('.').unwrap() - 1 {
-        0..=2 => format!("${dollars:.2}"),
-        _ => format!("${trimmed}"),
-    }
-}
 
 db_test!(
     an_auditor_filters_pages_exports_and_verifies_the_trail,
