@@ -41,7 +41,7 @@ pub async fn show(
     let suggestion = risk::service::suggest(&state, caller, &id).await?;
     let fria = absent_if_not_found(fria::service::newest(&state, caller, &id).await)?;
     let page = AgentCompliancePage {
-        layout: Layout::signed(&state, &signed, "agents").await?,
+        layout: signed.layout(&state, "agents").await?,
         agent,
         current,
         suggestion,
@@ -115,7 +115,7 @@ pub async fn card(
     let caller = &signed.caller;
     let card = transparency::card(&state, caller, &id).await?;
     let page = CardPage {
-        layout: Layout::signed(&state, &signed, "agents").await?,
+        layout: signed.layout(&state, "agents").await?,
         card,
     };
     Ok(page::render(&page))

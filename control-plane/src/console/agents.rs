@@ -113,7 +113,7 @@ pub async fn list(
     let (agents, total) =
         agents::service::list_agents(&state, &signed.caller, &api_filter, page_of).await?;
     let page = AgentsPage {
-        layout: Layout::signed(&state, &signed, "agents").await?,
+        layout: signed.layout(&state, "agents").await?,
         agents,
         total,
         page: page_of.page,
@@ -246,7 +246,7 @@ pub async fn show(
         false => None,
     };
     let page = AgentPage {
-        layout: Layout::signed(&state, &signed, "agents").await?,
+        layout: signed.layout(&state, "agents").await?,
         owners: owners::service::owners_of(&state, caller, &id).await?,
         tool_calls,
         agent,

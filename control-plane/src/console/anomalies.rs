@@ -57,7 +57,7 @@ pub async fn show(
     })?;
     let (found, total) = anomalies::list(&state, caller, &filters.query, page).await?;
     let shown = AnomaliesPage {
-        layout: Layout::signed(&state, &signed, "anomalies").await?,
+        layout: signed.layout(&state, "anomalies").await?,
         anomalies: found
             .into_iter()
             .map(|anomaly| Shown {

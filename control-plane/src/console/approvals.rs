@@ -211,7 +211,7 @@ pub async fn show(
         older: (page.page * page.limit < total).then(|| filter.query_of(page.page + 1)),
     };
     let page = ApprovalsPage {
-        layout: Layout::signed(&state, &signed, "approvals").await?,
+        layout: signed.layout(&state, "approvals").await?,
         queue: queue(&state, &signed).await?,
         history,
         enforced: Some(filter.enforced).filter(Enforced::is_known),

@@ -75,7 +75,7 @@ pub async fn show(
         })
         .collect();
     let audit = AuditPage {
-        layout: Layout::signed(&state, &signed, "audit").await?,
+        layout: signed.layout(&state, "audit").await?,
         events,
         total,
         at_least,

@@ -30,7 +30,7 @@ async fn render(
 ) -> Result<Response, PageError> {
     let caller = &signed.caller;
     let page = BillingPage {
-        layout: Layout::signed(state, signed, "billing").await?,
+        layout: signed.layout(state, "billing").await?,
         billing: billing::billing(state, caller).await?,
         outcome,
     };

@@ -79,7 +79,7 @@ pub async fn show(
     let (incidents, total) = incidents::service::list(&state, caller, &filters.query, page).await?;
     let now = state.clock.now().as_millis();
     let page = CompliancePage {
-        layout: Layout::signed(&state, &signed, "compliance").await?,
+        layout: signed.layout(&state, "compliance").await?,
         readiness,
         incidents: incidents
             .into_iter()
@@ -123,7 +123,7 @@ pub async fn incident(
     let caller = &signed.caller;
     let incident = incidents::service::get(&state, caller, &id).await?;
     let page = IncidentPage {
-        layout: Layout::signed(&state, &signed, "compliance").await?,
+        layout: signed.layout(&state, "compliance").await?,
         deadline: deadline_of(&incident, state.clock.now().as_millis()),
         incident,
         may_update: caller.has(Scope::GovernanceWrite),

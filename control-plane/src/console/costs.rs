@@ -84,7 +84,7 @@ pub async fn show(
         given => given,
     };
     let page = CostsPage {
-        layout: Layout::signed(&state, &signed, "costs").await?,
+        layout: signed.layout(&state, "costs").await?,
         chart: BarChart::of(&costs.series, granularity),
         total: costs.series.iter().map(|p| p.cost_usd).sum(),
         costs,

@@ -81,7 +81,7 @@ pub async fn show(
         format!("Key {id} revoked.{proxies}")
     });
     let page = KeysPage {
-        layout: Layout::signed(&state, &signed, "keys").await?,
+        layout: signed.layout(&state, "keys").await?,
         proxy_keys,
         proxy_total,
         api_keys,
@@ -223,5 +223,5 @@ fn api_input<T: DeserializeOwned>(body: Value) -> Result<T, PageError> {
 }
 
 async fn layout<R>(state: &AppState, signed: &Signed<R>) -> Result<Layout, PageError> {
-    Ok(Layout::signed(state, signed, "keys").await?)
+    Ok(signed.layout(state, "keys").await?)
 }

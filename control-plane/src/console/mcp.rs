@@ -49,7 +49,7 @@ pub async fn list(
     )
     .await?;
     let page = ServersPage {
-        layout: Layout::signed(&state, &signed, "mcp").await?,
+        layout: signed.layout(&state, "mcp").await?,
         servers,
         total,
         may_approve: caller.has(Scope::Admin),
@@ -119,7 +119,7 @@ pub async fn show(
     };
     let (calls, _) = tool_calls::service::list(&state, caller, &calls, recent).await?;
     let page = ServerPage {
-        layout: Layout::signed(&state, &signed, "mcp").await?,
+        layout: signed.layout(&state, "mcp").await?,
         definitions: tools
             .tools
             .iter()

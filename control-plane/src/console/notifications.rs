@@ -80,7 +80,7 @@ async fn render(
         });
     }
     let page = NotificationsPage {
-        layout: Layout::signed(state, signed, "notifications").await?,
+        layout: signed.layout(state, "notifications").await?,
         channels: listed,
         total,
     };

@@ -61,7 +61,7 @@ pub async fn show(
     let caller = &signed.caller;
     let may = |scope: Scope| caller.has(scope);
     let page = OverviewPage {
-        layout: Layout::signed(&state, &signed, "overview").await?,
+        layout: signed.layout(&state, "overview").await?,
         agents: when(may(Scope::MonitoringRead), || {
             monitoring::service::monitoring_overview(&state, caller)
         })

@@ -6,9 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 
 use super::assets;
-use super::session::Signed;
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// The values `base.html` needs: assets, navigation, who is signed in, the CSRF token.
 pub struct Layout {
@@ -36,18 +34,6 @@ impl Layout {
             who,
             csrf,
         }
-    }
-}
-
-impl Layout {
-    /// The layout of a signed-in page: who is signed in, and the session's CSRF token.
-    pub async fn signed<R>(
-        state: &AppState,
-        signed: &Signed<R>,
-        current: &'static str,
-    ) -> Result<Layout, ApiError> {
-        let who = crate::api::auth::service::caller_name(state, &signed.caller).await?;
-        Ok(Layout::new(current, who, signed.csrf()))
     }
 }
 

@@ -113,7 +113,7 @@ pub async fn show(
     };
     let enforced = Enforced::from_parts(form.enforcement.clone(), form.unconfirmed.clone());
     let page = PoliciesPage {
-        layout: Layout::signed(&state, &signed, "policies").await?,
+        layout: signed.layout(&state, "policies").await?,
         policies: policies::service::list_policies(&state, caller).await?,
         templates: templates::catalog(),
         may_write: caller.has(Scope::GovernanceWrite),

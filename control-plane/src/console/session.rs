@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::page::{self, PageError};
+use super::page::{self, Layout, PageError};
 use crate::api::auth::SESSION_TTL_SECS;
 use crate::auth::cookie::{cookie, set_cookie, SameSite};
 use crate::auth::{caller_for, Caller, RequiredScope};
@@ -36,6 +36,16 @@ impl<R> Signed<R> {
     /// The CSRF token every form of this session carries.
     pub fn csrf(&self) -> String {
         csrf_token(&self.token)
+    }
+
+    /// The page layout for this session: who is signed in, and its CSRF token.
+    pub async fn layout(
+        &self,
+        state: &AppState,
+        current: &'static str,
+    ) -> Result<Layout, crate::error::ApiError> {
+        let who = crate::api::auth::service::caller_name(state, &self.caller).await?;
+        Ok(Layout::new(current, who, self.csrf()))
     }
 }
 
