@@ -58,15 +58,8 @@ where
         let RawQuery(raw) = RawQuery::from_request_parts(parts, state)
             .await
             .unwrap_or(RawQuery(None));
-        let pairs: Vec<(String, String)> =
-            form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
-                .filter(|(_, value)| !value.trim().is_empty())
-                .map(|(key, value)| (key.into_owned(), value.into_owned()))
-                .collect();
-        let encoded = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(&pairs)
-            .finish();
-        let query = serde_urlencoded::from_str::<T>(&encoded).map_err(|error| {
+        let pairs = given_pairs(raw.unwrap_or_default().as_bytes(), "");
+        let query = read_pairs::<T>(&pairs).map_err(|error| {
             PageError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 &format!("These filters are not valid: {error}."),
@@ -74,6 +67,25 @@ where
         })?;
         Ok(Filters { query, pairs })
     }
+}
+
+/// The pairs of a URL query or form body that carry a value, all but `skip`: a field
+/// left empty is absent, as an API request would leave it out.
+pub fn given_pairs(encoded: &[u8], skip: &str) -> Vec<(String, String)> {
+    form_urlencoded::parse(encoded)
+        .filter(|(key, value)| key != skip && !value.trim().is_empty())
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
+        .collect()
+}
+
+/// `pairs` read as `T` by serde's URL-encoding rules (numbers and booleans from text).
+pub fn read_pairs<T: DeserializeOwned>(
+    pairs: &[(String, String)],
+) -> Result<T, serde_urlencoded::de::Error> {
+    let encoded = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish();
+    serde_urlencoded::from_str(&encoded)
 }
 
 #[cfg(test)]

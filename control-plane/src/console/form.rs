@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
 
+use super::filters::{given_pairs, read_pairs};
 use super::page::PageError;
 use super::session::{csrf_token, SESSION_COOKIE};
 use crate::auth::cookie::cookie;
@@ -49,14 +50,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Posted<T> {
         }
         // The token is checked; fields left empty are absent, as an API body would
         // leave them out. What remains is read as the API's own input type.
-        let fields: Vec<(String, String)> = form_urlencoded::parse(&body)
-            .filter(|(key, value)| key != "csrf" && !value.trim().is_empty())
-            .map(|(key, value)| (key.into_owned(), value.into_owned()))
-            .collect();
-        let encoded = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(&fields)
-            .finish();
-        serde_urlencoded::from_str(&encoded)
+        read_pairs(&given_pairs(&body, "csrf"))
             .map(Posted)
             .map_err(|error| PageError::bad_form(&error.to_string()).into_response())
     }

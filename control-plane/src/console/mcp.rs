@@ -95,7 +95,7 @@ pub async fn show(
     // Only a change makes the page ask the server for its tools now.
     let (changes, unreachable) = match tools.changed.is_empty() {
         true => (Vec::new(), None),
-        false => match servers::listed_now(&state, &server).await {
+        false => match servers::listed_now(&state, &server, state.clock.now()).await {
             Ok(now) => (compare(&tools, &now), None),
             Err(error) if error.code.status().is_client_error() => {
                 (Vec::new(), Some(error.message))

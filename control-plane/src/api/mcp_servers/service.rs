@@ -15,6 +15,7 @@ use crate::db::{is_unique_violation, WriteTx};
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::notifications::channel::check_public_url;
 use crate::state::AppState;
+use warden_shared::timestamp::Timestamp;
 
 pub async fn list(
     state: &AppState,
@@ -129,14 +130,7 @@ pub async fn delete(state: &AppState, caller: &Caller, id: &str) -> ApiResult<()
 pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ServerTools> {
     let mut server = get(state, caller, id).await?;
     let now = state.clock.now();
-    let tools: Vec<ApprovedTool> = listed_now(state, &server)
-        .await?
-        .into_iter()
-        .map(|mut tool| {
-            tool.approved_at = now;
-            tool
-        })
-        .collect();
+    let tools = listed_now(state, &server, now).await?;
     server.approved_at = Some(now);
     server.updated_at = now;
     let mut tx = state.db.begin_write().await?;
@@ -171,9 +165,13 @@ pub async fn approve(state: &AppState, caller: &Caller, id: &str) -> ApiResult<S
     })
 }
 
-/// The server's tools as it lists them now, in name order (each `approved_at` is the
-/// time of the listing): what an approval would pin.
-pub async fn listed_now(state: &AppState, server: &McpServer) -> ApiResult<Vec<ApprovedTool>> {
+/// The server's tools as it lists them now, in name order, each stamped `now`: what an
+/// approval at `now` would pin.
+pub async fn listed_now(
+    state: &AppState,
+    server: &McpServer,
+    now: Timestamp,
+) -> ApiResult<Vec<ApprovedTool>> {
     // Checked again, for a clear 422: the name may resolve elsewhere than when the server
     // was registered. The fetch resolves it once more under the same rules.
     check_url(state, &server.url).await?;
@@ -191,7 +189,6 @@ pub async fn listed_now(state: &AppState, server: &McpServer) -> ApiResult<Vec<A
     let definitions = warden_proxy::fetch_definitions(&server.url, credential, guard.allowance())
         .await
         .map_err(|error| unreachable(error.to_string()))?;
-    let now = state.clock.now();
     let mut tools: Vec<ApprovedTool> = definitions
         .into_iter()
         .map(|definition| ApprovedTool {
