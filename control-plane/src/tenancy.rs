@@ -178,6 +178,7 @@ tenant_tables![
     "usage_hourly",
     "usage_daily",
     "usage_daily_open",
+    "usage_monthly",
     "usage_model_hourly",
     "usage_days_closed",
     "usage_spend_monthly",

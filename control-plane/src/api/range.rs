@@ -74,6 +74,51 @@ pub struct DaySplit {
     pub tail: Range,
 }
 
+impl DaySplit {
+    /// Cuts the whole days at month starts (UTC): the days before the first month start
+    /// in them, the whole months from there, and the days of the month the range ends in
+    /// (from its start). When no month starts inside, the days are all `head`.
+    pub fn months(self) -> MonthSplit {
+        let Range { from, to } = self.days;
+        let first_month = match Timestamp::from_millis(from).month_start() {
+            start if start == from => from,
+            // 31 days past a day of a month is always in the next month.
+            _ => Timestamp::from_millis(from + 31 * DAY_MS).month_start(),
+        };
+        if first_month >= to {
+            let empty = Range { from: to, to };
+            return MonthSplit {
+                head: self.days,
+                months: empty,
+                last: empty,
+            };
+        }
+        let last_month = Timestamp::from_millis(to).month_start();
+        MonthSplit {
+            head: Range {
+                from,
+                to: first_month,
+            },
+            months: Range {
+                from: first_month,
+                to: last_month,
+            },
+            last: Range {
+                from: last_month,
+                to,
+            },
+        }
+    }
+}
+
+/// Whole days cut at month starts: see [`DaySplit::months`]. `last` may be empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonthSplit {
+    pub head: Range,
+    pub months: Range,
+    pub last: Range,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Period {
@@ -210,6 +255,62 @@ mod tests {
         assert_eq!(
             Timestamp::from_millis(Granularity::Hour.bucket(now.as_millis())).to_string(),
             "2026-11-22T15:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn whole_days_split_at_month_starts() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap().as_millis();
+        let range = |from: &str, to: &str| Range {
+            from: at(from),
+            to: at(to),
+        };
+        // 29 August to the end of 27 November: three days, September and October, and
+        // November's days.
+        let split = range("2026-08-29T00:00:00Z", "2026-11-28T00:00:00Z")
+            .split_days()
+            .months();
+        assert_eq!(
+            split.head,
+            range("2026-08-29T00:00:00Z", "2026-09-01T00:00:00Z")
+        );
+        assert_eq!(
+            split.months,
+            range("2026-09-01T00:00:00Z", "2026-11-01T00:00:00Z")
+        );
+        assert_eq!(
+            split.last,
+            range("2026-11-01T00:00:00Z", "2026-11-28T00:00:00Z")
+        );
+        // A whole month is one month and nothing else.
+        let october = range("2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z")
+            .split_days()
+            .months();
+        assert_eq!(
+            october.months,
+            range("2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z")
+        );
+        assert_eq!(october.head.from, october.head.to);
+        assert_eq!(october.last.from, october.last.to);
+        // Within one month (not from its start), every day is in the head.
+        let inside = range("2026-11-03T00:00:00Z", "2026-11-20T00:00:00Z")
+            .split_days()
+            .months();
+        assert_eq!(
+            inside.head,
+            range("2026-11-03T00:00:00Z", "2026-11-20T00:00:00Z")
+        );
+        assert_eq!(inside.months.from, inside.months.to);
+        assert_eq!(inside.last.from, inside.last.to);
+        // From a month's start to a day inside it: all of it is the last month's.
+        let month_to_date = range("2026-11-01T00:00:00Z", "2026-11-28T00:00:00Z")
+            .split_days()
+            .months();
+        assert_eq!(month_to_date.head.from, month_to_date.head.to);
+        assert_eq!(month_to_date.months.from, month_to_date.months.to);
+        assert_eq!(
+            month_to_date.last,
+            range("2026-11-01T00:00:00Z", "2026-11-28T00:00:00Z")
         );
     }
 

@@ -40,6 +40,10 @@ const BACKEND_SPECIFIC: &[(&str, &str)] = &[
         "0019_decisions_on_usage_records.sql",
         "the decision id sequence: sqlite_sequence on SQLite, a sequence on PostgreSQL",
     ),
+    (
+        "0035_usage_monthly.sql",
+        "a day's month: strftime on SQLite, date_trunc on PostgreSQL",
+    ),
 ];
 
 /// A migration's statements: comments dropped, white space folded, SQLite's spellings.

@@ -10,9 +10,10 @@
 //! - `open_from`, a day boundary no later than `rolled_until`'s day: days before it are
 //!   closed, `usage_daily` holds their complete sums. Days from it on are open, in
 //!   `usage_daily_open`, a table of a day or two that stays in a few hot pages. Closing
-//!   moves a day's rows into `usage_daily` with one insert, so they are written once and
-//!   lie together, instead of being rewritten all day (which left PostgreSQL a month of
-//!   them scattered over tens of thousands of sparse pages).
+//!   moves a day's rows into `usage_daily` with one insert (and adds them to the month's
+//!   rows in `usage_monthly`), so they are written once and lie together, instead of
+//!   being rewritten all day (which left PostgreSQL a month of them scattered over tens
+//!   of thousands of sparse pages).
 //!
 //! A roll or a close and the mark it advances commit together, and neither may miss a
 //! batch still writing: on PostgreSQL a batch holds a share lock on its tenants' rows
@@ -147,7 +148,8 @@ enum Step {
 }
 
 /// Closes the tenant's first open day before `until` (moves its rows from
-/// `usage_daily_open` to `usage_daily`), or all the empty days before its next day with
+/// `usage_daily_open` to `usage_daily` and adds them to its month's `usage_monthly`
+/// rows), or all the empty days before its next day with
 /// usage.
 async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sqlx::Error> {
     let mut tx = db.begin_write().await?;
@@ -183,6 +185,23 @@ async fn close_next_day(db: &Db, tenant_id: &str, until: i64) -> Result<Step, sq
             )
             .bind(tenant_id)
             .bind(day)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO usage_monthly (tenant_id, month, agent_id, team_id, requests, \
+                 input_tokens, output_tokens, cost_micros) \
+                 SELECT tenant_id, $3, agent_id, team_id, requests, input_tokens, \
+                 output_tokens, cost_micros FROM usage_daily_open \
+                 WHERE tenant_id = $1 AND day = $2 \
+                 ON CONFLICT (tenant_id, month, agent_id, team_id) DO UPDATE SET \
+                 requests = usage_monthly.requests + excluded.requests, \
+                 input_tokens = usage_monthly.input_tokens + excluded.input_tokens, \
+                 output_tokens = usage_monthly.output_tokens + excluded.output_tokens, \
+                 cost_micros = usage_monthly.cost_micros + excluded.cost_micros",
+            )
+            .bind(tenant_id)
+            .bind(day)
+            .bind(Timestamp::from_millis(day).month_start())
             .execute(&mut *tx)
             .await?;
             sqlx::query("DELETE FROM usage_daily_open WHERE tenant_id = $1 AND day = $2")

@@ -9,6 +9,9 @@
 //!   per agent; closing a day moves its rows into `usage_daily`. Finished hours are
 //!   rolled into it in the background: a batch adds to it only its late records (of
 //!   hours before the tenant's `rolled_until`).
+//! - `usage_monthly`: tenant, calendar month, agent, team: the closed days of each month
+//!   summed, so a month grouped by agent reads one row per agent. A batch adds to it
+//!   what it adds to `usage_daily` (late records); closing a day adds the day's rows.
 //! - `usage_model_hourly`: tenant, hour, provider, model and source, without the agent,
 //!   for the summary, the by-model view, unfiltered time series and proxy statistics.
 //!
@@ -17,6 +20,8 @@
 //! fast at any volume.
 
 use std::collections::HashMap;
+
+use warden_shared::timestamp::Timestamp;
 
 use super::days::Marks;
 use super::{Record, DAY_MS, HOUR_MS};
@@ -29,21 +34,25 @@ enum Level {
     AgentHourly,
     AgentDaily,
     AgentDailyOpen,
+    AgentMonthly,
     ModelHourly,
 }
 
-const LEVELS: [Level; 4] = [
+const LEVELS: [Level; 5] = [
     Level::AgentHourly,
     Level::AgentDaily,
     Level::AgentDailyOpen,
+    Level::AgentMonthly,
     Level::ModelHourly,
 ];
 
 impl Level {
-    fn bucket_ms(self) -> i64 {
+    /// The start of the level's bucket that holds time `at`.
+    fn bucket(self, at: i64) -> i64 {
         match self {
-            Level::AgentHourly | Level::ModelHourly => HOUR_MS,
-            Level::AgentDaily | Level::AgentDailyOpen => DAY_MS,
+            Level::AgentHourly | Level::ModelHourly => at - at.rem_euclid(HOUR_MS),
+            Level::AgentDaily | Level::AgentDailyOpen => at - at.rem_euclid(DAY_MS),
+            Level::AgentMonthly => Timestamp::from_millis(at).month_start(),
         }
     }
 
@@ -52,7 +61,10 @@ impl Level {
     }
 
     fn per_model(self) -> bool {
-        !matches!(self, Level::AgentDaily | Level::AgentDailyOpen)
+        !matches!(
+            self,
+            Level::AgentDaily | Level::AgentDailyOpen | Level::AgentMonthly
+        )
     }
 
     /// The upsert for `rows` rows: key columns, then the four sums.
@@ -65,6 +77,7 @@ impl Level {
             ),
             Level::AgentDaily => ("usage_daily", "tenant_id, day, agent_id, team_id"),
             Level::AgentDailyOpen => ("usage_daily_open", "tenant_id, day, agent_id, team_id"),
+            Level::AgentMonthly => ("usage_monthly", "tenant_id, month, agent_id, team_id"),
             Level::ModelHourly => (
                 "usage_model_hourly",
                 "tenant_id, hour, model_provider, model_name, source",
@@ -85,7 +98,9 @@ impl Level {
     /// open days.
     fn holds(self, at: i64, marks: Marks) -> bool {
         match self {
-            Level::AgentDaily => at < marks.rolled_until && at < marks.open_from,
+            Level::AgentDaily | Level::AgentMonthly => {
+                at < marks.rolled_until && at < marks.open_from
+            }
             Level::AgentDailyOpen => at < marks.rolled_until && at >= marks.open_from,
             Level::AgentHourly | Level::ModelHourly => true,
         }
@@ -194,7 +209,7 @@ fn sum<'r>(
         };
         let key = (
             entry.tenant_id,
-            at - at.rem_euclid(level.bucket_ms()),
+            level.bucket(at),
             agent_id,
             team_id,
             provider,

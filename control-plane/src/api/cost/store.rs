@@ -1,6 +1,6 @@
 //! SQL of the cost views. Every statement reads the rollups of one tenant (see
-//! `crate::ledger`): per model and hour for totals, per agent and day (plus the hours at
-//! the range's edges) for views grouped by agent or team.
+//! `crate::ledger`): per model and hour for totals, per agent and month or day (plus the
+//! hours at the range's edges) for views grouped by agent or team.
 
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::Query;
@@ -28,22 +28,50 @@ macro_rules! sums {
     };
 }
 
-/// The per-agent rollup rows of a range: daily rows for its whole days (closed days
-/// from `usage_daily`, open ones from `usage_daily_open`; see `crate::ledger`), hourly
-/// rows for those days' hours not yet rolled into them (from the tenant's
-/// `rolled_until`: an hour or two), and hourly rows for the hours before the first
-/// midnight and after the last. One statement, so a day closing or an hour rolling
-/// meanwhile is read from exactly one place. Each part is its own branch with a plain
-/// range on the primary key: as one `OR` of ranges, SQLite without statistics scanned
-/// the tenant's whole hourly rollup (2 s at 10 million records); likewise the unrolled
-/// hours' lower bound is one expression (the later of the range's start and the mark),
-/// not two conditions, or SQLite bounds the scan by the range's start. Binds `$1`
-/// tenant, `$2`..`$7` (see [`bind_agent_range`]).
+/// SQL: the tenant's first open day (days before it are closed: in `usage_daily` and
+/// `usage_monthly`); without marks every day is closed, but its month may go on.
+macro_rules! open_from {
+    () => {
+        "COALESCE((SELECT m.open_from FROM usage_days_closed m WHERE m.tenant_id = $1), \
+         9223372036854775807)"
+    };
+}
+
+/// The per-agent rollup rows of a range, each part of it from the coarsest rollup that
+/// holds it exactly:
+/// - whole months: their closed days from `usage_monthly`;
+/// - the month the range ends in, when the range holds every closed day of it (as a
+///   month to date does): from `usage_monthly` too; otherwise its days from
+///   `usage_daily`, as are the days before the range's first month start;
+/// - open days from `usage_daily_open`, and the hours not yet rolled into them (from the
+///   tenant's `rolled_until`: an hour or two) from `usage_hourly`;
+/// - the hours before the first midnight and after the last from `usage_hourly`.
+///
+/// One statement, so a day closing or an hour rolling meanwhile is read from exactly one
+/// place, and the last month's choice sees the same `open_from` as its rows. Each part is
+/// its own branch with a plain range on the primary key: as one `OR` of ranges, SQLite
+/// without statistics scanned the tenant's whole hourly rollup (2 s at 10 million
+/// records); likewise the unrolled hours' lower bound is one expression (the later of the
+/// range's start and the mark), not two conditions, or SQLite bounds the scan by the
+/// range's start. Binds `$1` tenant, `$2`..`$9` (see [`bind_agent_range`]).
 macro_rules! agent_rows {
     () => {
         concat!(
             "(SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-             FROM usage_daily WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
+             FROM usage_daily WHERE tenant_id = $1 AND day >= $2 AND day < $4 \
+             UNION ALL \
+             SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_monthly WHERE tenant_id = $1 AND month >= $4 AND month < $5 \
+             UNION ALL \
+             SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_monthly WHERE tenant_id = $1 AND month = $5 AND $5 < $3 AND ",
+            open_from!(),
+            " <= $3 \
+             UNION ALL \
+             SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
+             FROM usage_daily WHERE tenant_id = $1 AND day >= $5 AND day < $3 AND ",
+            open_from!(),
+            " > $3 \
              UNION ALL \
              SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
              FROM usage_daily_open WHERE tenant_id = $1 AND day >= $2 AND day < $3 \
@@ -53,10 +81,10 @@ macro_rules! agent_rows {
             crate::ledger::unrolled_from!("$1", "$2", "$3"),
             " UNION ALL \
              SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-             FROM usage_hourly WHERE tenant_id = $1 AND hour >= $4 AND hour < $5 \
+             FROM usage_hourly WHERE tenant_id = $1 AND hour >= $6 AND hour < $7 \
              UNION ALL \
              SELECT agent_id, team_id, requests, input_tokens, output_tokens, cost_micros \
-             FROM usage_hourly WHERE tenant_id = $1 AND hour >= $6 AND hour < $7) u"
+             FROM usage_hourly WHERE tenant_id = $1 AND hour >= $8 AND hour < $9) u"
         )
     };
 }
@@ -66,10 +94,13 @@ type AnyQuery<'q> = Query<'q, Any, AnyArguments<'q>>;
 /// Binds the tenant and the parts of `range` that [`agent_rows!`] reads.
 fn bind_agent_range<'q>(query: AnyQuery<'q>, tenant_id: &'q str, range: Range) -> AnyQuery<'q> {
     let split = range.split_days();
+    let months = split.months();
     query
         .bind(tenant_id)
         .bind(split.days.from)
         .bind(split.days.to)
+        .bind(months.months.from)
+        .bind(months.last.from)
         .bind(split.head.from)
         .bind(split.head.to)
         .bind(split.tail.from)
@@ -109,7 +140,7 @@ pub async fn by_agent(
         sums!(),
         " FROM ",
         agent_rows!(),
-        " GROUP BY u.agent_id ORDER BY cost DESC, u.agent_id LIMIT $8 OFFSET $9) g \
+        " GROUP BY u.agent_id ORDER BY cost DESC, u.agent_id LIMIT $10 OFFSET $11) g \
          LEFT JOIN agents a ON a.tenant_id = $1 AND a.id = g.agent_id \
          LEFT JOIN teams tm ON tm.tenant_id = $1 AND tm.id = a.team_id \
          ORDER BY g.cost DESC, g.agent_id"

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use warden_control_plane::ledger;
+use warden_shared::timestamp::Timestamp;
 
 use super::{day_of, spend, HOUR};
 use crate::helpers::{expect_status, TestApp};
@@ -98,12 +99,11 @@ db_test!(ranges_cut_mid_day_count_edge_hours_exactly_once, |app| {
     assert_eq!(agent_micros.round() as i64, expected);
 });
 
+/// By-agent and by-team totals: (agent id or team name, micro-dollars) each.
+type Grouped = (Vec<(Value, i64)>, Vec<(Value, i64)>);
+
 /// by-agent and by-team totals (agent id or team name, micro-dollars) for `range`.
-async fn grouped_totals(
-    app: &TestApp,
-    key: &str,
-    range: &str,
-) -> (Vec<(Value, i64)>, Vec<(Value, i64)>) {
+async fn grouped_totals(app: &TestApp, key: &str, range: &str) -> Grouped {
     let micros = |row: &Value| (row["total_cost_usd"].as_f64().unwrap() * 1e6).round() as i64;
     let by_agent = expect_status(app.get(&format!("/cost/by-agent?{range}"), key).await, 200).await;
     let by_team = expect_status(app.get(&format!("/cost/by-team?{range}"), key).await, 200).await;
@@ -276,4 +276,157 @@ async fn the_control_plane_closes_finished_days_by_itself() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(app.count_rows("usage_daily", &tenant.id).await, 1);
+}
+
+db_test!(
+    months_of_closed_days_give_the_same_views_as_their_days,
+    |app| {
+        // Views grouped by agent or team read a month's closed days from its monthly rows
+        // (usage_monthly) when the range holds all of them, and days otherwise. Spend over
+        // three months, checked against sums computed here for ranges that hold whole
+        // months, a month to date, a month's tail, days inside one month and hours cut
+        // mid-day; before and after days close, and after a late record.
+        let tenant = app.new_tenant("enterprise").await;
+        let key = &tenant.admin_key;
+        let a = app
+            .register_agent(key, json!({ "name": "monthly-a", "team": "night" }))
+            .await;
+        let b = app
+            .register_agent(key, json!({ "name": "monthly-b" }))
+            .await;
+        let (a, b) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
+        let month_of = |ms: i64| Timestamp::from_millis(ms).month_start();
+        let now = app.clock.now().as_millis();
+        let this_month = month_of(now);
+        let last_month = month_of(this_month - 24 * HOUR);
+        let before = month_of(last_month - 24 * HOUR);
+        let day = 24 * HOUR;
+        let mut records: Vec<(&str, i64, i64)> = vec![
+            (a, before + 4 * day + 3 * HOUR, 1),
+            (b, before + 20 * day + 5 * HOUR, 2),
+            (a, last_month + HOUR, 4),
+            (b, last_month + 9 * day + 12 * HOUR, 8),
+            (a, last_month + 14 * day + 2 * HOUR, 16),
+            (b, this_month - 2 * HOUR, 32),
+            (a, this_month + (2 * HOUR).min((now - this_month) / 2), 64),
+            (b, now - 60_000, 128),
+        ];
+        for (index, (agent, at, micros)) in records.iter().enumerate() {
+            usage_at(&app, &tenant.id, &format!("m-{index}"), agent, *at, *micros).await;
+        }
+        // Up to the end of today, as the views default to: this month is not whole.
+        let end_of_today = now - now.rem_euclid(day) + day;
+        let ranges = [
+            (before, end_of_today),
+            (last_month + 9 * day, end_of_today),
+            (last_month, this_month),
+            (last_month + day, last_month + 20 * day),
+            (
+                before + 20 * day + 5 * HOUR,
+                last_month + 14 * day + 2 * HOUR,
+            ),
+            (last_month, this_month + 40 * day),
+            (this_month, end_of_today),
+        ];
+        compare(&app, key, &records, &ranges, a, "as written").await;
+        assert!(app.count_rows("usage_monthly", &tenant.id).await > 0);
+
+        // A day later every earlier day is closed: today's spend moves to daily and
+        // monthly rows too.
+        app.clock
+            .advance(day + ledger::CLOSE_GRACE_MS + ledger::ROLL_GRACE_MS + HOUR);
+        ledger::close_days(&app.db, app.clock.now()).await.unwrap();
+        compare(&app, key, &records, &ranges, a, "closed").await;
+        // A late record for a closed day of two months ago.
+        usage_at(&app, &tenant.id, "m-late", a, before + 25 * day, 256).await;
+        records.push((a, before + 25 * day, 256));
+        compare(&app, key, &records, &ranges, a, "late").await;
+
+        // Each month's rows hold exactly its days' rows.
+        let monthly: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) FROM usage_monthly WHERE tenant_id = $1",
+        )
+        .bind(&tenant.id)
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+        let daily: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) FROM usage_daily WHERE tenant_id = $1",
+        )
+        .bind(&tenant.id)
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+        assert_eq!(monthly, daily);
+        assert_eq!(daily, 511, "every record is on a closed day");
+    }
+);
+
+/// The grouped views of each range against the sums of `records` in it.
+async fn compare(
+    app: &TestApp,
+    key: &str,
+    records: &[(&str, i64, i64)],
+    ranges: &[(i64, i64)],
+    team_agent: &str,
+    phase: &str,
+) {
+    let at = |ms: i64| Timestamp::from_millis(ms).to_string();
+    for (from, to) in ranges {
+        // `to` is exclusive, the API's inclusive: its last millisecond.
+        let query = format!("from={}&to={}", at(*from), at(*to - 1));
+        let expected = expected_totals(records, *from, *to, team_agent);
+        assert_eq!(
+            grouped_totals(app, key, &query).await,
+            expected,
+            "{phase}: {query}"
+        );
+    }
+}
+
+/// One usage record of `micros` for `agent` at `at`, as a proxy reports it.
+async fn usage_at(app: &TestApp, tenant_id: &str, id: &str, agent: &str, at: i64, micros: i64) {
+    let ack = expect_status(
+        app.client
+            .post(format!("{}/internal/v1/usage-batches", app.base))
+            .bearer_auth(crate::helpers::SERVICE_TOKEN)
+            .json(&json!({ "batch_id": id, "records": [{
+                "record_id": id, "tenant_id": tenant_id, "agent_id": agent,
+                "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1,
+                "output_tokens": 1, "cost_usd": micros as f64 / 1e6,
+                "recorded_at": Timestamp::from_millis(at).to_string(),
+            }] }))
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(ack["data"]["accepted"], json!(1), "{ack}");
+}
+
+/// What [`grouped_totals`] should find for the records in `[from, to)` (whole hours):
+/// agents most expensive first, then teams (`team_agent` is in team `night`).
+fn expected_totals(records: &[(&str, i64, i64)], from: i64, to: i64, team_agent: &str) -> Grouped {
+    let mut agents: Vec<(Value, i64)> = Vec::new();
+    let mut teams: Vec<(Value, i64)> = Vec::new();
+    for (agent, at, micros) in records {
+        if *at < from - from.rem_euclid(HOUR) || *at >= to {
+            continue;
+        }
+        let team = match *agent == team_agent {
+            true => json!("night"),
+            false => Value::Null,
+        };
+        for (list, name) in [(&mut agents, json!(agent)), (&mut teams, team)] {
+            match list.iter_mut().find(|(key, _)| *key == name) {
+                Some((_, sum)) => *sum += micros,
+                None => list.push((name, *micros)),
+            }
+        }
+    }
+    for list in [&mut agents, &mut teams] {
+        list.sort_by_key(|entry| std::cmp::Reverse(entry.1));
+    }
+    (agents, teams)
 }
