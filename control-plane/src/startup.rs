@@ -172,6 +172,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         throttle: Arc::new(Throttle::new(config.auth.throttle_window_secs)),
         metrics,
         health_cache: Arc::default(),
+        verified_links: Arc::default(),
         providers,
         public_url: Arc::from(config.public_url(addr)),
         config: Arc::new(config),

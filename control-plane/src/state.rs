@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use warden_shared::catalog::ProviderCatalog;
 
+use crate::changes::chain::VerifiedLinks;
 use crate::config::Config;
 use crate::db::Db;
 use crate::health::HealthCache;
@@ -27,6 +28,8 @@ pub struct AppState {
     pub metrics: Arc<HttpMetrics>,
     pub throttle: Arc<Throttle>,
     pub health_cache: Arc<HealthCache>,
+    /// How far each tenant's audit chain was verified, for the console's badge.
+    pub verified_links: Arc<VerifiedLinks>,
     /// SHA-256 of the service token that internal endpoints require.
     pub service_token_hash: Arc<str>,
     /// Deltas of enforcement state for the proxies' streams.

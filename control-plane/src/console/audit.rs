@@ -1,12 +1,14 @@
 //! The audit trail for auditors: the API's filters (event type, target, actor, time) in
 //! the URL, newest first a page at a time, each event's details, the export of the
 //! filtered view as CSV or JSON, and the hash chain's verification as a badge (fetched
-//! after the page, as it walks the whole chain).
+//! after the page: it verifies what was appended since the last walk of the whole chain,
+//! and walks it all again every few minutes or at the auditor's request).
 
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use serde::Deserialize;
 
 use super::filters::Filters;
 use super::page::{self, Layout, PageError};
@@ -98,15 +100,30 @@ pub async fn show(
 #[template(path = "audit_verification.html")]
 struct Badge {
     verification: Verification,
+    walked_at: String,
 }
 
-/// `GET /console/audit/verification`.
+/// The badge's query: `whole=true` walks every event now (the button under the badge).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BadgeQuery {
+    #[serde(default)]
+    whole: bool,
+}
+
+/// `GET /console/audit/verification`: the events appended since the last walk of the
+/// whole chain, or every event when that walk is older than
+/// [`audit::WALK_EVERY_MS`] or `whole` asks for it.
 pub async fn verification(
     State(state): State<AppState>,
     signed: Signed<require::GovernanceRead>,
+    query: Filters<BadgeQuery>,
 ) -> Result<Response, PageError> {
-    let verification = audit::verify_chain(&state, &signed.caller).await?;
-    Ok(page::render(&Badge { verification }))
+    let check = audit::check_chain(&state, &signed.caller, query.query.whole).await?;
+    Ok(page::render(&Badge {
+        verification: check.verification,
+        walked_at: check.walked_at.to_string()[..19].replace('T', " "),
+    }))
 }
 
 /// `GET /console/audit/export/{format}` (`csv` or `json`): the filtered view, every

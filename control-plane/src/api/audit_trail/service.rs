@@ -13,6 +13,7 @@ use crate::auth::Caller;
 use crate::changes::chain::{self, Verification};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use warden_shared::timestamp::Timestamp;
 
 /// Events an export reads at a time: its memory does not grow with the trail.
 const EXPORT_CHUNK: i64 = 500;
@@ -82,6 +83,49 @@ pub async fn list_events(
 /// Verifies the caller's chain from its first event.
 pub async fn verify_chain(state: &AppState, caller: &Caller) -> ApiResult<Verification> {
     Ok(chain::verify(state.db.pool(), &caller.tenant_id).await?)
+}
+
+/// How long a walk of the whole chain stands for [`check_chain`]: within it, a check
+/// verifies the events appended since (and the last link the walk verified); after it,
+/// the next check walks every event again. A walk costs about 10 ms per 1,000 events.
+pub const WALK_EVERY_MS: i64 = 5 * 60 * 1000;
+
+/// A check of the chain: its verification, and when the whole chain was last walked.
+pub struct ChainCheck {
+    pub verification: Verification,
+    /// When the walk from the first event that this check builds on was.
+    pub walked_at: Timestamp,
+}
+
+/// Verifies the caller's chain, walking every event if `whole` or if the last walk is
+/// older than [`WALK_EVERY_MS`], else only what was appended since it.
+pub async fn check_chain(state: &AppState, caller: &Caller, whole: bool) -> ApiResult<ChainCheck> {
+    let pool = state.db.pool();
+    let tenant_id = caller.tenant_id.as_str();
+    let now = state.clock.now().as_millis();
+    let recent = state
+        .verified_links
+        .get(tenant_id)
+        .filter(|verified| !whole && now - verified.walked_at < WALK_EVERY_MS);
+    let (verification, walked_at) = match recent {
+        Some(verified) => (
+            chain::verify_after(pool, tenant_id, &verified.link).await?,
+            verified.walked_at,
+        ),
+        None => (chain::verify(pool, tenant_id).await?, now),
+    };
+    let verified = match (&verification.valid, &verification.head) {
+        (true, Some(head)) => Some(chain::Verified {
+            link: head.clone(),
+            walked_at,
+        }),
+        _ => None,
+    };
+    state.verified_links.set(tenant_id, verified);
+    Ok(ChainCheck {
+        verification,
+        walked_at: Timestamp::from_millis(walked_at),
+    })
 }
 
 /// The caller's trail (oldest first) encoded as `format`, streamed: the first piece is

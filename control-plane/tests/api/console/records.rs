@@ -135,7 +135,7 @@ db_test!(
         assert!(page_links, "the unfiltered page links both exports");
         assert_eq!(browser.get("/console/audit/export/xml").await.status, 404);
 
-        // The badge: intact, then red and naming the altered event.
+        // The badge: intact after a walk of every event.
         let badge = browser.get("/console/audit/verification").await;
         assert!(
             badge
@@ -144,22 +144,83 @@ db_test!(
             "{}",
             badge.body
         );
+        // Events appended since are verified on the next load, from the last verified
+        // link on.
+        expect_status(
+            app.post(
+                &format!("/agents/{}/unblock", agents[3]),
+                key,
+                json!({ "reason": "reviewed" }),
+            )
+            .await,
+            204,
+        )
+        .await;
+        let badge = browser.get("/console/audit/verification").await;
+        let appended = format!("Hash chain intact: {} events verified", total + 1);
+        assert!(badge.body.contains(&appended), "{}", badge.body);
+
+        // An event altered in place, its successors' links untouched: a check of what
+        // is new does not see it; the button's walk of every event does, and names it.
         let altered = &api["data"][10];
+        let original: String = sqlx::query_scalar("SELECT details FROM audit_events WHERE id = $1")
+            .bind(altered["id"].as_str().unwrap())
+            .fetch_one(app.db.pool())
+            .await
+            .unwrap();
         sqlx::query("UPDATE audit_events SET details = '{\"name\":\"forged\"}' WHERE id = $1")
             .bind(altered["id"].as_str().unwrap())
             .execute(app.db.pool())
             .await
             .unwrap();
+        let broken_text = format!(
+            "Hash chain broken at seq {} (event {}): the event was altered after it was written",
+            altered["seq"],
+            altered["id"].as_str().unwrap()
+        );
         let badge = browser.get("/console/audit/verification").await;
-        let text = text_of(&badge.body);
-        assert!(badge.body.contains("class=\"badge broken\""), "{text}");
+        assert!(badge.body.contains("class=\"badge ok\""), "{}", badge.body);
+        let walked = browser.get("/console/audit/verification?whole=true").await;
+        let text = text_of(&walked.body);
+        assert!(walked.body.contains("class=\"badge broken\""), "{text}");
+        assert!(text.contains(&broken_text), "{text}");
+        // Broken stays broken: no verified link is kept for a broken chain.
+        let again = browser.get("/console/audit/verification").await;
+        assert!(text_of(&again.body).contains(&broken_text));
+
+        // Repaired and walked, then altered again: once the walk is older than its
+        // bound, the next load walks every event by itself.
+        sqlx::query("UPDATE audit_events SET details = $2 WHERE id = $1")
+            .bind(altered["id"].as_str().unwrap())
+            .bind(&original)
+            .execute(app.db.pool())
+            .await
+            .unwrap();
+        let repaired = browser.get("/console/audit/verification?whole=true").await;
         assert!(
-            text.contains(&format!(
-                "Hash chain broken at seq {} (event {}): the event was altered after it was written",
-                altered["seq"],
-                altered["id"].as_str().unwrap()
-            )),
-            "{text}"
+            repaired.body.contains("class=\"badge ok\""),
+            "{}",
+            repaired.body
+        );
+        sqlx::query("UPDATE audit_events SET actor = 'forged' WHERE id = $1")
+            .bind(altered["id"].as_str().unwrap())
+            .execute(app.db.pool())
+            .await
+            .unwrap();
+        // The bound: `WALK_EVERY_MS` (five minutes).
+        app.clock.advance(5 * 60 * 1000);
+        let badge = browser.get("/console/audit/verification").await;
+        assert!(
+            text_of(&badge.body).contains(&broken_text),
+            "{}",
+            badge.body
+        );
+        assert_eq!(
+            browser
+                .get("/console/audit/verification?whole=maybe")
+                .await
+                .status,
+            422
         );
     }
 );
