@@ -462,6 +462,104 @@ db_test!(
     }
 );
 
+db_test!(readiness_counts_each_agent_by_its_own_records, |app| {
+    // Four agents that differ in team, owner, risk tier, FRIA and the policies covering
+    // them (one by team, one naming a single agent): each component counts each agent.
+    let tenant = app.new_tenant("enterprise").await;
+    let key = &tenant.admin_key;
+    let mut ids = Vec::new();
+    for body in [
+        json!({ "name": "r-1", "team": "claims" }),
+        json!({ "name": "r-2", "team": "claims" }),
+        json!({ "name": "r-3" }),
+        json!({ "name": "r-4" }),
+    ] {
+        let agent = app.register_agent(key, body).await;
+        ids.push(agent["id"].as_str().unwrap().to_owned());
+    }
+    for (agent, level) in [(0, "high"), (2, "minimal"), (3, "high")] {
+        expect_status(
+            app.post(
+                &format!("/agents/{}/risk-classification", ids[agent]),
+                key,
+                json!({ "risk_level": level, "justification": "reviewed" }),
+            )
+            .await,
+            201,
+        )
+        .await;
+    }
+    expect_status(
+        app.post(
+            &format!("/agents/{}/owners", ids[0]),
+            key,
+            json!({ "owner_type": "user", "owner_id": "ana", "owner_name": "Ana" }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let fria = expect_status(
+        app.post(&format!("/agents/{}/fria", ids[0]), key, fria_body("r1"))
+            .await,
+        201,
+    )
+    .await;
+    let fria_id = fria["data"]["id"].as_str().unwrap();
+    expect_status(
+        app.post(&format!("/fria/{fria_id}/submit"), key, json!({}))
+            .await,
+        204,
+    )
+    .await;
+    let teams = expect_status(app.get("/teams", key).await, 200).await;
+    let claims = teams["data"][0]["id"].as_str().unwrap();
+    create_policy(
+        &app,
+        key,
+        json!({
+            "name": "claims models", "policy_type": "model_allowlist",
+            "config": { "allowed_models": ["gpt-4o"] }, "scope": format!("team:{claims}"),
+        }),
+    )
+    .await;
+    create_policy(
+        &app,
+        key,
+        json!({
+            "name": "r-3 approval", "policy_type": "require_approval",
+            "config": { "models": ["gpt-4o"] }, "scope": format!("agent:{}", ids[2]),
+        }),
+    )
+    .await;
+
+    let found = readiness(&app, key).await;
+    let evidence = |name: &str| component(&found, name)["evidence"].clone();
+    assert_eq!(
+        evidence("agent_registry"),
+        json!({ "live_agents": 4, "with_owner_or_team": 2 })
+    );
+    assert_eq!(
+        evidence("risk_classification"),
+        json!({ "live_agents": 4, "classified": 3 })
+    );
+    assert_eq!(
+        evidence("governance_policies"),
+        json!({ "enabled_policies": 2, "agents_covered": 3, "live_agents": 4 })
+    );
+    assert_eq!(
+        evidence("human_oversight"),
+        json!({ "agents_considered": 2, "considered": "high_risk_agents",
+                "with_human_oversight_policy": 0 })
+    );
+    assert_eq!(
+        evidence("fria_completion"),
+        json!({ "high_risk_or_unclassified_agents": 3, "with_submitted_fria": 1 })
+    );
+    assert_eq!(component(&found, "agent_registry")["score"], 5);
+    assert_eq!(component(&found, "governance_policies")["score"], 11);
+});
+
 db_test!(the_transparency_card_is_generated_from_the_records, |app| {
     let tenant = app.new_tenant("starter").await;
     let key = &tenant.admin_key;

@@ -14,15 +14,13 @@
 //! A share scores `max × share`, rounded down. `rating` is `ready` from 85, `partially_ready`
 //! from 50, else `not_ready`.
 
-use std::collections::HashSet;
-
 use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 use warden_shared::timestamp::Timestamp;
 
-use super::store;
-use crate::api::oversight::{covers, live_agents, AgentFacts, AgentScope};
+use super::store::{self, AgentGroup};
+use crate::api::oversight::covers;
 use crate::auth::Caller;
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -56,11 +54,10 @@ pub struct Component {
 
 /// What the components are computed from.
 struct State {
-    agents: Vec<AgentFacts>,
-    owned: HashSet<String>,
+    /// The live agents, grouped by what the components look at.
+    groups: Vec<AgentGroup>,
     policy_scopes: Vec<String>,
     human_scopes: Vec<String>,
-    submitted_frias: HashSet<String>,
     chained: bool,
     incident_channels: i64,
     overdue_incidents: i64,
@@ -70,30 +67,16 @@ pub async fn assess(state: &AppState, caller: &Caller) -> ApiResult<Readiness> {
     let tenant = caller.tenant_id.as_str();
     let pool = state.db.pool();
     let now = state.clock.now();
-    let scope = AgentScope {
-        tenant_id: tenant,
-        agent_id: None,
-        start: 0,
-        end: 0,
-    };
     let policies = store::enabled_policy_scopes(pool, tenant).await?;
     let channels = store::enabled_channel_events(pool, tenant).await?;
     let facts = State {
-        agents: live_agents(pool, scope).await?,
-        owned: store::owned_agent_ids(pool, tenant)
-            .await?
-            .into_iter()
-            .collect(),
+        groups: store::agent_groups(pool, tenant).await?,
         human_scopes: policies
             .iter()
             .filter(|(_, kind)| kind == "require_approval" || kind == "require_human_review")
             .map(|(scope, _)| scope.clone())
             .collect(),
         policy_scopes: policies.into_iter().map(|(scope, _)| scope).collect(),
-        submitted_frias: crate::api::fria::agents_with_submitted(pool, tenant)
-            .await?
-            .into_iter()
-            .collect(),
         chained: store::audit_head_count(pool, tenant).await? > 0,
         incident_channels: channels
             .iter()
@@ -171,13 +154,21 @@ fn status(score: i64, max: i64) -> &'static str {
     }
 }
 
+/// How many agents the groups that pass `test` hold.
+fn count(groups: &[&AgentGroup], test: impl Fn(&AgentGroup) -> bool) -> usize {
+    groups.iter().filter(|g| test(g)).map(|g| g.agents).sum()
+}
+
+impl State {
+    fn all(&self) -> Vec<&AgentGroup> {
+        self.groups.iter().collect()
+    }
+}
+
 fn agent_registry(facts: &State) -> Component {
-    let accountable = facts
-        .agents
-        .iter()
-        .filter(|a| a.team_id.is_some() || facts.owned.contains(&a.id))
-        .count();
-    let total = facts.agents.len();
+    let all = facts.all();
+    let accountable = count(&all, |g| g.facts.team_id.is_some() || g.owned);
+    let total = count(&all, |_| true);
     component(
         "agent_registry",
         10,
@@ -196,12 +187,9 @@ fn agent_registry(facts: &State) -> Component {
 }
 
 fn risk_classification(facts: &State) -> Component {
-    let classified = facts
-        .agents
-        .iter()
-        .filter(|a| a.risk_level.is_some())
-        .count();
-    let total = facts.agents.len();
+    let all = facts.all();
+    let classified = count(&all, |g| g.facts.risk_level.is_some());
+    let total = count(&all, |_| true);
     component(
         "risk_classification",
         20,
@@ -215,12 +203,14 @@ fn risk_classification(facts: &State) -> Component {
 }
 
 fn governance_policies(facts: &State) -> Component {
-    let covered = facts
-        .agents
-        .iter()
-        .filter(|a| facts.policy_scopes.iter().any(|scope| covers(scope, a)))
-        .count();
-    let total = facts.agents.len();
+    let all = facts.all();
+    let covered = count(&all, |g| {
+        facts
+            .policy_scopes
+            .iter()
+            .any(|scope| covers(scope, &g.facts))
+    });
+    let total = count(&all, |_| true);
     component(
         "governance_policies",
         15,
@@ -233,33 +223,36 @@ fn governance_policies(facts: &State) -> Component {
     )
 }
 
-fn is_high(agent: &AgentFacts) -> bool {
-    matches!(agent.risk_level.as_deref(), Some("high" | "prohibited"))
+fn is_high(group: &AgentGroup) -> bool {
+    matches!(
+        group.facts.risk_level.as_deref(),
+        Some("high" | "prohibited")
+    )
 }
 
 fn human_oversight(facts: &State) -> Component {
-    let high: Vec<&AgentFacts> = facts.agents.iter().filter(|a| is_high(a)).collect();
-    let considered: Vec<&AgentFacts> = if high.is_empty() {
-        facts.agents.iter().collect()
-    } else {
-        high
-    };
-    let covered = considered
-        .iter()
-        .filter(|a| facts.human_scopes.iter().any(|scope| covers(scope, a)))
-        .count();
+    let high: Vec<&AgentGroup> = facts.groups.iter().filter(|g| is_high(g)).collect();
+    let any_high = !high.is_empty();
+    let considered = if any_high { high } else { facts.all() };
+    let covered = count(&considered, |g| {
+        facts
+            .human_scopes
+            .iter()
+            .any(|scope| covers(scope, &g.facts))
+    });
+    let total = count(&considered, |_| true);
     component(
         "human_oversight",
         15,
-        (covered, considered.len()),
+        (covered, total),
         json!({
-            "agents_considered": considered.len(),
-            "considered": if facts.agents.iter().any(is_high) { "high_risk_agents" } else { "all_agents" },
+            "agents_considered": total,
+            "considered": if any_high { "high_risk_agents" } else { "all_agents" },
             "with_human_oversight_policy": covered,
         }),
         Some(format!(
             "Put {} agent(s) under human oversight with a require_approval or require_human_review policy (Art. 14).",
-            considered.len() - covered
+            total - covered
         )),
     )
 }
@@ -279,28 +272,22 @@ fn audit_trail(facts: &State) -> Component {
 }
 
 fn fria_completion(facts: &State) -> Component {
-    let needing: Vec<&AgentFacts> = facts
-        .agents
+    let needing: Vec<&AgentGroup> = facts
+        .groups
         .iter()
-        .filter(|a| a.risk_level.is_none() || is_high(a))
+        .filter(|g| g.facts.risk_level.is_none() || is_high(g))
         .collect();
-    let done = needing
-        .iter()
-        .filter(|a| facts.submitted_frias.contains(&a.id))
-        .count();
-    let (part, whole) = if needing.is_empty() {
-        (1, 1)
-    } else {
-        (done, needing.len())
-    };
+    let done = count(&needing, |g| g.submitted_fria);
+    let total = count(&needing, |_| true);
+    let (part, whole) = if total == 0 { (1, 1) } else { (done, total) };
     component(
         "fria_completion",
         20,
         (part, whole),
-        json!({ "high_risk_or_unclassified_agents": needing.len(), "with_submitted_fria": done }),
+        json!({ "high_risk_or_unclassified_agents": total, "with_submitted_fria": done }),
         Some(format!(
             "Submit a fundamental rights impact assessment (POST /agents/{{id}}/fria, then /fria/{{id}}/submit) for {} high-risk or unclassified agent(s) (Art. 27).",
-            needing.len() - done
+            total - done
         )),
     )
 }

@@ -35,7 +35,6 @@ use crate::state::AppState;
 use crate::validate::Text;
 
 pub use service::newest_of;
-pub use store::agents_with_submitted;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -127,19 +127,6 @@ pub async fn submit(
     Ok(moved > 0)
 }
 
-/// The agents of the tenant with a submitted assessment.
-pub async fn agents_with_submitted<'e>(
-    db: impl Executor<'e, Database = Any>,
-    tenant_id: &str,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT DISTINCT agent_id FROM frias WHERE tenant_id = $1 AND status = 'submitted'",
-    )
-    .bind(tenant_id)
-    .fetch_all(db)
-    .await
-}
-
 pub fn version_of(fria: &Fria) -> FriaVersion {
     FriaVersion {
         id: fria.id.clone(),
