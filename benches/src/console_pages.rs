@@ -90,7 +90,7 @@ async fn main() {
             "approvals history, one agent",
             format!("{base}/console/approvals?agent_id={agent}"),
         ),
-        ("costs (30 days by day)", format!("{base}/console/costs")),
+        ("costs (this month by day)", format!("{base}/console/costs")),
         (
             "costs (90 days by hour)",
             format!("{base}/console/costs?granularity=hour&from={ninety_days_ago}"),
@@ -102,7 +102,7 @@ async fn main() {
             ),
         ),
         (
-            "costs CSV (30 days by day)",
+            "costs CSV (this month by day)",
             format!("{base}/console/costs/export/series"),
         ),
         ("audit trail", format!("{base}/console/audit")),

@@ -231,12 +231,13 @@ fn header(names: &[&str]) -> Vec<String> {
     names.iter().map(|name| (*name).to_owned()).collect()
 }
 
-/// The range the whole page shows: the URL's, or the last 30 days up to today.
+/// The range the whole page shows: the URL's, or this month up to today (as the API's
+/// breakdowns and the budgets count).
 fn range_of(state: &AppState, filters: &Filters<TimeseriesQuery>) -> (String, String) {
     let today = state.clock.now().as_millis();
     let date = |ms: i64| Timestamp::from_millis(ms).to_string()[..10].to_owned();
     let from = match filters.get("from") {
-        "" => date(today - 29 * DAY_MS),
+        "" => date(month_start(Timestamp::from_millis(today))),
         given => given.to_owned(),
     };
     let to = match filters.get("to") {
