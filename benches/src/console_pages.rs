@@ -40,6 +40,7 @@ async fn main() {
         (now - 30 * DAY_MS, now),
         &clock,
         2,
+        true,
     )
     .await;
     clock.advance(now - clock.now().as_millis());

@@ -50,6 +50,7 @@ async fn main() {
         (now - span, now),
         &clock,
         senders,
+        false,
     )
     .await;
     println!(

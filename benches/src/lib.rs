@@ -74,6 +74,23 @@ impl BenchServer {
         maintenance
     }
 
+    /// What a day's end brings in production, at a day's end of the seeding: the ledger
+    /// closes the day, and on PostgreSQL autovacuum has long since reclaimed the row
+    /// versions the hour rolls and the close left in the small tables they churn (it
+    /// runs after a fifth of a table's rows change: hourly there). Compressed into
+    /// seconds without it, a month leaves `usage_daily_open` a hundred times its size.
+    pub async fn end_of_day(&self, clock: &Clock) {
+        warden_control_plane::ledger::close_days(&self.db, clock.now())
+            .await
+            .unwrap();
+        if self.backend == "postgres" {
+            sqlx::query("VACUUM usage_daily_open, usage_monthly, usage_days_closed")
+                .execute(self.db.pool())
+                .await
+                .unwrap();
+        }
+    }
+
     /// Creates a tenant on `plan` through the platform API: its id and admin key.
     pub async fn create_tenant(&self, plan: &str, agent_limit: usize) -> (String, String) {
         let tenant = self
@@ -120,14 +137,18 @@ impl BenchServer {
     }
 }
 
+const DAY_MS: i64 = 86_400_000;
+
 /// Records per ingest batch, the proxies' largest.
 pub const BATCH: usize = 1000;
 const MODELS: [&str; 4] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "o4-mini"];
 
 /// Sends `records` usage records of `agent_ids` through `/internal/v1/usage-batches`,
 /// spread evenly over `span` (Unix ms, from and to), `senders` batches in flight, as
-/// proxies flush. `clock` (the server's) follows the records, so the ledger closes each
-/// finished day as it would in production. Returns how long it took.
+/// proxies flush. `clock` (the server's) follows the records, so the ledger's round
+/// closes finished days; with `close_each_day`, each day is closed as it ends (see
+/// [`BenchServer::end_of_day`]), as a month of production leaves the tables. Returns how
+/// long it took.
 pub async fn ingest_usage(
     server: &BenchServer,
     tenant_id: &str,
@@ -136,6 +157,7 @@ pub async fn ingest_usage(
     (from, to): (i64, i64),
     clock: &Clock,
     senders: usize,
+    close_each_day: bool,
 ) -> std::time::Duration {
     let started = std::time::Instant::now();
     let span = to - from;
@@ -162,7 +184,11 @@ pub async fn ingest_usage(
             .bearer_auth(SERVICE_TOKEN)
             .json(&json!({ "batch_id": format!("b{batch_no}"), "records": batch }));
         let last_at = from + ((sent + size - 1) as i64 * span / records as i64);
+        let day_before = clock.now().as_millis() / DAY_MS;
         clock.advance((last_at - clock.now().as_millis()).max(0));
+        if close_each_day && clock.now().as_millis() / DAY_MS > day_before {
+            server.end_of_day(clock).await;
+        }
         if in_flight.len() >= senders.max(1) {
             in_flight.join_next().await.unwrap().unwrap();
         }

@@ -74,17 +74,23 @@ pub async fn show(
     filters: Filters<TimeseriesQuery>,
 ) -> Result<Response, PageError> {
     let (from, to) = range_of(&state, &filters);
-    let costs = read(&state, &signed.caller, &filters.query, &from, &to).await?;
-    let budgets = match signed.caller.has(Scope::Admin) {
-        true => Some(burn_down(&state, &signed.caller).await?),
-        false => None,
+    let budgets = async {
+        match signed.caller.has(Scope::Admin) {
+            true => burn_down(&state, &signed.caller).await.map(Some),
+            false => Ok(None),
+        }
     };
+    let (costs, budgets, layout) = tokio::try_join!(
+        read(&state, &signed.caller, &filters.query, &from, &to),
+        budgets,
+        async { Ok(signed.layout(&state, "costs").await?) },
+    )?;
     let granularity = match filters.get("granularity") {
         "" => "day",
         given => given,
     };
     let page = CostsPage {
-        layout: signed.layout(&state, "costs").await?,
+        layout,
         chart: BarChart::of(&costs.series, granularity),
         total: costs.series.iter().map(|p| p.cost_usd).sum(),
         costs,
@@ -261,6 +267,8 @@ fn shown(filters: &Filters<TimeseriesQuery>, from: &str, to: &str) -> String {
     query.finish()
 }
 
+/// Reads the page's five views at once, each on its own connection: they are
+/// independent, and the two grouped by agent and by team take most of the time.
 async fn read(
     state: &AppState,
     caller: &Caller,
@@ -268,49 +276,40 @@ async fn read(
     from: &str,
     to: &str,
 ) -> Result<Costs, PageError> {
-    let series = cost::service::cost_timeseries(
-        state,
-        caller,
-        &TimeseriesQuery {
-            granularity: query.granularity,
-            from: Some(from.to_owned()),
-            to: Some(to.to_owned()),
-            agent_id: query.agent_id.clone(),
-            team: query.team.clone(),
-        },
-    )
-    .await?;
     let range = || RangeQuery {
         from: Some(from.to_owned()),
         to: Some(to.to_owned()),
     };
-    let (agents, agents_total) = cost::service::cost_by_agent(
-        state,
-        caller,
-        &BreakdownQuery {
-            from: Some(from.to_owned()),
-            to: Some(to.to_owned()),
-            page: None,
-            limit: None,
-        },
-        Page {
-            page: 1,
-            limit: TOP_AGENTS,
-        },
-    )
-    .await?;
-    let teams = cost::service::cost_by_team(state, caller, &range()).await?;
-    let models = cost::service::cost_by_model(
-        state,
-        caller,
-        &ModelQuery {
-            from: Some(from.to_owned()),
-            to: Some(to.to_owned()),
-            agent_id: query.agent_id.clone(),
-            team: query.team.clone(),
-        },
-    )
-    .await?;
+    let series_query = TimeseriesQuery {
+        granularity: query.granularity,
+        from: Some(from.to_owned()),
+        to: Some(to.to_owned()),
+        agent_id: query.agent_id.clone(),
+        team: query.team.clone(),
+    };
+    let agents_query = BreakdownQuery {
+        from: Some(from.to_owned()),
+        to: Some(to.to_owned()),
+        page: None,
+        limit: None,
+    };
+    let top = Page {
+        page: 1,
+        limit: TOP_AGENTS,
+    };
+    let models_query = ModelQuery {
+        from: Some(from.to_owned()),
+        to: Some(to.to_owned()),
+        agent_id: query.agent_id.clone(),
+        team: query.team.clone(),
+    };
+    let teams_query = range();
+    let (series, (agents, agents_total), teams, models) = tokio::try_join!(
+        cost::service::cost_timeseries(state, caller, &series_query),
+        cost::service::cost_by_agent(state, caller, &agents_query, top),
+        cost::service::cost_by_team(state, caller, &teams_query),
+        cost::service::cost_by_model(state, caller, &models_query),
+    )?;
     let providers = by_provider(&models);
     Ok(Costs {
         series,
