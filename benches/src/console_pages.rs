@@ -115,6 +115,10 @@ async fn main() {
             "audit chain verification",
             format!("{base}/console/audit/verification"),
         ),
+        (
+            "audit chain, whole walk (button)",
+            format!("{base}/console/audit/verification?whole=true"),
+        ),
         ("anomalies", format!("{base}/console/anomalies")),
         ("compliance", format!("{base}/console/compliance")),
         (
