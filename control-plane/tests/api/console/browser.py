@@ -254,7 +254,11 @@ def records(browser):
         page.locator("#series-heading").locator("..").get_by_role("link", name="Download as CSV").click()
     csv = Path(download.value.path()).read_text()
     assert csv.startswith("timestamp,cost_usd,"), csv[:80]
-    assert len(csv.splitlines()) == 31, len(csv.splitlines())
+    # This month day by day: from the 1st to today, a row each.
+    lines = csv.splitlines()
+    first, last = lines[1][:10], lines[-1][:10]
+    assert first.endswith("-01") and first[:7] == last[:7], (first, last)
+    assert len(lines) == int(last[8:10]) + 1, (len(lines), last)
     step("costs: chart, tables, and the series downloaded as CSV")
 
     page.get_by_role("link", name="Audit trail", exact=True).click()
