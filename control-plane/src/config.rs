@@ -58,6 +58,10 @@ pub struct Config {
     /// Seconds between rounds that delete captured payloads past their tenant's
     /// retention; `0` turns them off on this replica (keep them on at least one).
     pub payload_purge_interval_secs: u64,
+    /// Seconds between rounds that verify every tenant's audit chain (what was appended
+    /// since the last round; every event once a day) and set
+    /// `warden_audit_chain_broken_tenants`; `0` turns them off on this replica.
+    pub audit_verification_interval_secs: u64,
     pub auth: AuthConfig,
     pub notifications: NotificationsConfig,
     pub outbound: OutboundConfig,
@@ -191,6 +195,7 @@ impl Default for Config {
             approval_expiry_interval_secs: 60,
             payload_purge_interval_secs: 3600,
             anomaly_detection_interval_secs: 60,
+            audit_verification_interval_secs: 300,
             auth: AuthConfig::default(),
             notifications: NotificationsConfig::default(),
             outbound: OutboundConfig::default(),

@@ -12,6 +12,7 @@ pub mod config;
 pub mod console;
 pub mod db;
 pub mod error;
+pub mod gauges;
 pub mod health;
 pub mod jobs;
 pub mod lease;

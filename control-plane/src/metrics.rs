@@ -8,6 +8,7 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
+use crate::gauges::Gauges;
 use crate::proxy_state::confirm::Confirmation;
 
 /// The control plane's own registry and the HTTP metrics in it.
@@ -18,6 +19,8 @@ pub struct HttpMetrics {
     enforcement_writes: IntCounterVec,
     enforcement_wait: HistogramVec,
     ingest_dropped: IntCounterVec,
+    /// The state operators alert on, read when scraped.
+    pub gauges: Gauges,
 }
 
 impl HttpMetrics {
@@ -73,7 +76,9 @@ impl HttpMetrics {
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(enforcement_writes.clone()))?;
         registry.register(Box::new(enforcement_wait.clone()))?;
+        let gauges = Gauges::register(&registry)?;
         Ok(HttpMetrics {
+            gauges,
             registry,
             requests,
             latency,

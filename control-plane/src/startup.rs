@@ -17,6 +17,7 @@ use tower_http::trace::TraceLayer;
 use warden_shared::ids::{new_id, IdKind};
 
 use crate::bootstrap::{self, BootstrapOutcome};
+use crate::changes::chain::VerifiedLinks;
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::ApiError;
@@ -150,6 +151,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
     } else {
         None
     };
+    let verified_links = Arc::new(VerifiedLinks::default());
     crate::jobs::start(
         &config,
         &crate::jobs::Context {
@@ -157,6 +159,8 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             clock: clock.clone(),
             replica_id: confirmations.replica_id().to_owned(),
             stopping: stopping.clone(),
+            verified_links: verified_links.clone(),
+            metrics: metrics.clone(),
         },
         confirmations.clone(),
         notifications,
@@ -172,7 +176,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         throttle: Arc::new(Throttle::new(config.auth.throttle_window_secs)),
         metrics,
         health_cache: Arc::default(),
-        verified_links: Arc::default(),
+        verified_links,
         providers,
         public_url: Arc::from(config.public_url(addr)),
         config: Arc::new(config),

@@ -71,6 +71,11 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> Response {
+    state
+        .metrics
+        .gauges
+        .refresh(&state.db, state.clock.now())
+        .await;
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(),

@@ -534,6 +534,47 @@ impl VerifiedLinks {
     }
 }
 
+/// Verifies `tenant_id`'s chain: every event when `whole`, when no walk from the first
+/// event is known, or when the last is `walk_every_ms` old or older; else what was
+/// appended since the link `links` holds ([`verify_after`]). Keeps the newly verified
+/// link (or forgets it, for a broken chain). Returns the verification and when the walk
+/// it builds on was (Unix ms).
+pub async fn check(
+    pool: &AnyPool,
+    links: &VerifiedLinks,
+    tenant_id: &str,
+    now_ms: i64,
+    walk_every_ms: i64,
+    whole: bool,
+) -> Result<(Verification, i64), sqlx::Error> {
+    let recent = links
+        .get(tenant_id)
+        .filter(|verified| !whole && now_ms - verified.walked_at < walk_every_ms);
+    let (verification, walked_at) = match recent {
+        Some(verified) => (
+            verify_after(pool, tenant_id, &verified.link).await?,
+            verified.walked_at,
+        ),
+        None => (verify(pool, tenant_id).await?, now_ms),
+    };
+    let verified = match (&verification.valid, &verification.head) {
+        (true, Some(head)) => Some(Verified {
+            link: head.clone(),
+            walked_at,
+        }),
+        _ => None,
+    };
+    links.set(tenant_id, verified);
+    Ok((verification, walked_at))
+}
+
+/// The tenants that have an audit chain.
+pub async fn chained_tenants(pool: &AnyPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT tenant_id FROM audit_heads ORDER BY tenant_id")
+        .fetch_all(pool)
+        .await
+}
+
 /// Chains the events written before the chain existed (no `seq`), tenant by tenant in
 /// the order they occurred; run at start, it finds nothing once done.
 pub async fn chain_unchained(db: &crate::db::Db) -> Result<u64, sqlx::Error> {

@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::changes::chain::VerifiedLinks;
 use crate::config::Config;
 use crate::db::Db;
+use crate::metrics::HttpMetrics;
 use crate::notifications::worker::Worker;
 use crate::periodic::every;
 use crate::proxy_state::confirm::Confirmations;
@@ -28,6 +30,9 @@ pub struct Context {
     /// This replica's id, the holder of leases.
     pub replica_id: String,
     pub stopping: watch::Receiver<bool>,
+    /// How far each tenant's audit chain was verified (shared with the console).
+    pub verified_links: Arc<VerifiedLinks>,
+    pub metrics: Arc<HttpMetrics>,
 }
 
 /// Starts every background round `config` turns on (an interval of 0 turns a round off
@@ -67,10 +72,62 @@ pub fn start(
         let period = secs(config.payload_purge_interval_secs);
         tokio::spawn(purge_payloads(context.clone(), period));
     }
+    if config.audit_verification_interval_secs > 0 {
+        let period = secs(config.audit_verification_interval_secs);
+        tokio::spawn(verify_chains(context.clone(), period));
+    }
     if config.anomaly_detection_interval_secs > 0 {
         let period = secs(config.anomaly_detection_interval_secs);
         tokio::spawn(detect_anomalies(context.clone(), period));
     }
+}
+
+/// How often the round walks every event of a chain; between, it verifies what was
+/// appended since its last round.
+const WHOLE_WALK_EVERY_MS: i64 = 24 * 3_600 * 1_000;
+
+/// Verifies every tenant's audit chain and counts the broken ones for the alert on
+/// `warden_audit_chain_broken_tenants`. Read-only: safe on every replica.
+async fn verify_chains(c: Context, period: Duration) {
+    every(period, period, c.stopping, || async {
+        let tenants = match crate::changes::chain::chained_tenants(c.db.pool()).await {
+            Ok(tenants) => tenants,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list the audit chains to verify");
+                return;
+            }
+        };
+        let mut broken = 0;
+        for tenant_id in &tenants {
+            let now = c.clock.now().as_millis();
+            let checked = crate::changes::chain::check(
+                c.db.pool(),
+                &c.verified_links,
+                tenant_id,
+                now,
+                WHOLE_WALK_EVERY_MS,
+                false,
+            )
+            .await;
+            match checked {
+                Ok((verification, _)) if !verification.valid => {
+                    broken += 1;
+                    tracing::error!(
+                        tenant_id,
+                        broken = ?verification.broken,
+                        "the audit trail's hash chain is broken"
+                    );
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, tenant_id, "cannot verify an audit chain");
+                    return;
+                }
+            }
+        }
+        c.metrics.gauges.set_chains_broken(broken);
+    })
+    .await;
 }
 
 /// Rolls finished hours into the daily rollups and closes finished days

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::helpers::{expect_error, expect_status};
+use crate::helpers::{expect_error, expect_status, TestApp};
 
 /// Every endpoint of the foundation issue, as (method, path template).
 const EXPECTED_ROUTES: &[(&str, &str)] = &[
@@ -341,4 +341,102 @@ async fn every_usd_field_is_a_number_but_the_one_the_spec_names() {
     walk(&doc, "", &mut checked, &mut wrong);
     assert!(checked > 10, "only {checked} `*_usd` fields found");
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// The value of the sample `name` (with its labels as written) in a scrape.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// SQLite only: the gauges read every tenant's state, which on the shared PostgreSQL
+/// database holds every other test's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alerting_gauges_follow_the_state_they_watch() {
+    let app = TestApp::spawn_with(crate::helpers::Backend::Sqlite, |config| {
+        config.audit_verification_interval_secs = 1;
+    })
+    .await;
+    let scrape = || async {
+        let response = app.client.get(format!("{}/metrics", app.base)).send();
+        response.await.unwrap().text().await.unwrap()
+    };
+    let quiet = scrape().await;
+    assert_eq!(sample(&quiet, "warden_database_up"), Some(1.0));
+    assert_eq!(
+        sample(&quiet, "warden_approvals_oldest_pending_seconds"),
+        Some(0.0)
+    );
+    let warn = "warden_budget_limits_at_threshold{threshold=\"warn\"}";
+    assert_eq!(sample(&quiet, warn), Some(0.0));
+    let version = sample(&quiet, "warden_state_version").unwrap();
+
+    // A held request waits; the clock moves on: its age is the gauge.
+    let tenant = app.new_tenant("enterprise").await;
+    let key = &tenant.admin_key;
+    let agent = app.register_agent(key, json!({ "name": "gauged" })).await;
+    let agent_id = agent["id"].as_str().unwrap();
+    let policy = crate::helpers::create_policy(
+        &app,
+        key,
+        json!({ "name": "hold", "policy_type": "require_approval",
+                "config": { "models": ["gpt-4o"] } }),
+    )
+    .await;
+    let policy_id = policy["id"].as_i64().unwrap();
+    let held = json!({
+        "tenant_id": tenant.id,
+        "evaluation": { "request_id": "held-gauge", "agent_id": agent_id, "provider": "openai",
+            "model": "gpt-4o", "evaluated_at": app.clock.now().to_string(),
+            "results": [{ "policy_id": policy_id, "policy_name": "hold",
+                "policy_type": "require_approval", "result": "fail",
+                "reason": "requires human approval" }] },
+        "approval": { "policy_id": policy_id,
+            "request_context": { "provider": "openai", "model": "gpt-4o" } },
+    });
+    crate::helpers::report_decisions(&app, "gauge-held", &[held]).await;
+    app.clock.advance(90_000);
+    // A budget limit of $1 and $0.85 spent: its warn threshold (80 %) is reached.
+    expect_status(
+        app.post("/budget/limits", key, json!({ "monthly_limit_usd": 1 }))
+            .await,
+        201,
+    )
+    .await;
+    expect_status(
+        app.post(
+            "/telemetry/usage",
+            key,
+            json!({ "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
+                    "input_tokens": 10, "output_tokens": 5, "cost_usd": 0.85 }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let busy = scrape().await;
+    assert_eq!(
+        sample(&busy, "warden_approvals_oldest_pending_seconds"),
+        Some(90.0)
+    );
+    assert_eq!(sample(&busy, warn), Some(1.0));
+    assert!(sample(&busy, "warden_state_version").unwrap() > version);
+
+    // The chain's round finds a tampered chain within its interval.
+    assert_eq!(
+        sample(&busy, "warden_audit_chain_broken_tenants"),
+        Some(0.0)
+    );
+    sqlx::query(
+        "UPDATE audit_events SET actor = 'forged' WHERE tenant_id = $1 \
+         AND seq = (SELECT MAX(seq) FROM audit_events WHERE tenant_id = $1)",
+    )
+    .bind(&tenant.id)
+    .execute(app.db.pool())
+    .await
+    .unwrap();
+    crate::proxy::eventually(std::time::Duration::from_secs(10), || async {
+        (sample(&scrape().await, "warden_audit_chain_broken_tenants") == Some(1.0)).then_some(())
+    })
+    .await;
 }

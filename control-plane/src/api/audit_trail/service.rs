@@ -101,28 +101,15 @@ pub struct ChainCheck {
 /// Verifies the caller's chain, walking every event if `whole` or if the last walk is
 /// older than [`WALK_EVERY_MS`], else only what was appended since it.
 pub async fn check_chain(state: &AppState, caller: &Caller, whole: bool) -> ApiResult<ChainCheck> {
-    let pool = state.db.pool();
-    let tenant_id = caller.tenant_id.as_str();
-    let now = state.clock.now().as_millis();
-    let recent = state
-        .verified_links
-        .get(tenant_id)
-        .filter(|verified| !whole && now - verified.walked_at < WALK_EVERY_MS);
-    let (verification, walked_at) = match recent {
-        Some(verified) => (
-            chain::verify_after(pool, tenant_id, &verified.link).await?,
-            verified.walked_at,
-        ),
-        None => (chain::verify(pool, tenant_id).await?, now),
-    };
-    let verified = match (&verification.valid, &verification.head) {
-        (true, Some(head)) => Some(chain::Verified {
-            link: head.clone(),
-            walked_at,
-        }),
-        _ => None,
-    };
-    state.verified_links.set(tenant_id, verified);
+    let (verification, walked_at) = chain::check(
+        state.db.pool(),
+        &state.verified_links,
+        &caller.tenant_id,
+        state.clock.now().as_millis(),
+        WALK_EVERY_MS,
+        whole,
+    )
+    .await?;
     Ok(ChainCheck {
         verification,
         walked_at: Timestamp::from_millis(walked_at),
