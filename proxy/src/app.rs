@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,6 +109,8 @@ pub struct ProxyApp {
     clock: Clock,
     stream: StreamSource,
     client: reqwest::Client,
+    draining: Arc<AtomicBool>,
+    shutdown_delay: Duration,
 }
 
 pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupError> {
@@ -193,6 +196,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     // One proxy per event loop, each with its own provider connections: a connection
     // is registered with the loop that opened it, so sharing one pool across loops
     // would send its readiness through another thread.
+    let draining = Arc::new(AtomicBool::new(false));
     let mut proxies = Vec::new();
     for _ in 0..config.event_loops.max(1) {
         let service = ProxyService::new(Resources {
@@ -211,6 +215,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             mcp: mcp.clone(),
             max_body_bytes: config.max_body_bytes,
             clock: clock.clone(),
+            draining: draining.clone(),
         });
         proxies.push(Arc::new(pingora::proxy::http_proxy(&server_conf, service)));
     }
@@ -219,6 +224,8 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         addr,
         state,
         metrics,
+        draining,
+        shutdown_delay: Duration::from_millis(config.shutdown_delay_ms),
         listener,
         proxies,
         event_loops: config.event_loops,
@@ -268,8 +275,9 @@ fn approval_queue(
 }
 
 impl ProxyApp {
-    /// Serves until `shutdown` resolves, then lets open requests finish (up to 10 s) and
-    /// sends the usage still queued.
+    /// Serves until `shutdown` resolves, then answers `/readyz` with 503 while it still
+    /// accepts for `shutdown_delay_ms`, then stops accepting, lets open requests finish
+    /// (up to 10 s) and sends the usage still queued.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -291,6 +299,8 @@ impl ProxyApp {
             clock,
             stream,
             client,
+            draining,
+            shutdown_delay,
             ..
         } = self;
         let budgets = state.budgets.clone();
@@ -313,8 +323,18 @@ impl ProxyApp {
         let (stop, stopping) = watch::channel(false);
         let handlers = proxies.into_iter().map(proxy_handler).collect();
         let mut servers = Servers::start(handlers, event_loops > 0, &stopping)?;
+        // Not ready first, while the listener still accepts, so that load balancers take
+        // this proxy out before it closes (`shutdown_delay_ms`).
         let stopper = async move {
             shutdown.await;
+            draining.store(true, Ordering::Relaxed);
+            if !shutdown_delay.is_zero() {
+                tracing::info!(
+                    delay_ms = shutdown_delay.as_millis() as u64,
+                    "shutting down: not ready, still accepting until the delay ends"
+                );
+                tokio::time::sleep(shutdown_delay).await;
+            }
             let _ = stop.send(true);
         };
         // Accepting ends with the stop.

@@ -69,6 +69,11 @@ pub struct ProxyConfig {
     pub mcp_allowed_origins: Vec<String>,
     /// How long an MCP server may take to answer a tool call through the gateway.
     pub mcp_call_timeout_secs: u64,
+    /// After the shutdown signal, how long the proxy keeps accepting connections while
+    /// `/readyz` answers 503, so that a load balancer polling it takes the proxy out of
+    /// rotation before the listener closes (more than its probe period times its failure
+    /// threshold). Then it stops accepting and lets open requests finish.
+    pub shutdown_delay_ms: u64,
 }
 
 /// Where managed provider keys are read (AWS Secrets Manager or a compatible emulator).
@@ -170,6 +175,7 @@ impl Default for ProxyConfig {
             event_loops: std::thread::available_parallelism().map_or(1, |cores| cores.get()),
             mcp_allowed_origins: Vec::new(),
             mcp_call_timeout_secs: 60,
+            shutdown_delay_ms: 0,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! usage and decisions go to, the metrics, and the body limit. `app` builds one per
 //! event loop; `service` answers with it and lends it to `forward`.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use warden_shared::catalog::ProviderCatalog;
@@ -40,4 +41,7 @@ pub struct Resources {
     pub max_body_bytes: usize,
     /// The request path's time (see `ProxySettings::clock`).
     pub clock: Clock,
+    /// True from the shutdown signal on: `/readyz` answers 503 so that load balancers
+    /// stop sending new requests before the listener closes.
+    pub draining: Arc<AtomicBool>,
 }

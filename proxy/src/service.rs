@@ -3,6 +3,8 @@
 //! refusals, and forwarded requests through [`crate::forward`]. `upstream_peer` is never
 //! reached.
 
+use std::sync::atomic::Ordering;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::proxy::{ProxyHttp, Session};
@@ -104,6 +106,28 @@ impl ProxyService {
                 .await;
                 Ok(())
             }
+            ("GET", "/readyz") => {
+                // Ready once the first state is loaded, until the shutdown signal.
+                let status = if shared.draining.load(Ordering::Relaxed) {
+                    "draining"
+                } else if shared.state.is_loaded() {
+                    "ready"
+                } else {
+                    "starting"
+                };
+                let body = json!({
+                    "status": status,
+                    "snapshot_version": shared.state.version(),
+                });
+                respond(
+                    session,
+                    if status == "ready" { 200 } else { 503 },
+                    "application/json",
+                    Bytes::from(body.to_string()),
+                )
+                .await;
+                Ok(())
+            }
             ("GET", "/metrics") => {
                 let age = (system_now_ms() - shared.state.synced_at_ms()).max(0) / 1000;
                 shared
@@ -184,6 +208,7 @@ impl ProxyService {
                 | "/v1/messages/count_tokens"
                 | "/v1/models"
                 | "/healthz"
+                | "/readyz"
                 | "/metrics"
                 | "/mcp",
             ) => Err(Refusal::MethodNotAllowed.into()),

@@ -11,6 +11,7 @@ mod exit_paths;
 mod failures;
 mod key_limits;
 mod ledger_faults;
+mod lifecycle;
 mod managed_keys;
 mod mcp_gateway;
 mod messages_api;
@@ -164,6 +165,14 @@ impl TestProxy {
                 "the proxy never loaded its state"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends the proxy the shutdown signal (as SIGTERM does) without waiting for it to
+    /// end; [`TestProxy::stop`] then waits.
+    pub fn signal_stop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
         }
     }
 
