@@ -47,6 +47,23 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Applies the database migrations `database_url` needs and exits: an upgrade's
+    /// first step (a control plane also migrates when it starts).
+    Migrate {
+        /// Optional TOML file; WARDEN_ variables override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Asks a running plane's readiness endpoint and succeeds on a 2xx answer within two
+    /// seconds: a container's health check, as the image has no shell or curl.
+    Probe {
+        /// `control-plane` (the default) or `proxy`: that plane's `/readyz` on this
+        /// machine, at the port its configuration listens on; or a URL to ask.
+        target: Option<String>,
+        /// Optional TOML file; WARDEN_ variables override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// The audit trail, read straight from the database `database_url` names.
     Audit {
         #[command(subcommand)]
@@ -117,6 +134,10 @@ fn main() -> ExitCode {
         } => runtime(0).and_then(|rt| rt.block_on(run_dev(data_dir, port, proxy_port))),
         Command::ControlPlane { config } => {
             runtime(0).and_then(|rt| rt.block_on(run_control_plane(config)))
+        }
+        Command::Migrate { config } => runtime(1).and_then(|rt| rt.block_on(migrate(config))),
+        Command::Probe { target, config } => {
+            runtime(1).and_then(|rt| rt.block_on(probe(target, config)))
         }
         Command::Audit {
             command: AuditCommand::Verify { config, tenant },
@@ -307,6 +328,55 @@ async fn spool(
             }
             Ok(())
         }
+    }
+}
+
+async fn migrate(config: Option<PathBuf>) -> Result<(), String> {
+    let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
+    let db = warden_control_plane::db::Db::connect(config.database_url.expose(), 2)
+        .await
+        .map_err(|e| e.to_string())?;
+    db.migrate().await.map_err(|e| e.to_string())?;
+    println!("warden: the database is migrated");
+    Ok(())
+}
+
+async fn probe(target: Option<String>, config: Option<PathBuf>) -> Result<(), String> {
+    let url = match target.as_deref() {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => url.to_owned(),
+        plane => {
+            let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
+            let listen = match plane {
+                None | Some("control-plane") => config.listen,
+                Some("proxy") => config.proxy.listen,
+                Some(other) => {
+                    return Err(format!(
+                        "probe what? `{other}` is neither control-plane, proxy nor a URL"
+                    ))
+                }
+            };
+            // A plane listening on every address answers on the loopback one.
+            let host = match listen.ip() {
+                ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+                ip if ip.is_unspecified() => "[::1]".to_owned(),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+                ip => ip.to_string(),
+            };
+            format!("http://{host}:{}/readyz", listen.port())
+        }
+    };
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(2))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    match response.status().is_success() {
+        true => Ok(()),
+        false => Err(format!("{url}: {}", response.status())),
     }
 }
 
