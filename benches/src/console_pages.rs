@@ -39,8 +39,10 @@ async fn main() {
         records,
         (now - 30 * DAY_MS, now),
         &clock,
-        2,
-        true,
+        warden_benches::Seeding {
+            senders: 2,
+            close_each_day: true,
+        },
     )
     .await;
     clock.advance(now - clock.now().as_millis());

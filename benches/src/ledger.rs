@@ -49,8 +49,10 @@ async fn main() {
         records,
         (now - span, now),
         &clock,
-        senders,
-        false,
+        warden_benches::Seeding {
+            senders,
+            close_each_day: false,
+        },
     )
     .await;
     println!(

@@ -139,6 +139,14 @@ impl BenchServer {
 
 const DAY_MS: i64 = 86_400_000;
 
+/// How [`ingest_usage`] sends: batches in flight at once, and whether it closes each
+/// day as it ends (see [`BenchServer::end_of_day`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Seeding {
+    pub senders: usize,
+    pub close_each_day: bool,
+}
+
 /// Records per ingest batch, the proxies' largest.
 pub const BATCH: usize = 1000;
 const MODELS: [&str; 4] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "o4-mini"];
@@ -146,9 +154,8 @@ const MODELS: [&str; 4] = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "o4-mini"];
 /// Sends `records` usage records of `agent_ids` through `/internal/v1/usage-batches`,
 /// spread evenly over `span` (Unix ms, from and to), `senders` batches in flight, as
 /// proxies flush. `clock` (the server's) follows the records, so the ledger's round
-/// closes finished days; with `close_each_day`, each day is closed as it ends (see
-/// [`BenchServer::end_of_day`]), as a month of production leaves the tables. Returns how
-/// long it took.
+/// closes finished days; with `close_each_day`, each day is closed as it ends, as a
+/// month of production leaves the tables. Returns how long it took.
 pub async fn ingest_usage(
     server: &BenchServer,
     tenant_id: &str,
@@ -156,9 +163,12 @@ pub async fn ingest_usage(
     records: usize,
     (from, to): (i64, i64),
     clock: &Clock,
-    senders: usize,
-    close_each_day: bool,
+    how: Seeding,
 ) -> std::time::Duration {
+    let Seeding {
+        senders,
+        close_each_day,
+    } = how;
     let started = std::time::Instant::now();
     let span = to - from;
     let mut in_flight = tokio::task::JoinSet::new();
