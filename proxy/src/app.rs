@@ -35,6 +35,7 @@ use crate::mcp::metrics::GatewayMetrics;
 use crate::mcp::upstream::UpstreamClients;
 use crate::mcp::{GatewayShared, McpGateway};
 use crate::metrics::ProxyMetrics;
+use crate::rate_grants::RateGrants;
 use crate::rate_limit::RateWindows;
 use crate::resources::Resources;
 use crate::service::ProxyService;
@@ -197,6 +198,15 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     // is registered with the loop that opened it, so sharing one pool across loops
     // would send its readiness through another thread.
     let draining = Arc::new(AtomicBool::new(false));
+    let rate_grants = RateGrants::new(
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .map_err(ProxyStartupError::Client)?,
+        &base,
+        service_token.expose(),
+        metrics.rate_grant_failures.clone(),
+    );
     let mut proxies = Vec::new();
     for _ in 0..config.event_loops.max(1) {
         let service = ProxyService::new(Resources {
@@ -208,6 +218,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             // Each event loop's own, like its provider connections.
             approvals: approval_queue(&base, &service_token, &decision_sink)?,
             rates: rates.clone(),
+            rate_grants: rate_grants.clone(),
             metrics: metrics.clone(),
             providers: providers.clone(),
             catalog: catalog.clone(),

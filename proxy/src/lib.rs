@@ -33,6 +33,7 @@ pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub(crate) mod policy_gate;
 pub(crate) mod pool_peer;
+pub(crate) mod rate_grants;
 pub(crate) mod rate_limit;
 pub(crate) mod refusal;
 pub(crate) mod relay;

@@ -37,6 +37,8 @@ pub struct ProxyMetrics {
     pub decisions_dropped: IntCounter,
     pub decisions_flush_failures: IntCounter,
     pub accept_failures: IntCounter,
+    /// Rate limit grants the control plane did not answer (`crate::rate_grants`).
+    pub rate_grant_failures: IntCounter,
     pub payload_captures: IntCounterVec,
     pub payload_capture_buffer: IntGauge,
     pub budget_reserved_micros: IntGauge,
@@ -154,6 +156,11 @@ impl ProxyMetrics {
                 "Agent connections the listener failed to accept (out of file descriptors or \
                  memory pauses accepting for 100 ms)",
             )?,
+            rate_grant_failures: counter(
+                "warden_proxy_rate_grant_failures_total",
+                "Requests for a rate limit's allowance the control plane did not answer; \
+                 that bucket's minute is then counted by this proxy alone",
+            )?,
             decisions_flush_failures: counter(
                 "warden_proxy_policy_decisions_flush_failures_total",
                 "Failed attempts to send a batch of policy decision reports",
@@ -250,6 +257,7 @@ impl ProxyMetrics {
             &self.decisions_dropped,
             &self.decisions_flush_failures,
             &self.accept_failures,
+            &self.rate_grant_failures,
         ] {
             r.register(Box::new(counter.clone()))?;
         }

@@ -160,7 +160,7 @@ impl From<Refusal> for Stopped {
 }
 
 /// What the evaluator knows of the request.
-fn request_facts<'r>(
+pub(crate) fn request_facts<'r>(
     key: &'r ProxyKeyState,
     agent: &'r AgentState,
     admitted: &'r Admitted,

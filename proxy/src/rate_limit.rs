@@ -7,11 +7,14 @@
 //! last unit of headroom); its tokens are added to the window it started in when it
 //! ends. A refusal by another policy gives its count back.
 //!
-//! **Several replicas**: each proxy counts what it forwards, so behind N replicas a
-//! limit of L per minute lets through up to N × L. Windows are UTC minutes on every
-//! replica, so they line up; set L to the per-replica share when replicas split an
-//! agent's traffic, or route an agent to one replica. `Retry-After` is the seconds left
-//! in the current minute.
+//! **Several replicas**: a policy's requests-per-minute limit is shared by every proxy:
+//! each admits against the allowance the control plane granted it for the bucket and
+//! minute (`crate::rate_grants`), and counts the rest of the limit as made elsewhere, so
+//! N proxies together admit at most the limit. Token limits, tool-call limits and keys'
+//! own limits are counted by each proxy alone (N proxies: up to N × the limit), as is a
+//! minute in which the control plane could not be asked. Windows are UTC minutes on
+//! every replica, so they line up. `Retry-After` is the seconds left in the current
+//! minute.
 
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +48,26 @@ struct Window {
     minute: i64,
     requests: i64,
     tokens: i64,
+    share: Share,
+}
+
+/// Whose requests a window's limit counts (see `crate::rate_grants`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Share {
+    /// This proxy's alone: no allowance asked for yet, or a key's own limit.
+    #[default]
+    Local,
+    /// Every proxy's: this one admits against the `allotted` requests the control plane
+    /// granted it of `limit` this minute; `spent` once a grant gave nothing (the limit
+    /// is reached across the proxies: no more asking this minute).
+    Granted {
+        limit: i64,
+        allotted: i64,
+        spent: bool,
+    },
+    /// The control plane could not be asked this minute: this proxy's alone until the
+    /// next.
+    Unshared,
 }
 
 impl Window {
@@ -56,6 +79,17 @@ impl Window {
             };
         }
         self
+    }
+
+    /// The requests counted as the limit sees them: under a grant, the requests the
+    /// other proxies may admit (the limit less this one's allowance) count as made.
+    fn requests_seen(&self) -> i64 {
+        match self.share {
+            Share::Granted {
+                limit, allotted, ..
+            } => self.requests + (limit - allotted).max(0),
+            Share::Local | Share::Unshared => self.requests,
+        }
     }
 }
 
@@ -109,7 +143,7 @@ impl RateWindows {
         let before = {
             let mut counts = lock(&window);
             let counts = counts.at(minute);
-            let before = (counts.requests, counts.tokens);
+            let before = (counts.requests_seen(), counts.tokens);
             counts.requests += 1;
             before
         };
@@ -151,6 +185,51 @@ impl RateWindows {
         let buckets = self.windows.entry(limiter).or_default();
         let window = buckets.entry(bucket.to_owned()).or_default().clone();
         window
+    }
+
+    /// The minute whose allowance must grow before this bucket's next request: one
+    /// not asked for yet, or spent; `None` when it has some left, when the limit is
+    /// reached across the proxies, or when this minute is counted locally.
+    pub fn needs_grant(&self, limiter: Limiter, bucket: &str, now_ms: i64) -> Option<i64> {
+        let minute = minute_of(now_ms);
+        let window = self.window(limiter, bucket);
+        let mut window = lock(&window);
+        let window = window.at(minute);
+        match window.share {
+            Share::Local => Some(minute),
+            Share::Granted {
+                allotted, spent, ..
+            } if !spent && window.requests >= allotted => Some(minute),
+            Share::Granted { .. } | Share::Unshared => None,
+        }
+    }
+
+    /// Adds `granted` requests of `limit` to the bucket's allowance for `minute`.
+    pub fn add_grant(&self, limiter: Limiter, bucket: &str, minute: i64, limit: i64, granted: i64) {
+        let window = self.window(limiter, bucket);
+        let mut window = lock(&window);
+        if window.minute != minute {
+            return; // The minute is over.
+        }
+        let allotted = match window.share {
+            Share::Granted { allotted, .. } => allotted,
+            Share::Local | Share::Unshared => 0,
+        };
+        window.share = Share::Granted {
+            limit,
+            allotted: allotted + granted,
+            spent: granted == 0,
+        };
+    }
+
+    /// Counts the bucket's `minute` on this proxy alone (the control plane did not
+    /// answer).
+    pub fn unshare(&self, limiter: Limiter, bucket: &str, minute: i64) {
+        let window = self.window(limiter, bucket);
+        let mut window = lock(&window);
+        if window.minute == minute {
+            window.share = Share::Unshared;
+        }
     }
 
     /// Drops windows of minutes before `minute` (called now and then, not per request).

@@ -15,6 +15,7 @@ use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::managed_keys::ManagedKeys;
 use crate::mcp::McpGateway;
 use crate::metrics::ProxyMetrics;
+use crate::rate_grants::RateGrants;
 use crate::rate_limit::RateWindows;
 use crate::state::EnforcementState;
 use crate::upstream::Upstreams;
@@ -31,6 +32,8 @@ pub struct Resources {
     /// Where a held request's approval is queued before its 403 is answered.
     pub approvals: ApprovalQueue,
     pub rates: Arc<RateWindows>,
+    /// Where shared rate limits' allowances are asked for.
+    pub rate_grants: RateGrants,
     pub metrics: ProxyMetrics,
     pub providers: ProvidersConfig,
     /// The declared providers' routed models and prices.

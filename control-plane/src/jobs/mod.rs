@@ -64,6 +64,7 @@ pub fn start(
         tokio::spawn(expire_approvals(context.clone(), period));
     }
     tokio::spawn(forget_decision_batches(context.clone()));
+    tokio::spawn(forget_rate_grants(context.clone()));
     if config.billing.plan_change_interval_secs > 0 {
         let period = secs(config.billing.plan_change_interval_secs);
         tokio::spawn(apply_plan_changes(context.clone(), period));
@@ -172,6 +173,18 @@ async fn forget_decision_batches(c: Context) {
         let before = c.clock.now().as_millis() - crate::api::internal::BATCH_ID_RETENTION_MS;
         if let Err(error) = crate::api::internal::forget_batches_before(&c.db, before).await {
             tracing::warn!(%error, "cannot forget old decision batch ids");
+        }
+    })
+    .await;
+}
+
+/// Forgets rate limits' grants of minutes more than two minutes past, every minute.
+async fn forget_rate_grants(c: Context) {
+    let minute = Duration::from_secs(60);
+    every(minute, minute, c.stopping, || async {
+        let before = c.clock.now().as_millis().div_euclid(60_000) - 2;
+        if let Err(error) = crate::api::internal::forget_rate_grants(&c.db, before).await {
+            tracing::warn!(%error, "cannot forget old rate limit grants");
         }
     })
     .await;

@@ -389,6 +389,22 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         .unwrap();
     expect_status(ingested, 200).await;
     assert_eq!(app.count_rows("payload_captures", &tenant_id).await, 1);
+    // A rate limit's allowance granted to a proxy.
+    let granted = app
+        .client
+        .post(format!("{}/internal/v1/rate-grants", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(
+            &json!({ "tenant_id": tenant_id, "limiter": "policy:1", "bucket": agent_id,
+                       "minute": app.clock.now().as_millis() / 60_000, "limit": 10, "want": 10 }),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_status(granted, 200).await["data"]["granted"],
+        json!(1)
+    );
     // A tool call through the MCP gateway, as the proxies record it (in usage batches).
     let tool_call = json!({ "batch_id": format!("seed-tool-{tenant_id}"), "records": [{
         "record_id": format!("seed-tool-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,

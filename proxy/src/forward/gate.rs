@@ -27,6 +27,21 @@ pub(super) struct Passed {
     pub(super) budget_warning: Option<String>,
 }
 
+/// Gives the shared rate limits covering the request an allowance for it (see
+/// `crate::rate_grants`), before the evaluator reads them.
+pub(super) async fn share_rate_limits(shared: &Resources, ready: &Ready<'_>, now_ms: i64) {
+    let key = &ready.view.key;
+    let (Some(policies), Some(agent)) = (shared.state.policies(&key.tenant_id), &ready.view.agent)
+    else {
+        return;
+    };
+    let request = crate::policy_gate::request_facts(key, agent, &ready.admitted, 0);
+    shared
+        .rate_grants
+        .ensure(&shared.rates, &policies, &request, now_ms)
+        .await;
+}
+
 /// Checks `ready` against the policies, its key's rate limit and the budgets.
 pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Stopped> {
     let Ready {

@@ -5,13 +5,14 @@
 //! idempotent usage ingest), `policy_decisions.rs` (the proxies' other policy decisions)
 //! `proxy_state.rs` (the state stream and the proxies' acknowledgements of what
 //! they applied), `tool_calls.rs` (the MCP gateway's tool-call records, which arrive in
-//! usage batches) and `tool_drifts.rs` (MCP tool definitions that changed since their
-//! approval). `store.rs` holds the SQL of their own rows;
+//! usage batches), `tool_drifts.rs` (MCP tool definitions that changed since their
+//! approval) and `rate_grants.rs` (rate limits' allowances shared by the proxies). `store.rs` holds the SQL of their own rows;
 //! usage goes through `crate::ledger`, and the stream reads `crate::proxy_state::load`.
 
 mod input;
 mod policy_decisions;
 mod proxy_state;
+mod rate_grants;
 mod store;
 mod tool_calls;
 mod tool_drifts;
@@ -38,6 +39,7 @@ use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
 pub use policy_decisions::{forget_batches_before, BATCH_ID_RETENTION_MS};
+pub use store::forget_rate_grants;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -47,6 +49,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .layer(DefaultBodyLimit::max(usage_batches::MAX_BATCH_BYTES))
         .merge(OpenApiRouter::new().routes(routes!(ingest_policy_decisions)))
         .routes(routes!(report_tool_drift))
+        .routes(routes!(grant_rate))
         .routes(routes!(stream_proxy_state))
         .routes(routes!(acknowledge_proxy_state))
 }
@@ -133,6 +136,18 @@ async fn ingest_policy_decisions(
 ) -> ApiResult<Response> {
     let ack = policy_decisions::ingest_policy_decisions(&state, batch).await?;
     Ok(envelope::ok(ack))
+}
+
+#[utoipa::path(post, path = "/internal/v1/rate-grants", tag = "internal", request_body = rate_grants::RateGrantRequest,
+    security(("service_token" = [])),
+    responses((status = 200, description = "What was granted", body = rate_grants::RateGrant)))]
+async fn grant_rate(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<rate_grants::RateGrantRequest>,
+) -> ApiResult<Response> {
+    let granted = rate_grants::grant(&state, request).await?;
+    Ok(envelope::ok(granted))
 }
 
 #[utoipa::path(post, path = "/internal/v1/mcp-tool-drifts", tag = "internal", request_body = tool_drifts::DriftReport,

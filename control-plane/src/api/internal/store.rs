@@ -167,3 +167,57 @@ pub async fn insert_tool_drift(
     .await?;
     Ok(done.rows_affected() > 0)
 }
+
+/// Grants up to `want` requests of `limit` in a limiter's bucket and minute: a share of
+/// what is left (an eighth, at least one, at most `want`), none once the grants reach
+/// the limit. One statement, so concurrent grants from several proxies never pass it
+/// together. Returns what this grant gave.
+pub async fn grant_rate(
+    tx: &mut WriteTx,
+    key: (&str, &str, &str, i64),
+    limit: i64,
+    want: i64,
+) -> Result<i64, sqlx::Error> {
+    let (tenant_id, limiter, bucket, minute) = key;
+    let first = (limit / RATE_SHARE_DIVISOR).clamp(1, want).min(limit);
+    sqlx::query_scalar(
+        "INSERT INTO rate_grants (tenant_id, limiter, bucket, minute, granted, last_grant) \
+         VALUES ($1, $2, $3, $4, $5, $5) \
+         ON CONFLICT (tenant_id, limiter, bucket, minute) DO UPDATE SET \
+         last_grant = CASE WHEN rate_grants.granted >= $6 THEN 0 \
+           WHEN ($6 - rate_grants.granted) / $8 < 1 THEN 1 \
+           WHEN ($6 - rate_grants.granted) / $8 < $7 THEN ($6 - rate_grants.granted) / $8 \
+           ELSE $7 END, \
+         granted = rate_grants.granted + CASE WHEN rate_grants.granted >= $6 THEN 0 \
+           WHEN ($6 - rate_grants.granted) / $8 < 1 THEN 1 \
+           WHEN ($6 - rate_grants.granted) / $8 < $7 THEN ($6 - rate_grants.granted) / $8 \
+           ELSE $7 END \
+         RETURNING last_grant",
+    )
+    .bind(tenant_id)
+    .bind(limiter)
+    .bind(bucket)
+    .bind(minute)
+    .bind(first)
+    .bind(limit)
+    .bind(want)
+    .bind(RATE_SHARE_DIVISOR)
+    .fetch_one(&mut **tx)
+    .await
+}
+
+/// A grant gives at most this fraction of what is left of a limit, so that the
+/// allowance proxies hold unused when the limit is reached stays small.
+const RATE_SHARE_DIVISOR: i64 = 8;
+
+/// Forgets the grants of minutes before `minute`.
+pub async fn forget_rate_grants(db: &crate::db::Db, minute: i64) -> Result<u64, sqlx::Error> {
+    let mut tx = db.begin_write().await?;
+    let done = sqlx::query("DELETE FROM rate_grants WHERE minute < $1")
+        .bind(minute)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(done)
+}

@@ -22,6 +22,7 @@ mod openai_client;
 mod outage;
 mod policies;
 mod read_your_writes;
+mod replicas;
 mod responses_api;
 mod sdk;
 mod stats;

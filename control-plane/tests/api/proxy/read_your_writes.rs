@@ -53,7 +53,10 @@ async fn applied(response: reqwest::Response, expected: u16) -> Value {
 /// Key creation, block, unblock, quarantine, release, a policy and revocation, each
 /// followed at once by a request through each of `proxies`; `writers` take turns making
 /// the changes (one control plane, or two replicas of one database).
-async fn changes_are_in_force_when_answered(writers: &[&TestApp], proxies: &[&TestProxy]) {
+pub(super) async fn changes_are_in_force_when_answered(
+    writers: &[&TestApp],
+    proxies: &[&TestProxy],
+) {
     let app = writers[0];
     let tenant = app.new_tenant("starter").await;
     let admin = tenant.admin_key.clone();
