@@ -8,6 +8,7 @@ mod declared_providers;
 mod descriptors;
 mod enforcement;
 mod exit_paths;
+mod failover;
 mod failures;
 mod key_limits;
 mod ledger_faults;
