@@ -27,6 +27,7 @@ mod health;
 mod ingest_edges;
 mod internal;
 mod isolation;
+mod jobs_handover;
 mod kill_switch;
 mod mcp_servers;
 mod notifications;

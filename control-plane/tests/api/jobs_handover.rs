@@ -1,0 +1,188 @@
+//! A background job handed over between control planes: two `warden control-plane`
+//! processes on a database of their own, the notification worker elected by its lease.
+//! The holder is killed (`kill -9`) with notifications waiting; the other takes the
+//! lease once it lapses and delivers them, and the receiver gets every event exactly
+//! once (by its `webhook-id`, the same on every attempt).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use axum::routing::post;
+use serde_json::json;
+
+use crate::helpers::{expect_status, Backend, TestApp, SERVICE_TOKEN};
+use crate::proxy::eventually;
+
+/// A `warden control-plane` process on `database_url` running the notification worker.
+struct Replica {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Replica {
+    fn start(database_url: &str) -> Replica {
+        let addr: SocketAddr = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("control-plane")
+            .env("WARDEN_DATABASE_URL", database_url)
+            .env("WARDEN_LISTEN", addr.to_string())
+            .env("WARDEN_SERVICE_TOKEN", SERVICE_TOKEN)
+            .env("WARDEN_LOG_LEVEL", "error")
+            .env("WARDEN_NOTIFICATIONS__DELIVERY_INTERVAL_MS", "200")
+            .env("WARDEN_OUTBOUND__ALLOW_PRIVATE", "[\"127.0.0.1/32\"]")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Replica { child, addr }
+    }
+
+    async fn wait_ready(&self) {
+        let url = format!("http://{}/readyz", self.addr);
+        eventually(Duration::from_secs(60), || async {
+            let answer = reqwest::get(&url).await.ok()?;
+            answer.status().is_success().then_some(())
+        })
+        .await;
+    }
+
+    fn kill_9(&mut self) {
+        Command::new("kill")
+            .args(["-9", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A webhook receiver that keeps the `webhook-id` of every delivery it gets.
+async fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        post(move |headers: HeaderMap| {
+            let sink = sink.clone();
+            async move {
+                let id = headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                sink.lock().unwrap().push(id);
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/hook"), received)
+}
+
+async fn holder(app: &TestApp) -> Option<String> {
+    sqlx::query_scalar("SELECT holder FROM worker_leases WHERE job = 'notifications'")
+        .fetch_optional(app.db.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_notification_worker_moves_to_the_survivor_and_sends_each_event_once() {
+    // This process's own control plane writes (its worker off); the two replicas send.
+    let app = TestApp::spawn_alone(Backend::Postgres, |config| {
+        config.notifications.delivery_interval_ms = 0;
+        config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
+    })
+    .await;
+    let (url, received) = receiver().await;
+    let tenant = app.new_tenant("enterprise").await;
+    let key = &tenant.admin_key;
+    expect_status(
+        app.post(
+            "/notifications/channels",
+            key,
+            json!({ "name": "ops", "channel_type": "webhook",
+                    "events": ["agent.blocked", "agent.unblocked"], "config": { "url": url } }),
+        )
+        .await,
+        201,
+    )
+    .await;
+    let agent = app.register_agent(key, json!({ "name": "flapping" })).await;
+    let agent_id = agent["id"].as_str().unwrap().to_owned();
+    let flap = |times: usize| {
+        let (app, agent_id) = (&app, agent_id.clone());
+        async move {
+            for _ in 0..times {
+                for action in ["block", "unblock"] {
+                    let body = match action {
+                        "block" => json!({ "reason": "handover" }),
+                        _ => json!({}),
+                    };
+                    let path = format!("/agents/{agent_id}/{action}");
+                    expect_status(app.post(&path, key, body).await, 204).await;
+                }
+            }
+        }
+    };
+    let count = || received.lock().unwrap().len();
+
+    // The first replica takes the worker's lease, then the second starts.
+    let mut first = Replica::start(&app.database_url());
+    first.wait_ready().await;
+    eventually(Duration::from_secs(10), || async { holder(&app).await }).await;
+    let first_holder = holder(&app).await.unwrap();
+    let second = Replica::start(&app.database_url());
+    second.wait_ready().await;
+    flap(5).await;
+    eventually(Duration::from_secs(10), || async {
+        (count() == 10).then_some(())
+    })
+    .await;
+
+    // The holder dies with notifications waiting.
+    first.kill_9();
+    let killed = Instant::now();
+    flap(5).await;
+    eventually(Duration::from_secs(30), || async {
+        let now = holder(&app).await?;
+        (now != first_holder).then_some(())
+    })
+    .await;
+    let handed_over = killed.elapsed();
+    eventually(Duration::from_secs(15), || async {
+        (count() >= 20).then_some(())
+    })
+    .await;
+    let delivered = killed.elapsed();
+    // Nothing more arrives, and nothing arrived twice.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ids = received.lock().unwrap().clone();
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    println!(
+        "notification worker: lease handed over {handed_over:?} after kill -9 (its lease \
+         lasts 10 s), the waiting events delivered {delivered:?} after it; {} deliveries, \
+         {} distinct",
+        ids.len(),
+        unique.len()
+    );
+    assert_eq!(unique.len(), 20, "every event delivered: {ids:?}");
+    assert_eq!(ids.len(), 20, "each exactly once: {ids:?}");
+    assert!(handed_over <= Duration::from_secs(12), "{handed_over:?}");
+    drop(second);
+}
