@@ -71,6 +71,7 @@ impl Drop for Replica {
 async fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
     let received = Arc::new(Mutex::new(Vec::new()));
     let sink = received.clone();
+    #[allow(clippy::disallowed_methods)] // A test's receiver, not an API route.
     let app = axum::Router::new().route(
         "/hook",
         post(move |headers: HeaderMap| {
