@@ -12,11 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
-
+use super::balancer::Balancer;
 use super::{eventually, simple_chat, MockProvider, TestProxy};
 use crate::helpers::{expect_status, Backend, TestApp, SERVICE_TOKEN};
+use serde_json::json;
 
 /// A `warden control-plane` process on `database_url`, its background rounds off (the
 /// shared test database holds other tests' tenants, on their own clocks).
@@ -82,33 +81,6 @@ impl Drop for ControlPlane {
     }
 }
 
-/// A TCP balancer: each new connection goes to the first backend, counting from the
-/// next in turn, that accepts it.
-async fn balancer(backends: Vec<SocketAddr>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut turn = 0usize;
-        loop {
-            let Ok((mut inbound, _)) = listener.accept().await else {
-                return;
-            };
-            turn += 1;
-            let backends = backends.clone();
-            tokio::spawn(async move {
-                for offset in 0..backends.len() {
-                    let backend = backends[(turn + offset) % backends.len()];
-                    if let Ok(mut outbound) = TcpStream::connect(backend).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 #[derive(Default)]
 struct Answers {
     served: AtomicI64,
@@ -125,7 +97,7 @@ async fn a_control_plane_killed_under_load_fails_no_request_and_loses_no_usage()
     let b = ControlPlane::start(&database_url);
     a.wait_ready().await;
     b.wait_ready().await;
-    let service = balancer(vec![a.addr, b.addr]).await;
+    let service = Balancer::start(vec![a.addr, b.addr]).await.addr;
     let provider = MockProvider::start().await;
     let mut proxies = Vec::new();
     for _ in 0..3 {

@@ -3,10 +3,15 @@
 //! land on either). Each promise that spans replicas, as a test, with its figure
 //! printed.
 
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use serde_json::json;
 
+use super::balancer::Balancer;
 use super::read_your_writes::changes_are_in_force_when_answered;
-use super::{simple_chat, MockProvider, TestProxy};
+use super::{eventually, simple_chat, MockProvider, TestProxy};
 use crate::helpers::{create_policy, Backend, TestApp};
 
 struct Topology {
@@ -106,4 +111,127 @@ async fn a_rate_limit_served_by_three_proxies_admits_at_most_its_limit() {
     // Below it by at most what the other proxies hold unused at the end.
     assert!(total >= limit - 10, "only {total} of {limit} admitted");
     assert_eq!(total + refused, 300);
+}
+
+/// The address a proxy listens on.
+fn addr_of(proxy: &TestProxy) -> std::net::SocketAddr {
+    proxy.base.trim_start_matches("http://").parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_the_proxies_under_load_fails_no_request() {
+    let app = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
+    let provider = MockProvider::start().await;
+    let start = || {
+        TestProxy::start_with(&app, &provider, |config| {
+            config.shutdown_delay_ms = 500;
+        })
+    };
+    let mut proxies = vec![start().await, start().await, start().await];
+    let balancer = Balancer::start(proxies.iter().map(addr_of).collect()).await;
+    let (tenant, key, _) = proxies[0]
+        .tenant_with_key(&app, json!({ "developer_label": "rolling" }))
+        .await;
+    for proxy in &proxies[1..] {
+        assert_eq!(proxy.chat_answer(&key, "gpt-4o-mini").await.0, 200);
+    }
+    let warmed = 2;
+
+    // Agents through the balancer: quick requests on three lanes and streams of about
+    // 2.5 s on a fourth, a new connection each (as the balancer sees them).
+    let served = Arc::new(AtomicI64::new(0));
+    let failed = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut lanes = tokio::task::JoinSet::new();
+    for lane in 0..4 {
+        let (served, failed, stop) = (served.clone(), failed.clone(), stop.clone());
+        let (url, key) = (
+            format!("http://{}/v1/chat/completions", balancer.addr),
+            key.clone(),
+        );
+        lanes.spawn(async move {
+            let client = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let mut body = simple_chat("gpt-4o-mini");
+                if lane == 3 {
+                    body["stream"] = json!(true);
+                    body["stream_options"] = json!({ "include_usage": true });
+                    body["user"] = json!("mock-slow-stream");
+                }
+                let answer = client.post(&url).bearer_auth(&key).json(&body).send().await;
+                let whole = match answer {
+                    Ok(answer) if answer.status() == 200 => {
+                        let text = answer.text().await.unwrap_or_default();
+                        lane != 3 || text.trim_end().ends_with("data: [DONE]")
+                    }
+                    _ => false,
+                };
+                match whole {
+                    true => served.fetch_add(1, Ordering::Relaxed),
+                    false => {
+                        failed.lock().unwrap().push(lane);
+                        0
+                    }
+                };
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+    eventually(Duration::from_secs(5), || async {
+        (served.load(Ordering::Relaxed) >= 20).then_some(())
+    })
+    .await;
+
+    // One at a time: SIGTERM, not ready at once (the balancer's view), drained and
+    // gone, a new one in its place.
+    let probe = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    for index in 0..3 {
+        let old = addr_of(&proxies[index]);
+        proxies[index].signal_stop();
+        let ready = probe
+            .get(format!("http://{old}/readyz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ready.status(), 503, "not ready before its listener closes");
+        // The balancer takes it out once it sees it not ready.
+        balancer.replace(old, None);
+        proxies[index].stop().await;
+        let fresh = start().await;
+        balancer.replace(old, Some(addr_of(&fresh)));
+        proxies[index] = fresh;
+        let before = served.load(Ordering::Relaxed);
+        eventually(Duration::from_secs(5), || async {
+            (served.load(Ordering::Relaxed) >= before + 10).then_some(())
+        })
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    while let Some(done) = lanes.join_next().await {
+        done.unwrap();
+    }
+    let served = served.load(Ordering::Relaxed);
+    let failed = failed.lock().unwrap().clone();
+    println!(
+        "rolling restart of three proxies: {served} requests served, {} failed",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "requests failed on lanes {failed:?}");
+
+    // Usage is exact: every request served, once.
+    let expected = served + warmed;
+    eventually(Duration::from_secs(30), || async {
+        (app.count_rows("usage_records", &tenant.id).await == expected).then_some(())
+    })
+    .await;
+    for mut proxy in proxies {
+        proxy.stop().await;
+    }
+    assert_eq!(app.count_rows("usage_records", &tenant.id).await, expected);
 }
