@@ -191,9 +191,9 @@ async fn a_rolling_restart_of_the_proxies_under_load_fails_no_request() {
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    for index in 0..3 {
-        let old = addr_of(&proxies[index]);
-        proxies[index].signal_stop();
+    for proxy in proxies.iter_mut() {
+        let old = addr_of(proxy);
+        proxy.signal_stop();
         let ready = probe
             .get(format!("http://{old}/readyz"))
             .send()
@@ -202,10 +202,10 @@ async fn a_rolling_restart_of_the_proxies_under_load_fails_no_request() {
         assert_eq!(ready.status(), 503, "not ready before its listener closes");
         // The balancer takes it out once it sees it not ready.
         balancer.replace(old, None);
-        proxies[index].stop().await;
+        proxy.stop().await;
         let fresh = start().await;
         balancer.replace(old, Some(addr_of(&fresh)));
-        proxies[index] = fresh;
+        *proxy = fresh;
         let before = served.load(Ordering::Relaxed);
         eventually(Duration::from_secs(5), || async {
             (served.load(Ordering::Relaxed) >= before + 10).then_some(())
