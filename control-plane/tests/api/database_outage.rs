@@ -184,21 +184,49 @@ struct Seen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
+    restart_under_traffic(1, 1).await;
+}
+
+/// The same with the scale-out topology: two control planes and three proxies (two
+/// following the first, one the second) on the restarted database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_restart_under_traffic_with_two_control_planes_and_three_proxies() {
+    restart_under_traffic(2, 3).await;
+}
+
+/// `planes` control planes and `proxies` proxies (spread over them, the first taking
+/// the rest) on a PostgreSQL of the test's own, restarted while agents work.
+async fn restart_under_traffic(planes: usize, proxies: usize) {
     let postgres = OwnPostgres::start();
     let url = postgres.url();
-    let app = TestApp::spawn_with(Backend::Postgres, |config| {
-        config.database_url = Secret::new(url);
-    })
-    .await;
-    let provider = MockProvider::start().await;
-    let proxy = TestProxy::start(&app, &provider).await;
-    let (tenant, key, _) = proxy
-        .tenant_with_key(&app, json!({ "developer_label": "steady" }))
+    let mut apps = Vec::new();
+    for _ in 0..planes {
+        let url = url.clone();
+        let app = TestApp::spawn_with(Backend::Postgres, |config| {
+            config.database_url = Secret::new(url);
+        })
         .await;
+        apps.push(app);
+    }
+    let app = &apps[0];
+    let provider = MockProvider::start().await;
+    let mut followers = Vec::new();
+    for index in 0..proxies {
+        let plane = &apps[(proxies - 1 - index) % planes];
+        followers.push(TestProxy::start(plane, &provider).await);
+    }
+    let proxy = &followers[0];
+    let (tenant, key, _) = proxy
+        .tenant_with_key(app, json!({ "developer_label": "steady" }))
+        .await;
+    for other in &followers[1..] {
+        assert_eq!(other.chat_answer(&key, "gpt-4o-mini").await.0, 200);
+    }
+    let warmed = (proxies - 1) as i64;
     let admin = tenant.admin_key.clone();
     // Requests for gpt-4.1 are refused by a policy: their decisions travel apart.
     create_policy(
-        &app,
+        app,
         &admin,
         json!({ "name": "mini only", "policy_type": "model_allowlist",
                 "config": { "allowed_models": ["gpt-4o-mini*"] } }),
@@ -210,10 +238,11 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
     // Agents at work, before, during and after the outage.
     let seen = Arc::new(Seen::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let traffic = {
+    let mut traffic = tokio::task::JoinSet::new();
+    for follower in &followers {
         let (seen, stop) = (seen.clone(), stop.clone());
-        let (client, base, key) = (proxy.client.clone(), proxy.base.clone(), key.clone());
-        tokio::spawn(async move {
+        let (client, base, key) = (follower.client.clone(), follower.base.clone(), key.clone());
+        traffic.spawn(async move {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
@@ -233,8 +262,8 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
                 counter.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-        })
-    };
+        });
+    }
     // Agents at work before the outage too.
     eventually(Duration::from_secs(5), || async {
         (seen.served.load(Ordering::Relaxed) >= 10).then_some(())
@@ -244,16 +273,16 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
     postgres.stop();
     let outage = Instant::now();
     // Not ready, by itself and quickly.
+    // Every control plane's readiness, the least ready first.
     let ready = || {
-        let app = &app;
+        let apps = &apps;
         async move {
-            app.client
-                .get(format!("{}/readyz", app.base))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
+            let mut statuses = Vec::new();
+            for app in apps {
+                let answer = app.client.get(format!("{}/readyz", app.base)).send();
+                statuses.push(answer.await.unwrap().status().as_u16());
+            }
+            statuses.into_iter().max().unwrap()
         }
     };
     eventually(Duration::from_secs(10), || async {
@@ -288,15 +317,18 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
     })
     .await;
     stop.store(true, Ordering::Relaxed);
-    traffic.await.unwrap();
+    while let Some(done) = traffic.join_next().await {
+        done.unwrap();
+    }
 
-    let served = seen.served.load(Ordering::Relaxed);
     let refused = seen.refused.load(Ordering::Relaxed);
     assert_eq!(
         seen.other.load(Ordering::Relaxed),
         0,
         "no other answer than 200 and 403"
     );
+    // The warm-up requests on the other proxies are usage too.
+    let served = seen.served.load(Ordering::Relaxed) + warmed;
     assert!(served > 0 && refused > 0);
     // Every request of the outage lands, once: usage (with its decision) and the
     // refusals' decisions.
@@ -327,12 +359,14 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
     .await;
     let summary = expect_status(app.get("/cost/summary", &admin).await, 200).await;
     assert_eq!(summary["data"]["total_requests"], json!(served));
-    let metrics = proxy.metrics().await;
-    assert_eq!(
-        crate::helpers::metric(&metrics, "warden_proxy_usage_batches_set_aside_total"),
-        Some(0.0),
-        "an outage sets no batch aside"
-    );
+    for follower in &followers {
+        let metrics = follower.metrics().await;
+        assert_eq!(
+            crate::helpers::metric(&metrics, "warden_proxy_usage_batches_set_aside_total"),
+            Some(0.0),
+            "an outage sets no batch aside"
+        );
+    }
     let agents_after =
         expect_status(app.get("/agents", &admin).await, 200).await["meta"]["total"].clone();
     assert_eq!(agents_after, agents_before);
@@ -344,6 +378,7 @@ async fn a_postgresql_restart_under_traffic_loses_and_doubles_nothing() {
     )
     .await;
     eprintln!(
-        "database down {down_for:?}: {served} requests served, {refused} refused by policy, all recorded once"
+        "database down {down_for:?} under {planes} control plane(s) and {proxies} proxies: \
+         {served} requests served, {refused} refused by policy, all recorded once"
     );
 }
