@@ -187,3 +187,88 @@ async fn the_notification_worker_moves_to_the_survivor_and_sends_each_event_once
     assert!(handed_over <= Duration::from_secs(12), "{handed_over:?}");
     drop(second);
 }
+
+/// The approval expiry round is not elected: every replica runs it, so rounds that
+/// overlap must expire, and audit (and so announce), each approval once. Eight rounds
+/// at the same instant on one database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_expired_by_two_replicas_at_once_are_each_expired_once() {
+    // The rounds are run by the test itself (the apps' own are off).
+    let one = TestApp::spawn_alone(Backend::Postgres, |config| {
+        config.approval_expiry_interval_secs = 0;
+    })
+    .await;
+    let tenant = one.new_tenant("enterprise").await;
+    let key = &tenant.admin_key;
+    let policy = crate::helpers::create_policy(
+        &one,
+        key,
+        json!({ "name": "hold", "policy_type": "require_approval",
+                "config": { "models": ["gpt-4o"] } }),
+    )
+    .await;
+    let policy_id = policy["id"].as_i64().unwrap();
+    // Forty agents' requests held, then their 24 hours run out on both clocks.
+    let held = 40;
+    let mut decisions = Vec::new();
+    for index in 0..held {
+        let agent = one
+            .register_agent(key, json!({ "name": format!("held-{index}") }))
+            .await;
+        decisions.push(json!({
+            "tenant_id": tenant.id,
+            "evaluation": { "request_id": format!("held-{index}"), "agent_id": agent["id"],
+                "provider": "openai", "model": "gpt-4o",
+                "evaluated_at": one.clock.now().to_string(),
+                "results": [{ "policy_id": policy_id, "policy_name": "hold",
+                    "policy_type": "require_approval", "result": "fail",
+                    "reason": "requires human approval" }] },
+            "approval": { "policy_id": policy_id,
+                "request_context": { "provider": "openai", "model": "gpt-4o" } },
+        }));
+    }
+    let ack = crate::helpers::report_decisions(&one, "held-many", &decisions).await;
+    assert_eq!(ack["approvals_created"], json!(held));
+    one.clock.advance(24 * 3_600_000 + 1_000);
+    // Eight rounds at the same instant, as replicas whose timers line up.
+    let db = one.db.clone();
+    let now = one.clock.now();
+    let rounds: Vec<_> = (0..8)
+        .map(|_| {
+            let db = db.clone();
+            tokio::spawn(async move {
+                warden_control_plane::api::approvals::expire_lapsed(&db, now)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for round in rounds {
+        total += round.await.unwrap();
+    }
+    assert_eq!(
+        total, held as usize,
+        "the rounds together expired each once"
+    );
+    let expired = || async {
+        let page = one
+            .get("/audit-trail?event_type=approval.expired&limit=100", key)
+            .await;
+        expect_status(page, 200).await["meta"]["total"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(
+        expired().await,
+        held,
+        "each approval audited as expired once"
+    );
+    let pending = expect_status(
+        one.get("/approvals?status=expired&limit=100", key).await,
+        200,
+    )
+    .await["meta"]["total"]
+        .clone();
+    assert_eq!(pending, json!(held));
+}

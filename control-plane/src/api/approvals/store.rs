@@ -281,7 +281,9 @@ pub async fn request(
 }
 
 /// Marks up to `limit` pending approvals of any tenant whose time ran out by `now` as
-/// `expired` (reads already show them so) and returns them.
+/// `expired` (reads already show them so) and returns them. The outer `status` check is
+/// what PostgreSQL re-checks on a row another replica's expiry changed meanwhile (the
+/// subquery's list is not read again), so each approval expires, and is announced, once.
 pub async fn expire_lapsed(
     tx: &mut WriteTx,
     now: Timestamp,
@@ -289,8 +291,8 @@ pub async fn expire_lapsed(
 ) -> Result<Vec<Lapsed>, sqlx::Error> {
     sqlx::query(
         "UPDATE approvals SET status = 'expired', dedupe_key = NULL \
-         WHERE id IN (SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1 \
-         ORDER BY expires_at LIMIT $2) \
+         WHERE status = 'pending' AND id IN (SELECT id FROM approvals \
+         WHERE status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2) \
          RETURNING tenant_id, id, policy_id, agent_id",
     )
     .bind(now.as_millis())

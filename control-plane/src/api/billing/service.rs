@@ -285,9 +285,14 @@ pub async fn change_plan(
 /// Applies the downgrades and cancellations whose period has ended; returns how many.
 pub async fn apply_due_plan_changes(db: &Db, now: Timestamp) -> Result<usize, sqlx::Error> {
     let due = store::due_changes(db.pool(), now.as_millis()).await?;
-    for (tenant_id, plan) in &due {
+    let mut applied = 0;
+    for (tenant_id, _) in &due {
         let mut tx = db.begin_write().await?;
-        let plan = Plan::of_tenant(plan);
+        // Read again under the row's lock: another replica may have applied it.
+        let Some(plan) = store::take_due_change(&mut tx, tenant_id, now.as_millis()).await? else {
+            continue;
+        };
+        let plan = Plan::of_tenant(&plan);
         change_plan(
             &mut tx,
             tenant_id,
@@ -298,6 +303,7 @@ pub async fn apply_due_plan_changes(db: &Db, now: Timestamp) -> Result<usize, sq
         )
         .await?;
         tx.commit().await?;
+        applied += 1;
     }
-    Ok(due.len())
+    Ok(applied)
 }

@@ -140,6 +140,29 @@ pub async fn due_changes(pool: &AnyPool, now: i64) -> Result<Vec<(String, String
     .await
 }
 
+/// The tenant's pending change if it is still due at `now`, its row locked until `tx`
+/// ends (on PostgreSQL; SQLite runs one writer at a time): a replica that applied it
+/// meanwhile cleared it, so each due change is applied once whatever the replicas.
+pub async fn take_due_change(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    now: i64,
+) -> Result<Option<String>, sqlx::Error> {
+    let lock = if crate::db::bulk::is_postgres(tx) {
+        " FOR UPDATE"
+    } else {
+        ""
+    };
+    sqlx::query_scalar(&format!(
+        "SELECT pending_plan FROM tenants WHERE id = $1 AND pending_plan IS NOT NULL \
+         AND pending_plan_at <= $2{lock}"
+    ))
+    .bind(tenant_id)
+    .bind(now)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
 pub struct Checkout<'a> {
     pub id: &'a str,
     pub from_plan: &'a str,
