@@ -4,8 +4,6 @@
 //! lease once it lapses and delivers them, and the receiver gets every event exactly
 //! once (by its `webhook-id`, the same on every attempt).
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,59 +11,15 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use serde_json::json;
 
-use crate::helpers::{expect_status, Backend, TestApp, SERVICE_TOKEN};
+use crate::helpers::{expect_status, Backend, TestApp};
 use crate::proxy::eventually;
+use crate::replica_process::ControlPlaneProcess;
 
-/// A `warden control-plane` process on `database_url` running the notification worker.
-struct Replica {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Replica {
-    fn start(database_url: &str) -> Replica {
-        let addr: SocketAddr = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            probe.local_addr().unwrap()
-        };
-        let child = Command::new(env!("CARGO_BIN_EXE_warden"))
-            .arg("control-plane")
-            .env("WARDEN_DATABASE_URL", database_url)
-            .env("WARDEN_LISTEN", addr.to_string())
-            .env("WARDEN_SERVICE_TOKEN", SERVICE_TOKEN)
-            .env("WARDEN_LOG_LEVEL", "error")
-            .env("WARDEN_NOTIFICATIONS__DELIVERY_INTERVAL_MS", "200")
-            .env("WARDEN_OUTBOUND__ALLOW_PRIVATE", "[\"127.0.0.1/32\"]")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        Replica { child, addr }
-    }
-
-    async fn wait_ready(&self) {
-        let url = format!("http://{}/readyz", self.addr);
-        eventually(Duration::from_secs(60), || async {
-            let answer = reqwest::get(&url).await.ok()?;
-            answer.status().is_success().then_some(())
-        })
-        .await;
-    }
-
-    fn kill_9(&mut self) {
-        Command::new("kill")
-            .args(["-9", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The notification worker on, sending to local receivers.
+const WORKER_ON: &[(&str, &str)] = &[
+    ("WARDEN_NOTIFICATIONS__DELIVERY_INTERVAL_MS", "200"),
+    ("WARDEN_OUTBOUND__ALLOW_PRIVATE", "[\"127.0.0.1/32\"]"),
+];
 
 /// A webhook receiver that keeps the `webhook-id` of every delivery it gets.
 async fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
@@ -142,11 +96,11 @@ async fn the_notification_worker_moves_to_the_survivor_and_sends_each_event_once
     let count = || received.lock().unwrap().len();
 
     // The first replica takes the worker's lease, then the second starts.
-    let mut first = Replica::start(&app.database_url());
+    let mut first = ControlPlaneProcess::start(&app.database_url(), WORKER_ON);
     first.wait_ready().await;
     eventually(Duration::from_secs(10), || async { holder(&app).await }).await;
     let first_holder = holder(&app).await.unwrap();
-    let second = Replica::start(&app.database_url());
+    let second = ControlPlaneProcess::start(&app.database_url(), WORKER_ON);
     second.wait_ready().await;
     flap(5).await;
     eventually(Duration::from_secs(10), || async {

@@ -41,6 +41,7 @@ mod proxy;
 mod proxy_keys;
 mod proxy_state;
 mod python;
+mod replica_process;
 mod risk;
 mod scopes;
 mod security_controls;

@@ -6,80 +6,28 @@
 //! exactly once, and a write through the survivor is in force on every proxy when it
 //! returns.
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::balancer::Balancer;
 use super::{eventually, simple_chat, MockProvider, TestProxy};
-use crate::helpers::{expect_status, Backend, TestApp, SERVICE_TOKEN};
+use crate::helpers::{expect_status, Backend, TestApp};
+use crate::replica_process::ControlPlaneProcess;
 use serde_json::json;
 
-/// A `warden control-plane` process on `database_url`, its background rounds off (the
-/// shared test database holds other tests' tenants, on their own clocks).
-struct ControlPlane {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl ControlPlane {
-    fn start(database_url: &str) -> ControlPlane {
-        let addr: SocketAddr = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            probe.local_addr().unwrap()
-        };
-        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
-        command
-            .arg("control-plane")
-            .env("WARDEN_DATABASE_URL", database_url)
-            .env("WARDEN_LISTEN", addr.to_string())
-            .env("WARDEN_SERVICE_TOKEN", SERVICE_TOKEN)
-            .env("WARDEN_LOG_LEVEL", "error")
-            .stdout(Stdio::null());
-        for round in [
-            "WARDEN_CLOSE_DAYS_INTERVAL_SECS",
-            "WARDEN_VIOLATION_SUMMARY_INTERVAL_SECS",
-            "WARDEN_APPROVAL_EXPIRY_INTERVAL_SECS",
-            "WARDEN_ANOMALY_DETECTION_INTERVAL_SECS",
-            "WARDEN_PAYLOAD_PURGE_INTERVAL_SECS",
-            "WARDEN_AUDIT_VERIFICATION_INTERVAL_SECS",
-            "WARDEN_NOTIFICATIONS__DELIVERY_INTERVAL_MS",
-            "WARDEN_BILLING__PLAN_CHANGE_INTERVAL_SECS",
-        ] {
-            command.env(round, "0");
-        }
-        ControlPlane {
-            child: command.spawn().unwrap(),
-            addr,
-        }
-    }
-
-    async fn wait_ready(&self) {
-        let url = format!("http://{}/readyz", self.addr);
-        eventually(Duration::from_secs(60), || async {
-            let answer = reqwest::get(&url).await.ok()?;
-            answer.status().is_success().then_some(())
-        })
-        .await;
-    }
-
-    fn kill_9(&mut self) {
-        Command::new("kill")
-            .args(["-9", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The background rounds off on the killed and surviving control planes: the shared
+/// test database holds other tests' tenants, on their own clocks.
+const ROUNDS_OFF: &[(&str, &str)] = &[
+    ("WARDEN_CLOSE_DAYS_INTERVAL_SECS", "0"),
+    ("WARDEN_VIOLATION_SUMMARY_INTERVAL_SECS", "0"),
+    ("WARDEN_APPROVAL_EXPIRY_INTERVAL_SECS", "0"),
+    ("WARDEN_ANOMALY_DETECTION_INTERVAL_SECS", "0"),
+    ("WARDEN_PAYLOAD_PURGE_INTERVAL_SECS", "0"),
+    ("WARDEN_AUDIT_VERIFICATION_INTERVAL_SECS", "0"),
+    ("WARDEN_NOTIFICATIONS__DELIVERY_INTERVAL_MS", "0"),
+    ("WARDEN_BILLING__PLAN_CHANGE_INTERVAL_SECS", "0"),
+];
 
 #[derive(Default)]
 struct Answers {
@@ -93,8 +41,8 @@ async fn a_control_plane_killed_under_load_fails_no_request_and_loses_no_usage()
     // ledger; the two processes serve the proxies.
     let app = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
     let database_url = app.database_url();
-    let mut a = ControlPlane::start(&database_url);
-    let b = ControlPlane::start(&database_url);
+    let mut a = ControlPlaneProcess::start(&database_url, ROUNDS_OFF);
+    let b = ControlPlaneProcess::start(&database_url, ROUNDS_OFF);
     a.wait_ready().await;
     b.wait_ready().await;
     let service = Balancer::start(vec![a.addr, b.addr]).await.addr;
