@@ -21,16 +21,22 @@ const MAX_WANT: i64 = 10_000;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateGrantRequest {
+    #[schema(max_length = 200)]
     pub tenant_id: String,
     /// `policy:<id>` for a `rate_limit` policy.
+    #[schema(min_length = 1, max_length = 200)]
     pub limiter: String,
     /// The agent, team or key id the limit counts per; empty for the tenant.
+    #[schema(max_length = 200)]
     pub bucket: String,
     /// The Unix minute (ms / 60,000).
+    #[schema(minimum = 0)]
     pub minute: i64,
     /// The limit's requests per minute, as the proxy's state has it.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub limit: i64,
-    /// How many requests the proxy would like (1 to 10,000).
+    /// How many requests the proxy would like.
+    #[schema(minimum = 1, maximum = 10_000)]
     pub want: i64,
 }
 
@@ -46,8 +52,11 @@ pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<Rat
     if request.limiter.is_empty() || request.limiter.len() > MAX_NAME {
         return field("limiter", "1 to 200 characters");
     }
-    if request.bucket.len() > MAX_NAME || request.tenant_id.len() > MAX_NAME {
+    if request.bucket.len() > MAX_NAME {
         return field("bucket", "at most 200 characters");
+    }
+    if request.tenant_id.len() > MAX_NAME {
+        return field("tenant_id", "at most 200 characters");
     }
     if !(1..=1_000_000_000).contains(&request.limit) {
         return field("limit", "from 1 to 1,000,000,000");
