@@ -11,7 +11,7 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use serde_json::json;
 
-use crate::helpers::{expect_status, Backend, TestApp};
+use crate::helpers::{expect_status, Backend, TestApp, SERVICE_TOKEN};
 use crate::proxy::eventually;
 use crate::replica_process::ControlPlaneProcess;
 
@@ -225,4 +225,82 @@ async fn approvals_expired_by_two_replicas_at_once_are_each_expired_once() {
     .await["meta"]["total"]
         .clone();
     assert_eq!(pending, json!(held));
+}
+
+/// Closing the ledger's days is not elected either: rounds of several replicas that
+/// overlap close each day once, into its daily and monthly rows alike. Eight rounds at
+/// the same instant over three days of usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn days_closed_by_overlapping_rounds_are_each_closed_once() {
+    let app = TestApp::spawn_alone(Backend::Postgres, |config| {
+        config.close_days_interval_secs = 0;
+    })
+    .await;
+    let tenant = app.new_tenant("enterprise").await;
+    let agent = app
+        .register_agent(&tenant.admin_key, json!({ "name": "closer" }))
+        .await;
+    let agent_id = agent["id"].as_str().unwrap();
+    // A record an hour for three days.
+    let start = app.clock.now().as_millis();
+    let records: Vec<_> = (0..72)
+        .map(|hour| {
+            json!({ "record_id": format!("close-{hour}"), "tenant_id": tenant.id,
+                    "agent_id": agent_id, "model_provider": "openai", "model_name": "gpt-4o",
+                    "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0001,
+                    "recorded_at": warden_shared::timestamp::Timestamp::from_millis(
+                        start + hour * 3_600_000).to_string() })
+        })
+        .collect();
+    app.clock.advance(72 * 3_600_000);
+    let ingested = app
+        .client
+        .post(format!("{}/internal/v1/usage-batches", app.base))
+        .bearer_auth(SERVICE_TOKEN)
+        .json(&json!({ "batch_id": "three-days", "records": records }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_status(ingested, 200).await["data"]["accepted"],
+        json!(72)
+    );
+    app.clock.advance(3_600_000);
+    let now = app.clock.now();
+    let rounds: Vec<_> = (0..8)
+        .map(|_| {
+            let db = app.db.clone();
+            tokio::spawn(async move {
+                warden_control_plane::ledger::close_days(&db, now)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for round in rounds {
+        round.await.unwrap();
+    }
+    let sum = |table: &'static str| {
+        let app = &app;
+        let tenant_id = tenant.id.clone();
+        async move {
+            let sql = format!(
+                "SELECT CAST(COALESCE(SUM(requests), 0) AS BIGINT) FROM {table} WHERE tenant_id = $1"
+            );
+            sqlx::query_scalar::<_, i64>(&sql)
+                .bind(tenant_id)
+                .fetch_one(app.db.pool())
+                .await
+                .unwrap()
+        }
+    };
+    // Every closed day once in each level; what is still open, once in its own.
+    let (daily, monthly, open) = (
+        sum("usage_daily").await,
+        sum("usage_monthly").await,
+        sum("usage_daily_open").await,
+    );
+    assert_eq!(daily, monthly, "monthly rows hold exactly the closed days");
+    assert_eq!(daily + open, 72, "every hour's request counted once");
+    assert!(daily >= 48, "at least two days closed: {daily}");
 }
