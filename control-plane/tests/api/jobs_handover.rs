@@ -304,3 +304,59 @@ async fn days_closed_by_overlapping_rounds_are_each_closed_once() {
     assert_eq!(daily + open, 72, "every hour's request counted once");
     assert!(daily >= 48, "at least two days closed: {daily}");
 }
+
+/// The violation summaries are not elected either: overlapping rounds audit each
+/// minute's repeats once. Ten refusals in one minute, eight rounds at the same instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn violations_summarized_by_overlapping_rounds_are_each_audited_once() {
+    let app = TestApp::spawn_alone(Backend::Postgres, |config| {
+        config.violation_summary_interval_secs = 0;
+    })
+    .await;
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let agent = app.register_agent(key, json!({ "name": "refused" })).await;
+    let decisions: Vec<_> = (0..10)
+        .map(|request| {
+            json!({ "tenant_id": tenant.id, "evaluation": {
+                "request_id": format!("refused-{request}"), "agent_id": agent["id"],
+                "provider": "openai", "model": "gpt-4o",
+                "evaluated_at": "2026-11-23T10:00:00Z",
+                "results": [{ "policy_id": 1, "policy_name": "one",
+                    "policy_type": "model_allowlist", "result": "fail",
+                    "reason": "not allowed" }] } })
+        })
+        .collect();
+    crate::helpers::report_decisions(&app, "refusals", &decisions).await;
+    let later = warden_shared::timestamp::Timestamp::parse_rfc3339("2026-11-23T10:02:00Z")
+        .unwrap()
+        .as_millis();
+    let rounds: Vec<_> = (0..8)
+        .map(|_| {
+            let db = app.db.clone();
+            tokio::spawn(async move {
+                warden_control_plane::api::policies::summarize_violations(&db, later, None)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut written = 0;
+    for round in rounds {
+        written += round.await.unwrap();
+    }
+    assert_eq!(written, 1, "one summary for the minute's nine repeats");
+    let events = expect_status(
+        app.get("/audit-trail?event_type=policy.violated&target_id=1", key)
+            .await,
+        200,
+    )
+    .await;
+    let counts: Vec<i64> = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["details"]["count"].as_i64().unwrap())
+        .collect();
+    assert_eq!(counts, [9, 1]);
+}
