@@ -360,3 +360,50 @@ async fn violations_summarized_by_overlapping_rounds_are_each_audited_once() {
         .collect();
     assert_eq!(counts, [9, 1]);
 }
+
+/// Scheduled plan changes are not elected either: overlapping rounds apply (and audit)
+/// each once. Twenty downgrades due, eight rounds at the same instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_changes_applied_by_overlapping_rounds_are_each_applied_once() {
+    let app = TestApp::spawn_alone(Backend::Postgres, |config| {
+        config.billing.plan_change_interval_secs = 0;
+    })
+    .await;
+    let mut keys = Vec::new();
+    for _ in 0..20 {
+        let tenant = app.new_tenant("professional").await;
+        let downgrade = app
+            .post(
+                "/billing/checkout",
+                &tenant.admin_key,
+                json!({ "plan": "starter" }),
+            )
+            .await;
+        assert_eq!(
+            expect_status(downgrade, 200).await["data"]["action"],
+            "downgrade"
+        );
+        keys.push(tenant.admin_key);
+    }
+    app.clock.advance(32 * 86_400_000);
+    let now = app.clock.now();
+    let rounds: Vec<_> = (0..8)
+        .map(|_| {
+            let db = app.db.clone();
+            tokio::spawn(async move {
+                warden_control_plane::api::billing::apply_due_plan_changes(&db, now)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut applied = 0;
+    for round in rounds {
+        applied += round.await.unwrap();
+    }
+    assert_eq!(applied, 20, "each downgrade applied once");
+    for key in &keys {
+        let billing = expect_status(app.get("/billing", key).await, 200).await;
+        assert_eq!(billing["data"]["plan"], "starter");
+    }
+}
