@@ -212,13 +212,18 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
     .map_err(|e| e.to_string())?;
     // Listening for Ctrl-C before the welcome says it stops us.
     let shutdown = startup::shutdown_signal();
-    print_welcome(&app, &proxy, &data_dir);
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopping.wait_for(|stop| *stop).await;
     };
+    let welcome = welcome_text(&app, &proxy, &data_dir);
+    let proxy_ready = format!("http://{}/readyz", proxy.addr);
     let control_plane = tokio::spawn(app.serve(stopped(stopping.clone())));
     let proxy = tokio::spawn(proxy.serve(stopped(stopping)));
+    // The welcome once the proxy has the control plane's state, so that the first
+    // request a newcomer sends to either is served.
+    wait_until_ready(&proxy_ready).await;
+    print!("{welcome}");
     shutdown.await;
     let _ = stop.send(true);
     let (served, proxied) = tokio::join!(control_plane, proxy);
@@ -456,42 +461,81 @@ async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
     app.serve(shutdown).await.map_err(|e| e.to_string())
 }
 
-fn print_welcome(app: &Application, proxy: &ProxyApp, data_dir: &std::path::Path) {
+/// Waits (up to 30 s) until `url` answers 2xx; a plane that is slower to be ready is
+/// still welcomed, and answers for itself.
+async fn wait_until_ready(url: &str) {
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let ready = client.get(url).send().await;
+        if ready.is_ok_and(|answer| answer.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn welcome_text(app: &Application, proxy: &ProxyApp, data_dir: &std::path::Path) -> String {
+    use std::fmt::Write;
+    let mut text = String::new();
     let base = format!("http://{}", app.addr);
     let proxy_base = format!("http://{}", proxy.addr);
-    println!();
-    println!(
+    text.push('\n');
+    let _ = writeln!(
+        text,
         "  Warden is running (development mode, SQLite in {})",
         data_dir.display()
     );
-    println!();
-    println!("  Console          {base}/console   (sign up, or sign in)");
-    println!("  Management API   {base}/api/v1");
-    println!("  API reference    {base}/docs   (the OpenAPI document: {base}/api/v1/openapi.json)");
-    println!("  Health           {base}/healthz  {base}/readyz");
-    println!("  Metrics          {base}/metrics");
-    println!("  Proxy (OpenAI)   {proxy_base}/v1   (metrics: {proxy_base}/metrics)");
-    println!("  Proxy (Claude)   {proxy_base}   (the Anthropic SDKs' base URL: no /v1)");
-    println!();
+    text.push('\n');
+    let _ = writeln!(
+        text,
+        "  Console          {base}/console   (sign up, or sign in)"
+    );
+    let _ = writeln!(text, "  Management API   {base}/api/v1");
+    let _ = writeln!(
+        text,
+        "  API reference    {base}/docs   (the OpenAPI document: {base}/api/v1/openapi.json)"
+    );
+    let _ = writeln!(text, "  Health           {base}/healthz  {base}/readyz");
+    let _ = writeln!(text, "  Metrics          {base}/metrics");
+    let _ = writeln!(
+        text,
+        "  Proxy (OpenAI)   {proxy_base}/v1   (metrics: {proxy_base}/metrics)"
+    );
+    let _ = writeln!(
+        text,
+        "  Proxy (Claude)   {proxy_base}   (the Anthropic SDKs' base URL: no /v1)"
+    );
+    text.push('\n');
     match &app.bootstrap {
         BootstrapOutcome::GeneratedKey(key) => {
-            println!("  Platform-admin key (shown once, store it now):");
-            println!("    {key}");
+            let _ = writeln!(text, "  Platform-admin key (shown once, store it now):");
+            let _ = writeln!(text, "    {key}");
         }
         BootstrapOutcome::ConfiguredKeyInstalled => {
-            println!("  Platform-admin key: the one in WARDEN_BOOTSTRAP_PLATFORM_KEY");
+            let _ = writeln!(
+                text,
+                "  Platform-admin key: the one in WARDEN_BOOTSTRAP_PLATFORM_KEY"
+            );
         }
         BootstrapOutcome::AlreadyBootstrapped => {
-            println!("  Platform-admin key: printed on this data folder's first start.");
-            println!("  (Delete {} to start afresh.)", data_dir.display());
+            let _ = writeln!(
+                text,
+                "  Platform-admin key: printed on this data folder's first start."
+            );
+            let _ = writeln!(text, "  (Delete {} to start afresh.)", data_dir.display());
         }
     }
-    println!();
-    println!(
+    text.push('\n');
+    let _ = writeln!(
+        text,
         "  Try:  curl -s -X POST {base}/api/v1/auth/signup -H 'content-type: application/json' \\"
     );
-    println!("          -d '{{\"email\":\"you@example.com\",\"password\":\"a-long-password\",\"company_name\":\"Acme\"}}'");
-    println!();
-    println!("  Ctrl-C stops Warden.");
-    println!();
+    let _ = writeln!(
+        text,
+        "          -d '{{\"email\":\"you@example.com\",\"password\":\"a-long-password\",\"company_name\":\"Acme\"}}'");
+    text.push('\n');
+    let _ = writeln!(text, "  Ctrl-C stops Warden.");
+    text.push('\n');
+    text
 }
