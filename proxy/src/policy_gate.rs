@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::json;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::policy::{
-    budget_scope, evaluate, rate_bucket_id, Counters, Decision, Outcome, PolicyConfig, PolicyType,
-    RatePer, RequestFacts, Scope,
+    budget_scope, evaluate, rate_bucket_id, Counters, Decision, Outcome, Policy, PolicyConfig,
+    PolicyType, RatePer, RequestFacts, Scope,
 };
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{AgentState, ProxyKeyState};
@@ -84,8 +84,29 @@ impl PolicyGate<'_> {
         estimated_cost_micros: i64,
         now_ms: i64,
     ) -> Result<PolicyPass, Stopped> {
+        let policies = self.state.policies(&view.key.tenant_id);
+        self.check_policies(
+            policies,
+            view,
+            admitted,
+            request_type,
+            estimated_cost_micros,
+            now_ms,
+        )
+    }
+
+    /// [`PolicyGate::check`] with the tenant's enabled policies already read.
+    pub fn check_policies(
+        &self,
+        policies: Option<Arc<Vec<Policy>>>,
+        view: &KeyView,
+        admitted: &Admitted,
+        request_type: &'static str,
+        estimated_cost_micros: i64,
+        now_ms: i64,
+    ) -> Result<PolicyPass, Stopped> {
         let key = &view.key;
-        let Some(policies) = self.state.policies(&key.tenant_id) else {
+        let Some(policies) = policies else {
             return Ok(PolicyPass::default());
         };
         let Some(agent) = &view.agent else {

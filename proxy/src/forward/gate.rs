@@ -27,23 +27,10 @@ pub(super) struct Passed {
     pub(super) budget_warning: Option<String>,
 }
 
-/// Gives the shared rate limits covering the request an allowance for it (see
-/// `crate::rate_grants`), before the evaluator reads them.
-pub(super) async fn share_rate_limits(shared: &Resources, ready: &Ready<'_>, now_ms: i64) {
-    let key = &ready.view.key;
-    let (Some(policies), Some(agent)) = (shared.state.policies(&key.tenant_id), &ready.view.agent)
-    else {
-        return;
-    };
-    let request = crate::policy_gate::request_facts(key, agent, &ready.admitted, 0);
-    shared
-        .rate_grants
-        .ensure(&shared.rates, &policies, &request, now_ms)
-        .await;
-}
-
-/// Checks `ready` against the policies, its key's rate limit and the budgets.
-pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Stopped> {
+/// Checks `ready` against the policies, its key's rate limit and the budgets. The
+/// tenant's policies are read once: the shared rate limits among them get an allowance
+/// for the request (see `crate::rate_grants`) before the evaluator reads them.
+pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Stopped> {
     let Ready {
         view,
         endpoint,
@@ -52,12 +39,21 @@ pub(super) fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed, Stop
         ..
     } = ready;
     let now = shared.clock.now_ms();
+    let tenant_policies = shared.state.policies(&view.key.tenant_id);
+    if let (Some(list), Some(agent)) = (&tenant_policies, &view.agent) {
+        let request = crate::policy_gate::request_facts(&view.key, agent, admitted, 0);
+        shared
+            .rate_grants
+            .ensure(&shared.rates, list, &request, now)
+            .await;
+    }
     let policies = PolicyGate {
         state: &shared.state,
         rates: &shared.rates,
         decisions: &shared.decisions,
     };
-    let passed_policies = policies.check(
+    let passed_policies = policies.check_policies(
+        tenant_policies,
         view,
         admitted,
         endpoint.request_type(),

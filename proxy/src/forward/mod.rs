@@ -49,8 +49,7 @@ pub async fn forward(
         refusal,
         labels: Some(labels),
     };
-    gate::share_rate_limits(shared, &ready, shared.clock.now_ms()).await;
-    let passed = match gate::gate(shared, &ready) {
+    let passed = match gate::gate(shared, &ready).await {
         Ok(passed) => passed,
         Err(stopped) => {
             if let Some(report) = stopped.approval {

@@ -187,43 +187,18 @@ db_test!(
         assert_eq!(app.count_rows("usage_daily", &tenant.id).await, daily);
 
         // A late record for the first (closed) day is added to that day's row.
-        let ack = expect_status(
-        app.client
-            .post(format!("{}/internal/v1/usage-batches", app.base))
-            .bearer_auth(crate::helpers::SERVICE_TOKEN)
-            .json(&json!({ "batch_id": "late", "records": [{
-                "record_id": "late-1", "tenant_id": tenant.id, "agent_id": a,
-                "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1,
-                "output_tokens": 1, "cost_usd": 0.125,
-                "recorded_at": warden_shared::timestamp::Timestamp::from_millis(start + 60_000).to_string(),
-            }] }))
-            .send()
-            .await
-            .unwrap(),
-        200,
-    )
-    .await;
-        assert_eq!(ack["data"]["accepted"], json!(1), "{ack}");
+        usage_at(&app, &tenant.id, "late-1", a, start + 60_000, 125_000).await;
         assert_eq!(app.count_rows("usage_daily", &tenant.id).await, daily);
         // And one for the third (open) day's rolled hour is added to its open row.
-        let ack = expect_status(
-            app.client
-                .post(format!("{}/internal/v1/usage-batches", app.base))
-                .bearer_auth(crate::helpers::SERVICE_TOKEN)
-                .json(&json!({ "batch_id": "late-open", "records": [{
-                    "record_id": "late-2", "tenant_id": tenant.id, "agent_id": b,
-                    "model_provider": "openai", "model_name": "gpt-4o", "input_tokens": 1,
-                    "output_tokens": 1, "cost_usd": 0.0625,
-                    "recorded_at": warden_shared::timestamp::Timestamp::from_millis(
-                        start + 48 * HOUR + 60_000).to_string(),
-                }] }))
-                .send()
-                .await
-                .unwrap(),
-            200,
+        usage_at(
+            &app,
+            &tenant.id,
+            "late-2",
+            b,
+            start + 48 * HOUR + 60_000,
+            62_500,
         )
         .await;
-        assert_eq!(ack["data"]["accepted"], json!(1), "{ack}");
         assert_eq!(app.count_rows("usage_daily_open", &tenant.id).await, open);
         assert_eq!(app.count_rows("usage_daily", &tenant.id).await, daily);
         let late = (
