@@ -180,6 +180,7 @@ tenant_tables![
     "usage_daily_open",
     "usage_monthly",
     "rate_grants",
+    "budget_grants",
     "usage_model_hourly",
     "usage_days_closed",
     "usage_spend_monthly",

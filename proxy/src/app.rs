@@ -23,6 +23,7 @@ use warden_shared::outbound::Allowance;
 use warden_shared::secret::Secret;
 
 use crate::batch_queue::BatchReceiver;
+use crate::budget_grants::BudgetGrants;
 use crate::capture::{CaptureBuffer, CaptureMetrics};
 use crate::config::OwnCredential;
 use crate::config::{ProvidersConfig, ProxyConfig};
@@ -110,6 +111,7 @@ pub struct ProxyApp {
     clock: Clock,
     stream: StreamSource,
     client: reqwest::Client,
+    budget_grants: BudgetGrants,
     draining: Arc<AtomicBool>,
     shutdown_delay: Duration,
 }
@@ -198,14 +200,26 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     // is registered with the loop that opened it, so sharing one pool across loops
     // would send its readiness through another thread.
     let draining = Arc::new(AtomicBool::new(false));
+    // One client for the allowances asked for on the request path (rate limits and
+    // budgets), which wait at most a second for the control plane.
+    let allowances = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .map_err(ProxyStartupError::Client)?;
     let rate_grants = RateGrants::new(
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(1))
-            .build()
-            .map_err(ProxyStartupError::Client)?,
+        allowances.clone(),
         &base,
         service_token.expose(),
         metrics.rate_grant_failures.clone(),
+    );
+    // This instance's id: whose state acknowledgements and budget allowances they are.
+    let proxy_id = new_id(IdKind::Instance, system_now_ms());
+    let budget_grants = BudgetGrants::new(
+        allowances,
+        &base,
+        service_token.expose(),
+        &proxy_id,
+        metrics.budget_grant_failures.clone(),
     );
     let mut proxies = Vec::new();
     for _ in 0..config.event_loops.max(1) {
@@ -219,6 +233,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             approvals: approval_queue(&base, &service_token, &decision_sink)?,
             rates: rates.clone(),
             rate_grants: rate_grants.clone(),
+            budget_grants: budget_grants.clone(),
             metrics: metrics.clone(),
             providers: providers.clone(),
             catalog: catalog.clone(),
@@ -260,12 +275,13 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         stream: StreamSource {
             url: format!("{base}/internal/v1/proxy-state"),
             acks_url: format!("{base}/internal/v1/proxy-acks"),
-            proxy_id: new_id(IdKind::Instance, system_now_ms()),
+            proxy_id,
             service_token: service_token.expose().to_owned(),
         },
         client: reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .build()?,
+        budget_grants,
     })
 }
 
@@ -310,6 +326,7 @@ impl ProxyApp {
             clock,
             stream,
             client,
+            budget_grants,
             draining,
             shutdown_delay,
             ..
@@ -322,7 +339,12 @@ impl ProxyApp {
             client.clone(),
             metrics.clone(),
         ));
-        let forgetter = tokio::spawn(forget_stale(rates, mcp, clock));
+        let renewer = tokio::spawn(
+            budget_grants
+                .clone()
+                .renew_forever(budgets.clone(), clock.clone()),
+        );
+        let forgetter = tokio::spawn(forget_stale(rates, mcp, clock.clone()));
         let accept_failures = metrics.accept_failures.clone();
         let spooled = spool.is_some();
         let outlet = sink::Outlet {
@@ -330,7 +352,7 @@ impl ProxyApp {
             client,
             spool,
         };
-        let mut flusher = sink::start(usage, outlet, metrics, budgets, usage_capacity);
+        let mut flusher = sink::start(usage, outlet, metrics, budgets.clone(), usage_capacity);
         let (stop, stopping) = watch::channel(false);
         let handlers = proxies.into_iter().map(proxy_handler).collect();
         let mut servers = Servers::start(handlers, event_loops > 0, &stopping)?;
@@ -374,6 +396,12 @@ impl ProxyApp {
             }
         }
         let _ = tokio::time::timeout(DRAIN, decision_flusher).await;
+        // What the ledger acknowledged and what lies unused goes back to the other
+        // proxies now rather than when it lapses.
+        renewer.abort();
+        budget_grants
+            .give_back_unused(&budgets, clock.now_ms())
+            .await;
         Ok(())
     }
 }

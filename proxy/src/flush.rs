@@ -42,6 +42,26 @@ pub async fn post_json(
         .await
 }
 
+/// One question to the control plane (an allowance, say), answered within `timeout`:
+/// the answer's `data`, or why there is none (unreachable, not a success, unreadable).
+pub async fn ask_for_data<A: DeserializeOwned>(
+    client: &reqwest::Client,
+    url: &str,
+    service_token: &str,
+    body: &serde_json::Value,
+    timeout: Duration,
+) -> Result<A, String> {
+    let body = Bytes::from(serde_json::to_vec(body).map_err(|e| e.to_string())?);
+    let response = post_json(client, url, service_token, body, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("the control plane answered {}", response.status()));
+    }
+    let answer: Acknowledged<A> = response.json().await.map_err(|e| e.to_string())?;
+    Ok(answer.data)
+}
+
 /// How many times the control plane may answer a batch with a server error of its own
 /// (500, or another 5xx but 502, 503 and 504) before the batch is given up: a batch that
 /// keeps failing must not hold back the batches behind it. About 4 s of retries.

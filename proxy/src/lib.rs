@@ -29,6 +29,7 @@ pub(crate) mod managed_keys;
 pub(crate) mod maps;
 pub use managed_keys::read_secret;
 pub use mcp::upstream::{fetch_definitions, ToolDefinition, UpstreamError};
+pub(crate) mod budget_grants;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub(crate) mod policy_gate;

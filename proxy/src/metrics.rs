@@ -39,10 +39,13 @@ pub struct ProxyMetrics {
     pub accept_failures: IntCounter,
     /// Rate limit grants the control plane did not answer (`crate::rate_grants`).
     pub rate_grant_failures: IntCounter,
+    /// Budget allowance requests the control plane did not answer (`crate::budget_grants`).
+    pub budget_grant_failures: IntCounter,
     pub payload_captures: IntCounterVec,
     pub payload_capture_buffer: IntGauge,
     pub budget_reserved_micros: IntGauge,
     pub budget_pending_micros: IntGauge,
+    pub budget_granted_micros: IntGauge,
     /// Each provider's series of `duration`, `tokens` and `cost_micros`, looked up once
     /// here rather than by label on every request.
     by_provider: Arc<Vec<(Provider, ProviderMetrics)>>,
@@ -161,6 +164,11 @@ impl ProxyMetrics {
                 "Requests for a rate limit's allowance the control plane did not answer; \
                  that bucket's minute is then counted by this proxy alone",
             )?,
+            budget_grant_failures: counter(
+                "warden_proxy_budget_grant_failures_total",
+                "Requests for budgets' allowances (or their renewals) the control plane did \
+                 not answer; the scopes asked for are then counted by this proxy alone for 10 s",
+            )?,
             decisions_flush_failures: counter(
                 "warden_proxy_policy_decisions_flush_failures_total",
                 "Failed attempts to send a batch of policy decision reports",
@@ -198,6 +206,11 @@ impl ProxyMetrics {
                 "warden_proxy_budget_pending_microdollars",
                 "Cost of finished requests counted in budgets while their usage awaits the \
                  ledger's acknowledgement, summed over their scopes",
+            )?,
+            budget_granted_micros: gauge(
+                "warden_proxy_budget_granted_microdollars",
+                "Money the control plane granted this proxy in budgets this month and the \
+                 proxy has not given back, summed over their scopes",
             )?,
             by_provider: Arc::new(
                 providers
@@ -243,6 +256,7 @@ impl ProxyMetrics {
             &self.payload_capture_buffer,
             &self.budget_reserved_micros,
             &self.budget_pending_micros,
+            &self.budget_granted_micros,
         ] {
             r.register(Box::new(gauge.clone()))?;
         }
@@ -258,6 +272,7 @@ impl ProxyMetrics {
             &self.decisions_flush_failures,
             &self.accept_failures,
             &self.rate_grant_failures,
+            &self.budget_grant_failures,
         ] {
             r.register(Box::new(counter.clone()))?;
         }

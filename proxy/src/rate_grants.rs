@@ -11,9 +11,10 @@
 use std::time::Duration;
 
 use prometheus::IntCounter;
-use serde_json::{json, Value};
+use serde_json::json;
 use warden_shared::policy::{rate_bucket_id, Policy, PolicyConfig, RequestFacts};
 
+use crate::flush::ask_for_data;
 use crate::rate_limit::{Limiter, RateWindows};
 
 /// How long a request waits for a grant before its bucket is counted locally.
@@ -99,21 +100,18 @@ impl RateGrants {
             "tenant_id": tenant_id, "limiter": format!("policy:{policy_id}"), "bucket": bucket,
             "minute": minute, "limit": limit, "want": limit.min(10_000),
         });
-        let response = self
-            .client
-            .post(&self.url)
-            .bearer_auth(&self.service_token)
-            .timeout(ASK_TIMEOUT)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if !response.status().is_success() {
-            return Err(format!("the control plane answered {}", response.status()));
+        #[derive(serde::Deserialize)]
+        struct Grant {
+            granted: i64,
         }
-        let answer: Value = response.json().await.map_err(|e| e.to_string())?;
-        answer["data"]["granted"]
-            .as_i64()
-            .ok_or_else(|| format!("no grant in {answer}"))
+        let grant: Grant = ask_for_data(
+            &self.client,
+            &self.url,
+            &self.service_token,
+            &body,
+            ASK_TIMEOUT,
+        )
+        .await?;
+        Ok(grant.granted)
     }
 }

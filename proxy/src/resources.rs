@@ -9,6 +9,7 @@ use std::sync::Arc;
 use warden_shared::catalog::ProviderCatalog;
 use warden_shared::clock::Clock;
 
+use crate::budget_grants::BudgetGrants;
 use crate::capture::CaptureBuffer;
 use crate::config::ProvidersConfig;
 use crate::decisions::{ApprovalQueue, DecisionSink};
@@ -34,6 +35,8 @@ pub struct Resources {
     pub rates: Arc<RateWindows>,
     /// Where shared rate limits' allowances are asked for.
     pub rate_grants: RateGrants,
+    /// Where budgets' allowances are asked for.
+    pub budget_grants: BudgetGrants,
     pub metrics: ProxyMetrics,
     pub providers: ProvidersConfig,
     /// The declared providers' routed models and prices.

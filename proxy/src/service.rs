@@ -143,6 +143,10 @@ impl ProxyService {
                     .metrics
                     .budget_pending_micros
                     .set(held.pending_micros);
+                shared
+                    .metrics
+                    .budget_granted_micros
+                    .set(held.granted_micros);
                 let text = shared.metrics.render();
                 respond(session, 200, "text/plain; version=0.0.4", Bytes::from(text)).await;
                 Ok(())

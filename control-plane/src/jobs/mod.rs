@@ -64,7 +64,7 @@ pub fn start(
         tokio::spawn(expire_approvals(context.clone(), period));
     }
     tokio::spawn(forget_decision_batches(context.clone()));
-    tokio::spawn(forget_rate_grants(context.clone()));
+    tokio::spawn(forget_grants(context.clone()));
     if config.billing.plan_change_interval_secs > 0 {
         let period = secs(config.billing.plan_change_interval_secs);
         tokio::spawn(apply_plan_changes(context.clone(), period));
@@ -178,13 +178,19 @@ async fn forget_decision_batches(c: Context) {
     .await;
 }
 
-/// Forgets rate limits' grants of minutes more than two minutes past, every minute.
-async fn forget_rate_grants(c: Context) {
+/// Forgets, every minute, rate limits' grants of minutes more than two minutes past and
+/// budgets' holdings that lapsed.
+async fn forget_grants(c: Context) {
     let minute = Duration::from_secs(60);
     every(minute, minute, c.stopping, || async {
-        let before = c.clock.now().as_millis().div_euclid(60_000) - 2;
+        let now_ms = c.clock.now().as_millis();
+        let before = now_ms.div_euclid(60_000) - 2;
         if let Err(error) = crate::api::internal::forget_rate_grants(&c.db, before).await {
             tracing::warn!(%error, "cannot forget old rate limit grants");
+        }
+        let lapsed = now_ms - crate::api::internal::BUDGET_GRANT_LAPSE_MS;
+        if let Err(error) = crate::api::internal::forget_budget_grants(&c.db, lapsed).await {
+            tracing::warn!(%error, "cannot forget lapsed budget grants");
         }
     })
     .await;

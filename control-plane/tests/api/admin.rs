@@ -405,6 +405,21 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         expect_status(granted, 200).await["data"]["granted"],
         json!(1)
     );
+    // A budget's allowance granted to a proxy.
+    let granted = app
+        .client
+        .post(format!("{}/internal/v1/budget-grants", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(&json!({ "holder": "ins_seed", "month": app.clock.now().month_start(),
+                       "scopes": [{ "tenant_id": tenant_id, "scope": "tenant", "block_micros": 1_000,
+                                    "need_micros": 10, "release_micros": 0 }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_status(granted, 200).await["data"]["scopes"][0]["granted_micros"],
+        json!(125)
+    );
     // A tool call through the MCP gateway, as the proxies record it (in usage batches).
     let tool_call = json!({ "batch_id": format!("seed-tool-{tenant_id}"), "records": [{
         "record_id": format!("seed-tool-{agent_id}"), "tenant_id": tenant_id, "agent_id": agent_id,

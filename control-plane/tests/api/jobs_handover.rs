@@ -1,8 +1,9 @@
 //! A background job handed over between control planes: two `warden control-plane`
-//! processes on a database of their own, the notification worker elected by its lease.
-//! The holder is killed (`kill -9`) with notifications waiting; the other takes the
-//! lease once it lapses and delivers them, and the receiver gets every event exactly
-//! once (by its `webhook-id`, the same on every attempt).
+//! processes on a database of their own, the notification worker and the anomaly
+//! detector each elected by its lease. The holder is killed (`kill -9`) with
+//! notifications waiting; the other takes both leases once they lapse and delivers
+//! them, and the receiver gets every event exactly once (by its `webhook-id`, the same on
+//! every attempt).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,11 +16,16 @@ use crate::helpers::{expect_status, Backend, TestApp, SERVICE_TOKEN};
 use crate::proxy::eventually;
 use crate::replica_process::ControlPlaneProcess;
 
-/// The notification worker on, sending to local receivers.
+/// The notification worker on, sending to local receivers, and anomaly detection every
+/// second (its lease lasts three rounds).
 const WORKER_ON: &[(&str, &str)] = &[
     ("WARDEN_NOTIFICATIONS__DELIVERY_INTERVAL_MS", "200"),
+    ("WARDEN_ANOMALY_DETECTION_INTERVAL_SECS", "1"),
     ("WARDEN_OUTBOUND__ALLOW_PRIVATE", "[\"127.0.0.1/32\"]"),
 ];
+
+/// The anomaly detector's lease.
+const DETECTOR: &str = warden_control_plane::anomalies::LEASE_JOB;
 
 /// A webhook receiver that keeps the `webhook-id` of every delivery it gets.
 async fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
@@ -48,17 +54,23 @@ async fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 async fn holder(app: &TestApp) -> Option<String> {
-    sqlx::query_scalar("SELECT holder FROM worker_leases WHERE job = 'notifications'")
+    holder_of(app, "notifications").await
+}
+
+async fn holder_of(app: &TestApp, job: &str) -> Option<String> {
+    sqlx::query_scalar("SELECT holder FROM worker_leases WHERE job = $1")
+        .bind(job)
         .fetch_optional(app.db.pool())
         .await
         .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_notification_worker_moves_to_the_survivor_and_sends_each_event_once() {
+async fn the_elected_jobs_move_to_the_survivor_and_each_event_is_sent_once() {
     // This process's own control plane writes (its worker off); the two replicas send.
     let app = TestApp::spawn_alone(Backend::Postgres, |config| {
         config.notifications.delivery_interval_ms = 0;
+        config.anomaly_detection_interval_secs = 0;
         config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
     })
     .await;
@@ -100,6 +112,11 @@ async fn the_notification_worker_moves_to_the_survivor_and_sends_each_event_once
     first.wait_ready().await;
     eventually(Duration::from_secs(10), || async { holder(&app).await }).await;
     let first_holder = holder(&app).await.unwrap();
+    let detector = eventually(Duration::from_secs(10), || async {
+        holder_of(&app, DETECTOR).await
+    })
+    .await;
+    assert_eq!(detector, first_holder, "the first replica detects");
     let second = ControlPlaneProcess::start(&app.database_url(), WORKER_ON);
     second.wait_ready().await;
     flap(5).await;
@@ -112,12 +129,22 @@ async fn the_notification_worker_moves_to_the_survivor_and_sends_each_event_once
     first.kill_9();
     let killed = Instant::now();
     flap(5).await;
-    eventually(Duration::from_secs(30), || async {
-        let now = holder(&app).await?;
-        (now != first_holder).then_some(())
-    })
-    .await;
-    let handed_over = killed.elapsed();
+    // Both leases watched at once: each hand-over timed from the kill.
+    let (mut handed_over, mut detector_handed_over) = (None, None);
+    while handed_over.is_none() || detector_handed_over.is_none() {
+        assert!(killed.elapsed() < Duration::from_secs(30), "no hand-over");
+        for (job, moved) in [
+            ("notifications", &mut handed_over),
+            (DETECTOR, &mut detector_handed_over),
+        ] {
+            let now = holder_of(&app, job).await;
+            if moved.is_none() && now.is_some_and(|h| h != first_holder) {
+                *moved = Some(killed.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (handed_over, detector_handed_over) = (handed_over.unwrap(), detector_handed_over.unwrap());
     eventually(Duration::from_secs(15), || async {
         (count() >= 20).then_some(())
     })
@@ -132,13 +159,18 @@ async fn the_notification_worker_moves_to_the_survivor_and_sends_each_event_once
     println!(
         "notification worker: lease handed over {handed_over:?} after kill -9 (its lease \
          lasts 10 s), the waiting events delivered {delivered:?} after it; {} deliveries, \
-         {} distinct",
+         {} distinct; anomaly detector handed over {detector_handed_over:?} after it (its \
+         lease lasts 3 s)",
         ids.len(),
         unique.len()
     );
     assert_eq!(unique.len(), 20, "every event delivered: {ids:?}");
     assert_eq!(ids.len(), 20, "each exactly once: {ids:?}");
     assert!(handed_over <= Duration::from_secs(12), "{handed_over:?}");
+    assert!(
+        detector_handed_over <= Duration::from_secs(6),
+        "{detector_handed_over:?}"
+    );
     drop(second);
 }
 

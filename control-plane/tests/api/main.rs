@@ -15,6 +15,7 @@ mod audit_trail;
 mod auth;
 mod bad_input;
 mod billing;
+mod budget_grants;
 mod budgets;
 mod compliance;
 mod console;

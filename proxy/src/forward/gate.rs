@@ -10,7 +10,7 @@ use warden_shared::pricing::micros_to_decimal;
 use warden_shared::timestamp::Timestamp;
 
 use super::Ready;
-use crate::budget::{Admission, BudgetRule, BudgetWarning, RuleSource};
+use crate::budget::{Admission, BudgetRule, BudgetWarning, OverBudget, Refused, RuleSource};
 use crate::policy_gate::{PolicyGate, PolicyPass, Stopped};
 use crate::refusal::Refusal;
 use crate::resources::Resources;
@@ -65,7 +65,7 @@ pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed
         counted.0.counted_also(key_count);
     }
     let rules = std::mem::take(&mut counted.0.budget_rules);
-    let admission = reserve_budget(&shared.state, view, rules, *estimate_micros, now)?;
+    let admission = reserve_budget(shared, view, rules, *estimate_micros, now).await?;
     Ok(Passed {
         budget_warning: budget_warning_header(&admission.warnings),
         admission,
@@ -93,16 +93,58 @@ impl Drop for GiveBack {
     }
 }
 
+/// How many times a request asks the control plane for allowances (concurrent
+/// requests on this proxy may take what an ask brought before it is used).
+const ASKS: usize = 3;
+
 /// Holds the request's estimated cost in every budget that covers it: the key's own,
 /// the tenant's budget limits on the tenant, the agent's team and the agent, and the
-/// `budget_limit` policies it passed (`rules`; see `crate::budget`).
-fn reserve_budget(
-    state: &EnforcementState,
+/// `budget_limit` policies it passed (`rules`; see `crate::budget`), asking the control
+/// plane for allowances this proxy lacks (`crate::budget_grants`).
+async fn reserve_budget(
+    shared: &Resources,
     view: &KeyView,
-    mut rules: Vec<BudgetRule>,
+    rules: Vec<BudgetRule>,
     estimate_micros: i64,
     now_ms: i64,
 ) -> Result<Admission, Refusal> {
+    let rules = budget_rules(&shared.state, view, rules);
+    let tenant_id = &view.key.tenant_id;
+    let month = Timestamp::from_millis(now_ms).month_start();
+    let budgets = &shared.state.budgets;
+    for _ in 0..ASKS {
+        match budgets.reserve(tenant_id, &rules, estimate_micros, month, now_ms) {
+            Ok(admission) => return Ok(admission),
+            Err(Refused::Over(over)) => return Err(budget_refusal(over)),
+            Err(Refused::Short(short)) => {
+                let no_room = shared
+                    .budget_grants
+                    .ask(budgets, tenant_id, month, &short, now_ms)
+                    .await;
+                if let Some((asked, committed_micros)) = no_room {
+                    let mut over = asked.over;
+                    over.spent_micros = over.spent_micros.max(committed_micros);
+                    return Err(budget_refusal(over));
+                }
+            }
+        }
+    }
+    // Still short after every ask: concurrent requests took what was granted.
+    match budgets.reserve(tenant_id, &rules, estimate_micros, month, now_ms) {
+        Ok(admission) => Ok(admission),
+        Err(Refused::Over(over)) => Err(budget_refusal(over)),
+        Err(Refused::Short(mut short)) => Err(budget_refusal(short.swap_remove(0).over)),
+    }
+}
+
+/// The budgets that cover a request: `rules` (the `budget_limit` policies it passed),
+/// its key's own and the tenant's budget limits on the tenant, the agent's team and
+/// the agent.
+fn budget_rules(
+    state: &EnforcementState,
+    view: &KeyView,
+    mut rules: Vec<BudgetRule>,
+) -> Vec<BudgetRule> {
     let key = &view.key;
     if let Some(limit_micros) = key.budget_limit_micros {
         rules.push(BudgetRule {
@@ -136,22 +178,22 @@ fn reserve_budget(
                 }),
         );
     }
-    let month = Timestamp::from_millis(now_ms).month_start();
-    state
-        .budgets
-        .reserve(&key.tenant_id, &rules, estimate_micros, month)
-        .map_err(|over| match over.source {
-            RuleSource::Policy(policy_id) => Refusal::PolicyBudgetExceeded {
-                policy_id,
-                reason: format!(
-                    "spend this month has reached the budget's block threshold, or the \
-                     request's estimated cost does not fit below it (${} of ${})",
-                    micros_to_decimal(over.spent_micros),
-                    micros_to_decimal(over.block_micros)
-                ),
-            },
-            _ => Refusal::BudgetExceeded(over),
-        })
+    rules
+}
+
+fn budget_refusal(over: OverBudget) -> Refusal {
+    match over.source {
+        RuleSource::Policy(policy_id) => Refusal::PolicyBudgetExceeded {
+            policy_id,
+            reason: format!(
+                "spend this month has reached the budget's block threshold, or the \
+                 request's estimated cost does not fit below it (${} of ${})",
+                micros_to_decimal(over.spent_micros),
+                micros_to_decimal(over.block_micros)
+            ),
+        },
+        _ => Refusal::BudgetExceeded(over),
+    }
 }
 
 /// The value of `x-warden-budget-warning` for budgets past their warn threshold:

@@ -6,9 +6,11 @@
 //! `proxy_state.rs` (the state stream and the proxies' acknowledgements of what
 //! they applied), `tool_calls.rs` (the MCP gateway's tool-call records, which arrive in
 //! usage batches), `tool_drifts.rs` (MCP tool definitions that changed since their
-//! approval) and `rate_grants.rs` (rate limits' allowances shared by the proxies). `store.rs` holds the SQL of their own rows;
+//! approval), `rate_grants.rs` (rate limits' allowances shared by the proxies) and
+//! `budget_grants.rs` (budgets' money allowances shared by the proxies). `store.rs` holds the SQL of their own rows;
 //! usage goes through `crate::ledger`, and the stream reads `crate::proxy_state::load`.
 
+mod budget_grants;
 mod input;
 mod policy_decisions;
 mod proxy_state;
@@ -38,8 +40,9 @@ use crate::api::telemetry::ItemError;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
+pub use budget_grants::LAPSE_MS as BUDGET_GRANT_LAPSE_MS;
 pub use policy_decisions::{forget_batches_before, BATCH_ID_RETENTION_MS};
-pub use store::forget_rate_grants;
+pub use store::{forget_budget_grants, forget_rate_grants};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -50,6 +53,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(OpenApiRouter::new().routes(routes!(ingest_policy_decisions)))
         .routes(routes!(report_tool_drift))
         .routes(routes!(grant_rate))
+        .routes(routes!(grant_budget))
         .routes(routes!(stream_proxy_state))
         .routes(routes!(acknowledge_proxy_state))
 }
@@ -148,6 +152,18 @@ async fn grant_rate(
 ) -> ApiResult<Response> {
     let granted = rate_grants::grant(&state, request).await?;
     Ok(envelope::ok(granted))
+}
+
+#[utoipa::path(post, path = "/internal/v1/budget-grants", tag = "internal", request_body = budget_grants::BudgetGrantRequest,
+    security(("service_token" = [])),
+    responses((status = 200, description = "What each scope was granted and holds", body = Envelope<budget_grants::BudgetGrants>)))]
+async fn grant_budget(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<budget_grants::BudgetGrantRequest>,
+) -> ApiResult<Response> {
+    let grants = budget_grants::grant(&state, request).await?;
+    Ok(envelope::ok(grants))
 }
 
 #[utoipa::path(post, path = "/internal/v1/mcp-tool-drifts", tag = "internal", request_body = tool_drifts::DriftReport,

@@ -221,3 +221,104 @@ pub async fn forget_rate_grants(db: &crate::db::Db, minute: i64) -> Result<u64, 
     tx.commit().await?;
     Ok(done)
 }
+
+/// One proxy's holding in one budget scope and month.
+pub struct GrantKey<'a> {
+    pub tenant_id: &'a str,
+    pub scope: &'a str,
+    pub month: i64,
+    pub holder: &'a str,
+}
+
+/// What a budget scope's month has committed, as a grant sees it.
+pub struct BudgetFigures {
+    /// The ledger's month-to-date spend.
+    pub spend: i64,
+    /// What the other live holders hold.
+    pub others: i64,
+    /// What this holder holds (0 if its holding lapsed).
+    pub own: i64,
+}
+
+/// Reads a scope's figures for a grant, holding the scope's spend row until the
+/// transaction ends (created at 0 if the ledger has none yet): grants of one scope, and
+/// the ledger batches adding to it, go one at a time (see `budget_grants`).
+pub async fn budget_figures(
+    tx: &mut WriteTx,
+    key: &GrantKey<'_>,
+    now: Timestamp,
+    lapse_ms: i64,
+) -> Result<BudgetFigures, sqlx::Error> {
+    // The no-op update takes the row's lock on PostgreSQL; SQLite writes one at a time.
+    let spend: i64 = sqlx::query_scalar(
+        "INSERT INTO usage_spend_monthly (tenant_id, scope, month, requests, cost_micros, \
+         updated_at) VALUES ($1, $2, $3, 0, 0, $4) ON CONFLICT (tenant_id, scope, month) \
+         DO UPDATE SET requests = usage_spend_monthly.requests RETURNING cost_micros",
+    )
+    .bind(key.tenant_id)
+    .bind(key.scope)
+    .bind(key.month)
+    .bind(now.as_millis())
+    .fetch_one(&mut **tx)
+    .await?;
+    let live_from = now.as_millis() - lapse_ms;
+    let (others, own): (i64, i64) = sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(CASE WHEN holder <> $4 THEN held_micros ELSE 0 END), 0) \
+         AS BIGINT), CAST(COALESCE(SUM(CASE WHEN holder = $4 THEN held_micros ELSE 0 END), 0) \
+         AS BIGINT) FROM budget_grants WHERE tenant_id = $1 AND scope = $2 AND month = $3 \
+         AND renewed_at >= $5 AND held_micros > 0",
+    )
+    .bind(key.tenant_id)
+    .bind(key.scope)
+    .bind(key.month)
+    .bind(key.holder)
+    .bind(live_from)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(BudgetFigures { spend, others, own })
+}
+
+/// Sets what `key`'s holder holds, renewed now (a holding of 0 is removed).
+pub async fn hold_budget(
+    tx: &mut WriteTx,
+    key: &GrantKey<'_>,
+    held_micros: i64,
+    now: Timestamp,
+) -> Result<(), sqlx::Error> {
+    let query = if held_micros > 0 {
+        sqlx::query(
+            "INSERT INTO budget_grants (tenant_id, scope, month, holder, held_micros, renewed_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant_id, scope, month, holder) \
+             DO UPDATE SET held_micros = excluded.held_micros, renewed_at = excluded.renewed_at",
+        )
+        .bind(key.tenant_id)
+        .bind(key.scope)
+        .bind(key.month)
+        .bind(key.holder)
+        .bind(held_micros)
+        .bind(now.as_millis())
+    } else {
+        sqlx::query(
+            "DELETE FROM budget_grants \
+             WHERE tenant_id = $1 AND scope = $2 AND month = $3 AND holder = $4",
+        )
+        .bind(key.tenant_id)
+        .bind(key.scope)
+        .bind(key.month)
+        .bind(key.holder)
+    };
+    query.execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Forgets holdings not renewed since `before_ms` (lapsed: see `budget_grants`).
+pub async fn forget_budget_grants(db: &crate::db::Db, before_ms: i64) -> Result<u64, sqlx::Error> {
+    let mut tx = db.begin_write().await?;
+    let done = sqlx::query("DELETE FROM budget_grants WHERE renewed_at < $1")
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(done)
+}

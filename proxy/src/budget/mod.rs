@@ -30,17 +30,29 @@
 //! the request ends, the reservation gives way to its real cost; a request refused or
 //! failed before it reached the provider releases it unspent.
 //!
-//! Overshoot bound. On one proxy the spend of a scope can pass its block threshold only
-//! by what admitted requests cost beyond their estimates: answers longer than
+//! Every proxy sees the others' spend only when the ledger has it (a usage flush and a
+//! spend message later), so counting alone N proxies could each admit up to the
+//! threshold. A request must therefore also fit in the scope's allowance ([`allowance`]):
+//! money the control plane grants this proxy only while the ledger's spend plus every
+//! proxy's allowance stays within the threshold.
+//!
+//! Overshoot bound. The spend of a scope can pass its block threshold only by what
+//! admitted requests cost beyond their estimates: answers longer than
 //! [`DEFAULT_OUTPUT_TOKENS`] to requests without `max_tokens`, or input that tokenizes
 //! worse than four bytes a token. Requests with `max_tokens` whose input is plain text
-//! cannot overshoot at all. With N proxies each sees the others' spend up to about one
-//! usage flush plus one spend interval late (about 2 s by default), so the scope can
-//! overshoot by at most what the other N-1 proxies admit within that window (each of
-//! them stays within the threshold by its own count); a scope used through one proxy
-//! keeps the single-proxy bound.
+//! cannot overshoot at all. This holds for any number of proxies, except while a proxy
+//! counts a scope alone because no control plane answered it (for [`allowance::ALONE_FOR_MS`] after
+//! each failed request): such a proxy admits up to the threshold by its own count, as
+//! every proxy did before allowances.
+
+mod allowance;
+#[cfg(test)]
+mod tests;
 
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use allowance::Allowance;
+pub use allowance::{Renewal, IDLE_MS};
 
 use crate::maps::FastMap;
 use warden_shared::budget::{percentage, Thresholds, Verdict};
@@ -72,6 +84,8 @@ struct Counters {
     sending: u32,
     /// The highest streamed figure of `month` that arrived while `sending` was not 0.
     held_back: i64,
+    /// The money the control plane granted this proxy for `month`.
+    allowance: Allowance,
 }
 
 impl Counters {
@@ -82,7 +96,14 @@ impl Counters {
             self.ledger = 0;
             self.pending = 0;
             self.held_back = 0;
+            // Last month's holding lapses at the control plane by itself.
+            self.allowance = self.allowance.next_month();
         }
+    }
+
+    /// Money this proxy spent or holds in flight that the ledger has not acknowledged.
+    fn unacknowledged(&self) -> i64 {
+        self.pending + self.reserved
     }
 
     fn take_ledger(&mut self, cost_micros: i64) {
@@ -135,6 +156,28 @@ pub struct OverBudget {
     pub block_micros: i64,
 }
 
+/// Why a request was not reserved.
+#[derive(Debug)]
+pub enum Refused {
+    /// It does not fit a budget.
+    Over(OverBudget),
+    /// It fits by this proxy's count, but this proxy's allowance in these scopes does
+    /// not cover it: ask the control plane ([`Budgets::apply_grants`]) and try again.
+    Short(Vec<Shortfall>),
+}
+
+/// A scope whose allowance does not cover a request, as asked of the control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    pub scope: String,
+    pub block_micros: i64,
+    pub need_micros: i64,
+    /// Given back with the ask (see `allowance`).
+    pub release_micros: i64,
+    /// The budget to name if the control plane has no room.
+    pub over: OverBudget,
+}
+
 /// A budget past its warn threshold, for the response's warning header.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetWarning {
@@ -157,6 +200,8 @@ pub struct Held {
     pub reserved_micros: i64,
     /// Cost of finished requests whose usage the ledger has not acknowledged yet.
     pub pending_micros: i64,
+    /// Money the control plane granted this proxy, summed over scopes.
+    pub granted_micros: i64,
 }
 
 impl Budgets {
@@ -169,6 +214,7 @@ impl Budgets {
                 let counters = lock(counters.value());
                 held.reserved_micros += counters.reserved;
                 held.pending_micros += counters.pending;
+                held.granted_micros += counters.allowance.held();
             }
         }
         held
@@ -226,15 +272,17 @@ impl Budgets {
         counters.spent()
     }
 
-    /// Reserves `estimate_micros` in every scope of `rules` for a request in `month`, or
-    /// names the first budget it does not fit in. Released when dropped unsettled.
+    /// Reserves `estimate_micros` in every scope of `rules` for a request in `month` at
+    /// `now_ms`, or names the first budget it does not fit in, or the scopes whose
+    /// allowance does not cover it. Released when dropped unsettled.
     pub fn reserve(
         &self,
         tenant_id: &str,
         rules: &[BudgetRule],
         estimate_micros: i64,
         month: i64,
-    ) -> Result<Admission, OverBudget> {
+        now_ms: i64,
+    ) -> Result<Admission, Refused> {
         let mut slots: Vec<(&str, Shared)> = rules
             .iter()
             .map(|rule| (rule.scope.as_str(), self.counters(tenant_id, &rule.scope)))
@@ -243,6 +291,8 @@ impl Budgets {
         slots.dedup_by(|a, b| a.0 == b.0);
         let mut guards: Vec<MutexGuard<'_, Counters>> =
             slots.iter().map(|(_, counters)| lock(counters)).collect();
+        // Each scope's lowest block threshold, with the budget that sets it.
+        let mut strictest: Vec<Option<OverBudget>> = vec![None; slots.len()];
         let mut warnings = Vec::new();
         for rule in rules {
             let Ok(index) = slots.binary_search_by(|(scope, _)| (*scope).cmp(&rule.scope)) else {
@@ -252,16 +302,15 @@ impl Budgets {
             counters.roll_to(month);
             let spent = counters.spent();
             let thresholds = Thresholds::new(rule.limit_micros, rule.warn_pct, rule.block_pct);
+            let over = OverBudget {
+                scope: rule.scope.clone(),
+                source: rule.source.clone(),
+                spent_micros: spent,
+                limit_micros: rule.limit_micros,
+                block_micros: thresholds.block_micros,
+            };
             match thresholds.verdict(spent, estimate_micros) {
-                Verdict::Block => {
-                    return Err(OverBudget {
-                        scope: rule.scope.clone(),
-                        source: rule.source.clone(),
-                        spent_micros: spent,
-                        limit_micros: rule.limit_micros,
-                        block_micros: thresholds.block_micros,
-                    })
-                }
+                Verdict::Block => return Err(Refused::Over(over)),
                 Verdict::Warn => warnings.push(BudgetWarning {
                     scope: rule.scope.clone(),
                     percentage: percentage(
@@ -271,10 +320,40 @@ impl Budgets {
                 }),
                 Verdict::Within => {}
             }
+            let slot = &mut strictest[index];
+            if slot
+                .as_ref()
+                .is_none_or(|known| over.block_micros < known.block_micros)
+            {
+                *slot = Some(over);
+            }
         }
-        for counters in &mut guards {
+        let mut short = Vec::new();
+        for (counters, over) in guards.iter_mut().zip(&strictest) {
+            let Some(over) = over else { continue };
+            let unacknowledged = counters.unacknowledged();
+            let need = counters
+                .allowance
+                .shortfall(unacknowledged, estimate_micros, now_ms);
+            if need > 0 {
+                short.push(Shortfall {
+                    scope: over.scope.clone(),
+                    block_micros: over.block_micros,
+                    need_micros: need,
+                    release_micros: counters.allowance.take_release(now_ms),
+                    over: over.clone(),
+                });
+            }
+        }
+        if !short.is_empty() {
+            return Err(Refused::Short(short));
+        }
+        for (counters, over) in guards.iter_mut().zip(&strictest) {
             counters.roll_to(month);
             counters.reserved += estimate_micros;
+            if let Some(over) = over {
+                counters.allowance.used(over.block_micros, now_ms);
+            }
         }
         drop(guards);
         Ok(Admission {
@@ -286,6 +365,56 @@ impl Budgets {
             },
             warnings,
         })
+    }
+
+    /// Adds what the control plane granted in `month` to an ask sent at `sent_at`:
+    /// `(scope, granted_micros)`.
+    pub fn apply_grants(&self, tenant_id: &str, month: i64, grants: &[(&str, i64)], sent_at: i64) {
+        for (scope, granted) in grants {
+            let counters = self.counters(tenant_id, scope);
+            let mut counters = lock(&counters);
+            counters.roll_to(month);
+            if counters.month == month {
+                counters.allowance.granted(*granted, sent_at);
+            }
+        }
+    }
+
+    /// No control plane answered for `scopes`: they are counted by this proxy alone for
+    /// a while.
+    pub fn count_alone(&self, tenant_id: &str, scopes: &[&str], now_ms: i64) {
+        for scope in scopes {
+            lock(&self.counters(tenant_id, scope))
+                .allowance
+                .alone(now_ms);
+        }
+    }
+
+    /// What a renewal round at `now_ms` tells the control plane, by tenant, scope and
+    /// month (see `allowance`).
+    pub fn renewals(&self, now_ms: i64) -> Vec<(String, String, i64, Renewal)> {
+        let mut due = Vec::new();
+        for scopes in self.tenants.iter() {
+            for counters in scopes.iter() {
+                let mut guard = lock(counters.value());
+                let unacknowledged = guard.unacknowledged();
+                let month = guard.month;
+                if let Some(renewal) = guard.allowance.renewal(unacknowledged, now_ms) {
+                    due.push((scopes.key().clone(), counters.key().clone(), month, renewal));
+                }
+            }
+        }
+        due
+    }
+
+    /// A renewal sent at `sent_at` for `scope` in `month` was answered.
+    pub fn renewed(&self, tenant_id: &str, scope: &str, month: i64, sent_at: i64) {
+        if let Some(counters) = self.existing(tenant_id, scope) {
+            let mut counters = lock(&counters);
+            if counters.month == month {
+                counters.allowance.renewed(sent_at);
+            }
+        }
     }
 }
 
@@ -360,6 +489,7 @@ impl BudgetHold {
             let mut counters = lock(counters);
             if counters.month == self.month {
                 counters.pending -= self.cost_micros;
+                counters.allowance.acknowledged(self.cost_micros);
             }
             if self.sent {
                 counters.sending -= 1;
@@ -403,167 +533,4 @@ pub fn estimate_micros(
         .unwrap_or(DEFAULT_OUTPUT_TOKENS)
         .clamp(0, MAX_OUTPUT_TOKENS);
     warden_shared::pricing::cost_micros(price, input, output)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MONTH: i64 = 1_000;
-    const TENANT: &str = "ten_1";
-
-    fn streamed(budgets: &Budgets, scope: &str, cost_micros: i64) {
-        budgets.apply_ledger(
-            &[ScopeSpend {
-                tenant_id: TENANT.into(),
-                scope: scope.into(),
-                month: MONTH,
-                cost_micros,
-            }],
-            FigureSource::Stream,
-        );
-    }
-
-    fn rule(scope: &str, limit_micros: i64) -> BudgetRule {
-        BudgetRule {
-            scope: scope.into(),
-            limit_micros,
-            warn_pct: 80,
-            block_pct: 100,
-            source: RuleSource::Key,
-        }
-    }
-
-    fn reserve(
-        budgets: &Budgets,
-        rules: &[BudgetRule],
-        estimate: i64,
-    ) -> Result<Admission, OverBudget> {
-        budgets.reserve(TENANT, rules, estimate, MONTH)
-    }
-
-    #[test]
-    fn reservations_share_the_headroom_and_release_when_dropped() {
-        let budgets = Budgets::default();
-        streamed(&budgets, "key:ak_1", 600);
-        let key = [rule("key:ak_1", 1_000)];
-        let first = reserve(&budgets, &key, 300).unwrap();
-        let refused = reserve(&budgets, &key, 300).err().unwrap();
-        assert_eq!(refused.spent_micros, 900);
-        drop(first);
-        assert!(reserve(&budgets, &key, 300).is_ok());
-    }
-
-    #[test]
-    fn settled_cost_counts_once_until_and_after_the_ledger_has_it() {
-        let budgets = Budgets::default();
-        streamed(&budgets, "key:ak_1", 100);
-        let key = [rule("key:ak_1", 1_000)];
-        let hold = reserve(&budgets, &key, 500)
-            .unwrap()
-            .reservation
-            .settle(700)
-            .unwrap();
-        // Pending: 800 of 1,000 spent, so a 300 estimate no longer fits.
-        let over = reserve(&budgets, &key, 300).err().unwrap();
-        assert_eq!(over.spent_micros, 800);
-        // Acknowledged with the ledger's new figure: still 800, not 1,500.
-        streamed(&budgets, "key:ak_1", 800);
-        hold.release();
-        let over = reserve(&budgets, &key, 300).err().unwrap();
-        assert_eq!(over.spent_micros, 800);
-        // A stale figure arriving late changes nothing.
-        streamed(&budgets, "key:ak_1", 100);
-        assert!(reserve(&budgets, &key, 200).is_ok());
-    }
-
-    #[test]
-    fn a_figure_streamed_while_a_batch_is_sent_waits_for_its_acknowledgement() {
-        let budgets = Budgets::default();
-        streamed(&budgets, "key:ak_1", 100);
-        let key = [rule("key:ak_1", 1_000)];
-        let mut hold = reserve(&budgets, &key, 400)
-            .unwrap()
-            .reservation
-            .settle(300)
-            .unwrap();
-        hold.sending();
-        // The batch committed (100 + 300) and the stream told us before the ack did.
-        streamed(&budgets, "key:ak_1", 400);
-        assert_eq!(budgets.spent(TENANT, "key:ak_1", MONTH), 400);
-        budgets.apply_ledger(
-            &[ScopeSpend {
-                tenant_id: TENANT.into(),
-                scope: "key:ak_1".into(),
-                month: MONTH,
-                cost_micros: 400,
-            }],
-            FigureSource::Acknowledgement,
-        );
-        hold.release();
-        assert_eq!(budgets.spent(TENANT, "key:ak_1", MONTH), 400);
-        // Another proxy's spend, streamed while a batch was out, is taken after its ack.
-        let mut hold = reserve(&budgets, &key, 100)
-            .unwrap()
-            .reservation
-            .settle(50)
-            .unwrap();
-        hold.sending();
-        streamed(&budgets, "key:ak_1", 700);
-        assert_eq!(budgets.spent(TENANT, "key:ak_1", MONTH), 450);
-        hold.release();
-        assert_eq!(budgets.spent(TENANT, "key:ak_1", MONTH), 700);
-    }
-
-    #[test]
-    fn a_request_must_fit_every_budget_and_holds_each() {
-        let budgets = Budgets::default();
-        streamed(&budgets, "tenant", 500);
-        let mut team = rule("team:tm_1", 10_000);
-        team.source = RuleSource::Limit("bud_1".into());
-        let rules = [rule("tenant", 1_000), team.clone()];
-        let admitted = reserve(&budgets, &rules, 350).unwrap();
-        // 850 of the tenant's 1,000: past its 80 % warning, not the team's.
-        assert_eq!(admitted.warnings.len(), 1);
-        assert_eq!(admitted.warnings[0].scope, "tenant");
-        assert_eq!(budgets.spent(TENANT, "team:tm_1", MONTH), 350);
-        let over = reserve(&budgets, &rules, 200).err().unwrap();
-        assert_eq!(over.scope, "tenant");
-        // Refused whole: the team's budget kept nothing of it.
-        assert_eq!(budgets.spent(TENANT, "team:tm_1", MONTH), 350);
-        drop(admitted);
-        assert_eq!(budgets.spent(TENANT, "team:tm_1", MONTH), 0);
-        // Two rules on one scope hold it once.
-        let twice = [team.clone(), team];
-        let _held = reserve(&budgets, &twice, 100).unwrap();
-        assert_eq!(budgets.spent(TENANT, "team:tm_1", MONTH), 100);
-    }
-
-    #[test]
-    fn a_new_month_starts_from_nothing() {
-        let budgets = Budgets::default();
-        streamed(&budgets, "key:ak_1", 5_000);
-        let key = [rule("key:ak_1", 1_000)];
-        assert!(reserve(&budgets, &key, 1).is_err());
-        assert!(budgets.reserve(TENANT, &key, 1, MONTH + 1).is_ok());
-    }
-
-    #[test]
-    fn estimates_price_body_and_max_tokens() {
-        let price =
-            warden_shared::pricing::find_price(warden_shared::registry::Provider::Openai, "gpt-4o")
-                .unwrap();
-        let small = estimate_micros(Some(price), 400, Some(10));
-        let large = estimate_micros(Some(price), 400, Some(10_000));
-        assert!(small > 0 && large > small);
-        assert_eq!(
-            estimate_micros(Some(price), 400, None),
-            estimate_micros(Some(price), 400, Some(DEFAULT_OUTPUT_TOKENS))
-        );
-        assert_eq!(
-            estimate_micros(Some(price), 400, Some(i64::MAX)),
-            estimate_micros(Some(price), 400, Some(MAX_OUTPUT_TOKENS))
-        );
-        assert_eq!(estimate_micros(None, 400, Some(10)), 0);
-    }
 }
