@@ -22,6 +22,7 @@ use warden_shared::clock::{system_now_ms, Clock};
 use warden_shared::outbound::Allowance;
 use warden_shared::secret::Secret;
 
+use crate::approval_claims::ApprovalClaims;
 use crate::batch_queue::BatchReceiver;
 use crate::budget_grants::BudgetGrants;
 use crate::capture::{CaptureBuffer, CaptureMetrics};
@@ -173,6 +174,13 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let base = config.control_plane_url.trim_end_matches('/').to_owned();
     let managed_keys =
         ManagedKeys::new(&config.secrets_manager, metrics.managed_key_reads.clone()).await;
+    // One client for what the request path asks the control plane (rate limits' and
+    // budgets' allowances, single-use approvals), connecting within a second.
+    let allowances = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .map_err(ProxyStartupError::Client)?;
+    let approval_claims = ApprovalClaims::new(allowances.clone(), &base, service_token.expose());
     let mcp = Arc::new(McpGateway::new(
         GatewayShared {
             state: state.clone(),
@@ -180,6 +188,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             rates: rates.clone(),
             decisions: decision_sink.clone(),
             approvals: approval_queue(&base, &service_token, &decision_sink)?,
+            approval_claims: approval_claims.clone(),
             usage: usage_sink.clone(),
             metrics: GatewayMetrics::new(&metrics)?,
             drifts: DriftReports::new(Some(ReportTarget {
@@ -200,12 +209,6 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     // is registered with the loop that opened it, so sharing one pool across loops
     // would send its readiness through another thread.
     let draining = Arc::new(AtomicBool::new(false));
-    // One client for the allowances asked for on the request path (rate limits and
-    // budgets), which wait at most a second for the control plane.
-    let allowances = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(1))
-        .build()
-        .map_err(ProxyStartupError::Client)?;
     let rate_grants = RateGrants::new(
         allowances.clone(),
         &base,
@@ -234,6 +237,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             rates: rates.clone(),
             rate_grants: rate_grants.clone(),
             budget_grants: budget_grants.clone(),
+            approval_claims: approval_claims.clone(),
             metrics: metrics.clone(),
             providers: providers.clone(),
             catalog: catalog.clone(),

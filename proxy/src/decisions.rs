@@ -206,6 +206,10 @@ impl Serialize for DecisionsWire<'_> {
 pub struct ApprovalAsk {
     pub policy_id: i64,
     pub request_context: Value,
+    /// What an approval lets through (the policy's `releases`).
+    pub releases: warden_shared::policy::Releases,
+    /// The held action's digest (`warden_shared::action`).
+    pub action_digest: String,
 }
 
 /// The request path's handle on the queue. Cheap to clone (each forwarded request's held

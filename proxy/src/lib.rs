@@ -13,6 +13,7 @@
 pub(crate) mod admission;
 pub mod allocator;
 pub(crate) mod app;
+pub(crate) mod approval_claims;
 pub(crate) mod batch_queue;
 pub(crate) mod budget;
 pub(crate) mod buffered_io;

@@ -3,7 +3,7 @@
 //! the decision reported to the control plane afterwards: a forwarded request's by its
 //! usage record (`crate::usage`), any other on its own (`crate::decisions`).
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::sync::Arc;
 
 use serde_json::json;
@@ -21,7 +21,7 @@ use crate::budget::{BudgetRule, RuleSource};
 use crate::decisions::{ApprovalAsk, DecisionReport, DecisionSink, PolicyResults};
 use crate::rate_limit::{retry_after_secs, Counted, Limiter, RateWindows};
 use crate::refusal::Refusal;
-use crate::state::{EnforcementState, KeyView};
+use crate::state::{EnforcementState, GrantUse, KeyView};
 use crate::usage::RecordEvaluation;
 
 /// What an admitted request owes the policies: the budgets of the `budget_limit`
@@ -32,6 +32,11 @@ use crate::usage::RecordEvaluation;
 #[derive(Debug, Default)]
 pub struct PolicyPass {
     pub budget_rules: Vec<BudgetRule>,
+    /// Single-use approvals the request passed on, by id: each must be claimed through
+    /// the control plane before the request goes on (`crate::approval_claims`).
+    pub claims: Vec<i64>,
+    /// The request's action digest, when a policy needed it.
+    pub action_digest: Option<String>,
     counted: Vec<Counted>,
     /// `None` when the tenant has no enabled policies.
     decision: Option<HeldDecision>,
@@ -62,6 +67,45 @@ impl PolicyPass {
             counted.give_back();
         }
     }
+
+    /// The pass does not stand (its single-use approval was used elsewhere) and the
+    /// request is evaluated again: its counts go back and its decision is not reported.
+    pub fn discard(mut self) {
+        self.give_back();
+        if let Some(decision) = self.decision.as_mut() {
+            decision.parts = None;
+        }
+    }
+}
+
+/// The action a request is, for approvals bound to it (`warden_shared::action`): its
+/// digest is computed only when a policy asks for it.
+#[derive(Debug, Clone, Copy)]
+pub enum Action<'a> {
+    /// A model request's body as sent.
+    Model(&'a [u8]),
+    /// A tool call on an MCP server, with the fingerprint of the tool's approved
+    /// definition.
+    Tool {
+        server_id: &'a str,
+        tool: &'a str,
+        arguments: &'a serde_json::Value,
+        fingerprint: &'a str,
+    },
+}
+
+impl Action<'_> {
+    fn digest(&self, provider: Provider, model: &str) -> String {
+        match *self {
+            Action::Model(body) => warden_shared::action::model_request(provider, model, body),
+            Action::Tool {
+                server_id,
+                tool,
+                arguments,
+                fingerprint,
+            } => warden_shared::action::tool_call(server_id, tool, arguments, fingerprint),
+        }
+    }
 }
 
 /// What the policies are checked with: the tenant's policies and approval grants, the
@@ -80,6 +124,7 @@ impl PolicyGate<'_> {
         &self,
         view: &KeyView,
         admitted: &Admitted,
+        action: Action<'_>,
         request_type: &'static str,
         estimated_cost_micros: i64,
         now_ms: i64,
@@ -89,6 +134,7 @@ impl PolicyGate<'_> {
             policies,
             view,
             admitted,
+            action,
             request_type,
             estimated_cost_micros,
             now_ms,
@@ -96,11 +142,13 @@ impl PolicyGate<'_> {
     }
 
     /// [`PolicyGate::check`] with the tenant's enabled policies already read.
+    #[allow(clippy::too_many_arguments)] // The request's facts, each from its own place.
     pub fn check_policies(
         &self,
         policies: Option<Arc<Vec<Policy>>>,
         view: &KeyView,
         admitted: &Admitted,
+        action: Action<'_>,
         request_type: &'static str,
         estimated_cost_micros: i64,
         now_ms: i64,
@@ -120,9 +168,14 @@ impl PolicyGate<'_> {
             now_ms,
             month: Timestamp::from_millis(now_ms).month_start(),
             counted: RefCell::new(Vec::new()),
+            action,
+            digest: OnceCell::new(),
+            claims: RefCell::new(Vec::new()),
         };
         let evaluation = evaluate(&policies, &request, &counters);
         let counted = counters.counted.into_inner();
+        let claims = counters.claims.into_inner();
+        let digest = counters.digest;
         let decision = HeldParts {
             key: key.clone(),
             provider: request.provider,
@@ -139,6 +192,8 @@ impl PolicyGate<'_> {
         let Some(refusal) = refusal_for(evaluation.decision, list, now_ms) else {
             return Ok(PolicyPass {
                 budget_rules: budget_rules(list),
+                claims,
+                action_digest: digest.into_inner(),
                 counted,
                 decision: Some(HeldDecision {
                     parts: Some(decision),
@@ -149,7 +204,19 @@ impl PolicyGate<'_> {
         for counted in &counted {
             counted.give_back();
         }
-        let report = decision.into_report(approval_ask(&refusal, &request, admitted, request_type));
+        let policy_list = Arc::clone(&list.policies);
+        let held = Held {
+            request: &request,
+            admitted,
+            request_type,
+            policies: &policy_list,
+            digest: || {
+                digest
+                    .get_or_init(|| action.digest(request.provider, request.model))
+                    .clone()
+            },
+        };
+        let report = decision.into_report(approval_ask(&refusal, held));
         if report.approval.is_some() {
             // Queued with the control plane before the refusal is answered.
             return Err(Stopped {
@@ -232,25 +299,42 @@ fn refusal_for(decision: Decision, list: &PolicyResults, now_ms: i64) -> Option<
 
 /// The approval to queue for a request a `require_approval` policy holds: what a
 /// reviewer sees of it.
-fn approval_ask(
-    refusal: &Refusal,
-    request: &RequestFacts<'_>,
-    admitted: &Admitted,
+/// What an approval asked for a held request is made of.
+struct Held<'r, D: FnOnce() -> String> {
+    request: &'r RequestFacts<'r>,
+    admitted: &'r Admitted,
     request_type: &'static str,
-) -> Option<ApprovalAsk> {
+    policies: &'r [Policy],
+    digest: D,
+}
+
+fn approval_ask(refusal: &Refusal, held: Held<'_, impl FnOnce() -> String>) -> Option<ApprovalAsk> {
     let Refusal::ApprovalRequired { policy_id } = refusal else {
         return None;
     };
+    let request = held.request;
+    let releases = held
+        .policies
+        .iter()
+        .find(|p| p.id == *policy_id)
+        .and_then(|p| match &p.config {
+            PolicyConfig::RequireApproval(matcher) => Some(matcher.releases()),
+            _ => None,
+        })
+        .unwrap_or_default();
     Some(ApprovalAsk {
         policy_id: *policy_id,
         request_context: json!({
             "provider": request.provider,
             "model": request.model,
-            "upstream_model": admitted.route.upstream_model,
+            "upstream_model": held.admitted.route.upstream_model,
             "environment": request.environment,
-            "request_type": request_type,
+            "request_type": held.request_type,
             "api_key_id": request.api_key_id,
         }),
+        releases,
+        // Every held request's digest: the reviewer sees what an approval would cover.
+        action_digest: (held.digest)(),
     })
 }
 
@@ -329,6 +413,11 @@ struct ProxyCounters<'a> {
     now_ms: i64,
     month: i64,
     counted: RefCell<Vec<Counted>>,
+    action: Action<'a>,
+    /// The action's digest, once an approval bound to an action is looked up.
+    digest: OnceCell<String>,
+    /// The single-use approvals the request passed on.
+    claims: RefCell<Vec<i64>>,
 }
 
 impl Counters for ProxyCounters<'_> {
@@ -348,12 +437,26 @@ impl Counters for ProxyCounters<'_> {
     }
 
     fn approval_granted(&self, policy_id: i64) -> bool {
-        self.state.approval_granted(
-            self.request.agent_id,
+        let request = self.request;
+        let digest = || {
+            self.digest
+                .get_or_init(|| self.action.digest(request.provider, request.model))
+                .clone()
+        };
+        match self.state.approval_granted(
+            request.agent_id,
             policy_id,
-            self.request.provider,
-            self.request.model,
+            request.provider,
+            request.model,
+            digest,
             self.now_ms,
-        )
+        ) {
+            Some(GrantUse::Free) => true,
+            Some(GrantUse::Claim(approval_id)) => {
+                self.claims.borrow_mut().push(approval_id);
+                true
+            }
+            None => false,
+        }
     }
 }

@@ -57,6 +57,9 @@ pub enum Refusal {
     /// An MCP server the proxy must list before it can tell whether a tool is approved
     /// did not answer (or is at an address the proxy may not reach); the server's name.
     ToolServerUnreachable(String),
+    /// A single-use approval (by id) the control plane could not confirm as this
+    /// request's.
+    ApprovalUnconfirmed(i64),
     NotFound,
     MethodNotAllowed,
     BodyTooLarge(usize),
@@ -95,7 +98,9 @@ impl Refusal {
             | Refusal::ToolServerUnreachable(_)
             | Refusal::UpstreamFailed(_)
             | Refusal::ManagedKeyUnavailable(_) => 502,
-            Refusal::ProviderNotConfigured(_) | Refusal::NotReady => 503,
+            Refusal::ProviderNotConfigured(_)
+            | Refusal::NotReady
+            | Refusal::ApprovalUnconfirmed(_) => 503,
             Refusal::UpstreamTimeout(_) => 504,
         }
     }
@@ -123,6 +128,7 @@ impl Refusal {
             Refusal::ApprovalRequired { .. } => "approval_required",
             Refusal::ToolNotFound(_) => "tool_not_found",
             Refusal::ToolNotApproved(_) => "tool_not_approved",
+            Refusal::ApprovalUnconfirmed(_) => "approval_unconfirmed",
             Refusal::NotFound => "not_found",
             Refusal::MethodNotAllowed => "method_not_allowed",
             Refusal::BodyTooLarge(_) => "payload_too_large",
@@ -229,6 +235,10 @@ impl Refusal {
             Refusal::ToolServerUnreachable(server) => {
                 format!("cannot reach the MCP server `{server}` to check its tools' definitions")
             }
+            Refusal::ApprovalUnconfirmed(id) => format!(
+                "approval {id} releases this action once, and the control plane could not \
+                 confirm the use as this request's; retry shortly"
+            ),
             Refusal::NotFound => "no such endpoint on the Warden proxy; it serves POST \
                 /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST \
                 /v1/messages/count_tokens, POST /v1/embeddings, GET /v1/models and the MCP \

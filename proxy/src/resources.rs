@@ -9,6 +9,7 @@ use std::sync::Arc;
 use warden_shared::catalog::ProviderCatalog;
 use warden_shared::clock::Clock;
 
+use crate::approval_claims::ApprovalClaims;
 use crate::budget_grants::BudgetGrants;
 use crate::capture::CaptureBuffer;
 use crate::config::ProvidersConfig;
@@ -37,6 +38,8 @@ pub struct Resources {
     pub rate_grants: RateGrants,
     /// Where budgets' allowances are asked for.
     pub budget_grants: BudgetGrants,
+    /// Where single-use approvals are claimed.
+    pub approval_claims: ApprovalClaims,
     pub metrics: ProxyMetrics,
     pub providers: ProvidersConfig,
     /// The declared providers' routed models and prices.

@@ -4,6 +4,7 @@
 //! database driver or proxy framework, so the control plane and the proxy can both use it
 //! and agree by construction.
 
+pub mod action;
 pub mod budget;
 pub mod catalog;
 pub mod clock;

@@ -184,8 +184,10 @@ pub struct PolicyState {
     pub config: serde_json::Value,
 }
 
-/// A reviewer's approval: the agent's requests under the policy to the provider and
-/// model are forwarded until `until` (Unix ms).
+/// A reviewer's approval: until `until` (Unix ms), the agent's requests under the policy
+/// to the provider and model are forwarded (`releases` scope), or only the very action
+/// that was held, by its digest (`action`: once, consumed through the control plane;
+/// `action_repeatable`: each time).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalGrant {
     pub id: i64,
@@ -195,6 +197,11 @@ pub struct ApprovalGrant {
     pub provider: Provider,
     pub model: String,
     pub until: i64,
+    #[serde(default)]
+    pub releases: crate::policy::Releases,
+    /// The held action's digest (`crate::action`), for approvals bound to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_digest: Option<String>,
 }
 
 /// An enabled budget limit (spec 2.11): its scope's spend is refused from the block

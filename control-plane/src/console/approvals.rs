@@ -53,6 +53,12 @@ pub struct Item {
     pub reason: String,
     /// For a tool call held at the MCP gateway: the tool and what it was to be called with.
     pub tool: Option<ToolAsked>,
+    /// What approving it lets through, in words.
+    pub covers: String,
+    /// The held action's digest, for an approval bound to it.
+    pub action_digest: Option<String>,
+    /// For the history: what an approval released (`this action, used 12:03`).
+    pub released: String,
 }
 
 /// A held tool call as the proxy reported it, its arguments redacted by the tenant's
@@ -83,6 +89,7 @@ impl ToolAsked {
 
 impl Item {
     pub fn of(approval: Approval, now: i64) -> Item {
+        let released = released(&approval);
         let context = &approval.request_context;
         let text = |key: &str| context[key].as_str().unwrap_or_default().to_owned();
         Item {
@@ -102,7 +109,25 @@ impl Item {
             reviewer: approval.reviewer_id.unwrap_or_default(),
             reason: approval.reason.unwrap_or_default(),
             tool: ToolAsked::of(context),
+            released,
+            covers: approval.covers.clone(),
+            action_digest: approval
+                .action_digest
+                .filter(|d| d.len() >= 12 && approval.releases != "scope"),
         }
+    }
+}
+
+/// What a decided approval let through, briefly.
+fn released(approval: &Approval) -> String {
+    if approval.status != "approved" {
+        return String::new();
+    }
+    match (approval.releases.as_str(), approval.consumed_at) {
+        ("action", Some(at)) => format!("this action once, used {at}"),
+        ("action", None) => "this action once, unused".to_owned(),
+        ("action_repeatable", _) => "this action, for an hour".to_owned(),
+        _ => "the agent's requests to this model or tool, for an hour".to_owned(),
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use warden_shared::policy::PolicyType;
+use warden_shared::policy::Releases;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, ApprovalGrant, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState,
@@ -44,8 +45,9 @@ macro_rules! select_policies {
 
 macro_rules! select_grants {
     () => {
-        "SELECT g.id, g.tenant_id, g.agent_id, g.policy_id, g.provider, g.model, g.grant_until \
-         FROM approvals g WHERE g.status = 'approved' AND g.grant_until > $1"
+        "SELECT g.id, g.tenant_id, g.agent_id, g.policy_id, g.provider, g.model, g.grant_until, \
+         g.releases, g.action_digest FROM approvals g \
+         WHERE g.status = 'approved' AND g.grant_until > $1 AND g.consumed_at IS NULL"
     };
 }
 
@@ -251,6 +253,8 @@ fn grant_from_row(row: &AnyRow) -> Result<Option<ApprovalGrant>, sqlx::Error> {
         provider,
         model: row.try_get("model")?,
         until: row.try_get("grant_until")?,
+        releases: Releases::parse(&row.try_get::<String, _>("releases")?).unwrap_or_default(),
+        action_digest: row.try_get("action_digest")?,
     }))
 }
 

@@ -282,3 +282,133 @@ db_test!(approvals_queue_once_decide_once_and_expire, |app| {
     let theirs = expect_status(app.get("/approvals", &other.admin_key).await, 200).await;
     assert_eq!(theirs["meta"]["total"], json!(0));
 });
+
+async fn claim(app: &TestApp, body: &Value) -> reqwest::Response {
+    app.client
+        .post(format!("{}/internal/v1/approval-uses", app.base))
+        .bearer_auth(crate::helpers::SERVICE_TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+db_test!(
+    a_single_use_approval_is_claimed_once_however_many_race,
+    |app| {
+        let tenant = app.new_tenant("starter").await;
+        let key = &tenant.admin_key;
+        let agent = app.register_agent(key, json!({ "name": "racer" })).await;
+        let agent_id = agent["id"].as_str().unwrap();
+        let policy = create_policy(
+            &app,
+            key,
+            json!({ "name": "each tool call", "policy_type": "require_approval",
+                "config": { "tools": ["gh__delete_branch"] } }),
+        )
+        .await;
+        let digest = "ab".repeat(32);
+        let held = |request_id: &str, digest: Option<&str>| {
+            json!({
+                "evaluation": { "request_id": request_id, "agent_id": agent_id, "provider": "mcp",
+                    "model": "gh__delete_branch", "evaluated_at": "2026-11-23T10:00:00Z",
+                    "results": [{ "policy_id": policy["id"], "policy_name": "each tool call",
+                        "policy_type": "require_approval", "result": "fail", "reason": "requires human approval" }] },
+                "approval": { "policy_id": policy["id"], "releases": "action", "action_digest": digest,
+                              "request_context": { "provider": "mcp", "model": "gh__delete_branch" } },
+            })
+        };
+        // An ask bound to the action must name it.
+        let ack = report(&app, &tenant.id, held("req-0", None)).await;
+        assert_eq!(
+            ack["errors"][0]["field"],
+            json!("approval.action_digest"),
+            "{ack}"
+        );
+        let ack = report(&app, &tenant.id, held("req-1", Some(&digest))).await;
+        assert_eq!(ack["approvals_created"], json!(1), "{ack}");
+        let pending = expect_status(app.get("/approvals?status=pending", key).await, 200).await;
+        let id = pending["data"][0]["id"].clone();
+        assert_eq!(pending["data"][0]["action_digest"], json!(digest));
+        let use_of = |digest: &str| json!({ "tenant_id": tenant.id, "approval_id": id, "action_digest": digest });
+        // Not approved yet: nothing to use.
+        let answer = expect_status(claim(&app, &use_of(&digest)).await, 200).await;
+        assert_eq!(answer["data"]["used"], json!(false));
+        expect_status(
+            app.post(
+                &format!("/approvals/{id}/decide"),
+                key,
+                json!({ "reviewer_id": "oncall", "decision": "approved" }),
+            )
+            .await,
+            204,
+        )
+        .await;
+        // Another action's digest uses nothing.
+        let answer = expect_status(claim(&app, &use_of(&"cd".repeat(32))).await, 200).await;
+        assert_eq!(answer["data"]["used"], json!(false));
+        // Twenty claims at once: one uses it.
+        let claims = (0..20).map(|_| {
+            let body = use_of(&digest);
+            let app = &app;
+            async move { expect_status(claim(app, &body).await, 200).await["data"]["used"].clone() }
+        });
+        let used = futures_util::future::join_all(claims).await;
+        assert_eq!(
+            used.iter().filter(|u| **u == json!(true)).count(),
+            1,
+            "{used:?}"
+        );
+        let shown = expect_status(app.get(&format!("/approvals/{id}"), key).await, 200).await;
+        assert!(shown["data"]["consumed_at"].is_string(), "{shown}");
+        // Bad claims are refused whole.
+        for bad in [
+            json!({ "tenant_id": tenant.id, "approval_id": id, "action_digest": "short" }),
+            json!({ "tenant_id": "", "approval_id": id, "action_digest": digest }),
+            json!({ "tenant_id": tenant.id, "approval_id": id }),
+        ] {
+            let answer = claim(&app, &bad).await;
+            assert_eq!(answer.status(), 422, "{bad}");
+        }
+    }
+);
+
+db_test!(an_expired_single_use_approval_releases_nothing, |app| {
+    let tenant = app.new_tenant("starter").await;
+    let key = &tenant.admin_key;
+    let agent = app.register_agent(key, json!({ "name": "late" })).await;
+    let policy = create_policy(
+        &app,
+        key,
+        json!({ "name": "each tool call", "policy_type": "require_approval",
+                "config": { "tools": ["gh__delete_branch"] } }),
+    )
+    .await;
+    let digest = "ef".repeat(32);
+    let decision = json!({
+        "evaluation": { "request_id": "req-late", "agent_id": agent["id"], "provider": "mcp",
+            "model": "gh__delete_branch", "evaluated_at": "2026-11-23T10:00:00Z",
+            "results": [{ "policy_id": policy["id"], "policy_name": "each tool call",
+                "policy_type": "require_approval", "result": "fail", "reason": "requires human approval" }] },
+        "approval": { "policy_id": policy["id"], "releases": "action", "action_digest": digest,
+                      "request_context": { "provider": "mcp", "model": "gh__delete_branch" } },
+    });
+    report(&app, &tenant.id, decision).await;
+    let pending = expect_status(app.get("/approvals?status=pending", key).await, 200).await;
+    let id = pending["data"][0]["id"].clone();
+    expect_status(
+        app.post(
+            &format!("/approvals/{id}/decide"),
+            key,
+            json!({ "reviewer_id": "oncall", "decision": "approved" }),
+        )
+        .await,
+        204,
+    )
+    .await;
+    // An hour later the grant has run out, unused: it releases nothing.
+    app.clock.advance(3_600_001);
+    let body = json!({ "tenant_id": tenant.id, "approval_id": id, "action_digest": digest });
+    let answer = expect_status(claim(&app, &body).await, 200).await;
+    assert_eq!(answer["data"]["used"], json!(false));
+});

@@ -10,8 +10,9 @@ use warden_shared::pricing::micros_to_decimal;
 use warden_shared::timestamp::Timestamp;
 
 use super::Ready;
+use crate::approval_claims::RE_EVALUATIONS;
 use crate::budget::{Admission, BudgetRule, BudgetWarning, OverBudget, Refused, RuleSource};
-use crate::policy_gate::{PolicyGate, PolicyPass, Stopped};
+use crate::policy_gate::{Action, PolicyGate, PolicyPass, Stopped};
 use crate::refusal::Refusal;
 use crate::resources::Resources;
 use crate::state::{EnforcementState, KeyView};
@@ -52,14 +53,34 @@ pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed
         rates: &shared.rates,
         decisions: &shared.decisions,
     };
-    let passed_policies = policies.check_policies(
-        tenant_policies,
-        view,
-        admitted,
-        endpoint.request_type(),
-        *estimate_micros,
-        now,
-    )?;
+    let mut evaluations = 0;
+    // A single-use approval the request passed on is claimed first; one used elsewhere
+    // meanwhile leaves the request to be evaluated again (see `crate::approval_claims`).
+    let passed_policies = loop {
+        let pass = policies.check_policies(
+            tenant_policies.clone(),
+            view,
+            admitted,
+            Action::Model(ready.body),
+            endpoint.request_type(),
+            *estimate_micros,
+            now,
+        )?;
+        if pass.claims.is_empty()
+            || shared
+                .approval_claims
+                .claim_all(&shared.state, &view.key.tenant_id, &pass)
+                .await?
+        {
+            break pass;
+        }
+        let approval_id = pass.claims[0];
+        pass.discard();
+        evaluations += 1;
+        if evaluations > RE_EVALUATIONS {
+            return Err(Refusal::ApprovalUnconfirmed(approval_id).into());
+        }
+    };
     let mut counted = GiveBack(passed_policies);
     if let Some(key_count) = shared.rates.count_key_request(&view.key, now)? {
         counted.0.counted_also(key_count);

@@ -28,8 +28,9 @@ use super::drift::{DriftReports, ToolStanding};
 use super::metrics::GatewayMetrics;
 use super::upstream::{ListedTool, UpstreamClients};
 use crate::admission::{self, Admitted};
+use crate::approval_claims::{ApprovalClaims, RE_EVALUATIONS};
 use crate::decisions::{ApprovalQueue, DecisionSink};
-use crate::policy_gate::{PolicyGate, Stopped};
+use crate::policy_gate::{Action, PolicyGate, Stopped};
 use crate::rate_limit::RateWindows;
 use crate::refusal::Refusal;
 use crate::routing::Route;
@@ -58,6 +59,8 @@ pub struct GatewayShared {
     pub rates: Arc<RateWindows>,
     pub decisions: DecisionSink,
     pub approvals: ApprovalQueue,
+    /// Where single-use approvals of tool calls are claimed.
+    pub approval_claims: ApprovalClaims,
     pub usage: UsageSink,
     pub metrics: GatewayMetrics,
     pub drifts: DriftReports,
@@ -306,11 +309,44 @@ impl GatewayShared {
             rates: &self.rates,
             decisions: &self.decisions,
         };
+        // The action an approval can be bound to: the call's arguments and the tool's
+        // approved definition.
+        let arguments = serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+        let fingerprint = server
+            .pinned_tools
+            .iter()
+            .find(|pinned| pinned.name == call.tool)
+            .map_or("", |pinned| pinned.fingerprint.as_str());
+        let action = Action::Tool {
+            server_id: &server.id,
+            tool: &call.tool,
+            arguments: &arguments,
+            fingerprint,
+        };
+        let tenant_id = &caller.view.key.tenant_id;
+        let mut evaluations = 0;
         // Dropping the pass reports the decision on its own (a tool call's record
-        // does not carry it).
-        let mut stopped = match gate.check(&caller.view, &admitted, "tool_call", 0, now) {
-            Ok(_pass) => return Ok(server),
-            Err(stopped) => stopped,
+        // does not carry it). A single-use approval it stands on is claimed first.
+        let mut stopped = loop {
+            match gate.check(&caller.view, &admitted, action, "tool_call", 0, now) {
+                Ok(pass) => {
+                    if pass.claims.is_empty()
+                        || self
+                            .approval_claims
+                            .claim_all(&self.state, tenant_id, &pass)
+                            .await?
+                    {
+                        return Ok(server);
+                    }
+                    let approval_id = pass.claims[0];
+                    pass.discard();
+                    evaluations += 1;
+                    if evaluations > RE_EVALUATIONS {
+                        return Err(Refusal::ApprovalUnconfirmed(approval_id).into());
+                    }
+                }
+                Err(stopped) => break stopped,
+            }
         };
         // A held call's approval shows reviewers the tool and its arguments too.
         let ask = stopped

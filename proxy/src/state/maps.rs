@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use warden_shared::policy::{sort_for_evaluation, Policy};
+use warden_shared::policy::{sort_for_evaluation, Policy, Releases};
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
     AgentState, BudgetLimitState, Entity, EntityRef, ManagedKeyState, McpServerState,
@@ -25,9 +25,12 @@ pub(super) struct Maps {
     /// Each tenant's enabled policies in evaluation order, replaced whole on a change.
     pub(super) policies: FastMap<String, Arc<Vec<Policy>>>,
     pub(super) policy_tenants: FastMap<i64, String>,
-    /// Approvals in force: (agent, policy, provider, model) → until (Unix ms).
+    /// Approvals of a scope in force: (agent, policy, provider, model) → until (Unix ms).
     pub(super) grants: FastMap<GrantKey, i64>,
-    pub(super) grant_keys: FastMap<i64, (String, GrantKey)>,
+    /// Approvals bound to an action in force: (agent, policy, digest) → the grant.
+    pub(super) action_grants: FastMap<ActionKey, ActionGrant>,
+    /// Where each approval's grant is, by its id, with its tenant.
+    pub(super) grant_keys: FastMap<i64, (String, GrantSlot)>,
     /// Each tenant's enabled budget limits, replaced whole on a change.
     pub(super) budget_limits: FastMap<String, Arc<Vec<BudgetLimitState>>>,
     pub(super) budget_limit_tenants: FastMap<String, String>,
@@ -39,8 +42,35 @@ pub(super) struct Maps {
 }
 
 pub(super) type GrantKey = (String, i64, Provider, String);
+pub(super) type ActionKey = (String, i64, String);
+
+/// An approval of one action, by its digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ActionGrant {
+    pub(super) approval_id: i64,
+    pub(super) until: i64,
+    /// Used once, claimed through the control plane (`releases` `action`).
+    pub(super) single_use: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum GrantSlot {
+    Scope(GrantKey),
+    Action(ActionKey),
+}
 
 impl Maps {
+    fn remove_grant(&self, slot: &GrantSlot) {
+        match slot {
+            GrantSlot::Scope(key) => {
+                self.grants.remove(key);
+            }
+            GrantSlot::Action(key) => {
+                self.action_grants.remove(key);
+            }
+        }
+    }
+
     pub(super) fn upsert(&self, entity: Entity) {
         match entity {
             Entity::Tenant(tenant) => {
@@ -84,10 +114,28 @@ impl Maps {
                 }
             },
             Entity::Grant(grant) => {
-                let key = (grant.agent_id, grant.policy_id, grant.provider, grant.model);
-                self.grant_keys
-                    .insert(grant.id, (grant.tenant_id, key.clone()));
-                self.grants.insert(key, grant.until);
+                let slot = match (grant.releases.is_bound_to_action(), grant.action_digest) {
+                    (true, Some(digest)) => {
+                        let key = (grant.agent_id, grant.policy_id, digest);
+                        self.action_grants.insert(
+                            key.clone(),
+                            ActionGrant {
+                                approval_id: grant.id,
+                                until: grant.until,
+                                single_use: grant.releases == Releases::Action,
+                            },
+                        );
+                        GrantSlot::Action(key)
+                    }
+                    // Bound to an action it does not name: it releases nothing.
+                    (true, None) => return,
+                    (false, _) => {
+                        let key = (grant.agent_id, grant.policy_id, grant.provider, grant.model);
+                        self.grants.insert(key.clone(), grant.until);
+                        GrantSlot::Scope(key)
+                    }
+                };
+                self.grant_keys.insert(grant.id, (grant.tenant_id, slot));
             }
             Entity::BudgetLimit(limit) => {
                 self.budget_limit_tenants
@@ -172,8 +220,8 @@ impl Maps {
                 let Ok(id) = id.parse::<i64>() else {
                     return;
                 };
-                if let Some((_, (_, key))) = self.grant_keys.remove(&id) {
-                    self.grants.remove(&key);
+                if let Some((_, (_, slot))) = self.grant_keys.remove(&id) {
+                    self.remove_grant(&slot);
                 }
             }
             EntityRef::BudgetLimit(id) => {
@@ -212,9 +260,9 @@ impl Maps {
                 self.payload_captures.remove(&id);
                 self.mcp_servers.remove(&id);
                 self.mcp_server_tenants.retain(|_, tenant| *tenant != id);
-                self.grant_keys.retain(|_, (tenant, key)| {
+                self.grant_keys.retain(|_, (tenant, slot)| {
                     if *tenant == id {
-                        self.grants.remove(key);
+                        self.remove_grant(slot);
                     }
                     *tenant != id
                 });

@@ -15,8 +15,8 @@ mod tests;
 use warden_shared::policy::Policy;
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{
-    AgentState, BudgetLimitState, Delta, Entity, ManagedKeyState, McpServerState, ProxyKeyState,
-    Snapshot, StreamMessage, TenantState,
+    AgentState, BudgetLimitState, Delta, Entity, EntityRef, ManagedKeyState, McpServerState,
+    ProxyKeyState, Snapshot, StreamMessage, TenantState,
 };
 
 use crate::budget::{Budgets, FigureSource};
@@ -42,6 +42,15 @@ pub struct KeyView {
     pub agent: Option<Arc<AgentState>>,
     /// `None`: the tenant was deleted.
     pub tenant: Option<Arc<TenantState>>,
+}
+
+/// How an approval lets a request through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantUse {
+    /// As often as it comes while the grant lasts.
+    Free,
+    /// Once: the approval (by id) must be claimed through the control plane first.
+    Claim(i64),
 }
 
 impl EnforcementState {
@@ -132,20 +141,43 @@ impl EnforcementState {
             .filter(|servers| !servers.is_empty())
     }
 
-    /// Whether a reviewer's approval lets the agent's request through now.
+    /// Whether a reviewer's approval lets the agent's request through now: one of the
+    /// scope (provider and model, or tool), or one of the very action by its digest
+    /// (`action_digest`, computed only when asked for).
     pub fn approval_granted(
         &self,
         agent_id: &str,
         policy_id: i64,
         provider: Provider,
         model: &str,
+        action_digest: impl FnOnce() -> String,
         now_ms: i64,
-    ) -> bool {
+    ) -> Option<GrantUse> {
+        let maps = self.maps();
         let key = (agent_id.to_owned(), policy_id, provider, model.to_owned());
+        if maps.grants.get(&key).is_some_and(|until| *until > now_ms) {
+            return Some(GrantUse::Free);
+        }
+        if maps.action_grants.is_empty() {
+            return None;
+        }
+        let key = (agent_id.to_owned(), policy_id, action_digest());
+        let grant = *maps.action_grants.get(&key)?;
+        if grant.until <= now_ms {
+            return None;
+        }
+        Some(if grant.single_use {
+            GrantUse::Claim(grant.approval_id)
+        } else {
+            GrantUse::Free
+        })
+    }
+
+    /// Drops an approval's grant here (a single-use one that another proxy used: the
+    /// stream's removal follows).
+    pub fn drop_grant(&self, approval_id: i64) {
         self.maps()
-            .grants
-            .get(&key)
-            .is_some_and(|until| *until > now_ms)
+            .remove(EntityRef::Grant(approval_id.to_string()));
     }
 
     /// The tenant's managed key for `provider`.

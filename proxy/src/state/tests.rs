@@ -143,9 +143,55 @@ fn managed_keys_are_found_by_tenant_and_provider() {
     assert!(state.managed_key("t1", Provider::Openai).is_none());
 }
 
+fn digest() -> String {
+    "d".repeat(64)
+}
+
+#[test]
+fn approvals_bound_to_an_action_release_that_action_only() {
+    use warden_shared::policy::Releases;
+    use warden_shared::snapshot::ApprovalGrant;
+    let grant = |id: i64, releases: Releases, digest: &str| ApprovalGrant {
+        id,
+        tenant_id: "t1".into(),
+        agent_id: "a1".into(),
+        policy_id: 1,
+        provider: Provider::Mcp,
+        model: "gh__delete_branch".into(),
+        until: 1_000,
+        releases,
+        action_digest: Some(digest.into()),
+    };
+    let state = EnforcementState::default();
+    state.apply(
+        StreamMessage::Snapshot(Snapshot {
+            version: 1,
+            tenants: vec![tenant("t1")],
+            grants: vec![
+                grant(5, Releases::Action, &"a".repeat(64)),
+                grant(6, Releases::ActionRepeatable, &"b".repeat(64)),
+            ],
+            ..Snapshot::default()
+        }),
+        1,
+    );
+    let granted = |digest: String, now: i64| {
+        state.approval_granted("a1", 1, Provider::Mcp, "gh__delete_branch", || digest, now)
+    };
+    assert_eq!(granted("a".repeat(64), 999), Some(GrantUse::Claim(5)));
+    assert_eq!(granted("b".repeat(64), 999), Some(GrantUse::Free));
+    // Another action of the same tool, or the time run out: nothing.
+    assert_eq!(granted("c".repeat(64), 999), None);
+    assert_eq!(granted("a".repeat(64), 1_000), None);
+    // Used elsewhere: dropped here at once.
+    state.drop_grant(5);
+    assert_eq!(granted("a".repeat(64), 999), None);
+    assert_eq!(granted("b".repeat(64), 999), Some(GrantUse::Free));
+}
+
 #[test]
 fn policies_and_grants_follow_the_stream() {
-    use warden_shared::policy::PolicyType;
+    use warden_shared::policy::{PolicyType, Releases};
     use warden_shared::snapshot::{ApprovalGrant, PolicyState};
     let policy = |id: i64, priority: i64| PolicyState {
         id,
@@ -164,6 +210,8 @@ fn policies_and_grants_follow_the_stream() {
         provider: Provider::Openai,
         model: "gpt-4o".into(),
         until: 1_000,
+        releases: Releases::Scope,
+        action_digest: None,
     };
     let state = EnforcementState::default();
     state.apply(
@@ -183,9 +231,12 @@ fn policies_and_grants_follow_the_stream() {
             .unwrap_or_default()
     };
     assert_eq!(order(&state), [2, 1]);
-    assert!(state.approval_granted("a1", 1, Provider::Openai, "gpt-4o", 999));
-    assert!(!state.approval_granted("a1", 1, Provider::Openai, "gpt-4o", 1_000));
-    assert!(!state.approval_granted("a1", 1, Provider::Openai, "gpt-4o-mini", 999));
+    let granted = |state: &EnforcementState, model: &str, now: i64| {
+        state.approval_granted("a1", 1, Provider::Openai, model, digest, now)
+    };
+    assert_eq!(granted(&state, "gpt-4o", 999), Some(GrantUse::Free));
+    assert_eq!(granted(&state, "gpt-4o", 1_000), None);
+    assert_eq!(granted(&state, "gpt-4o-mini", 999), None);
     state.apply(
         StreamMessage::Delta(Delta {
             version: 2,
@@ -196,7 +247,7 @@ fn policies_and_grants_follow_the_stream() {
         2,
     );
     assert_eq!(order(&state), [1]);
-    assert!(!state.approval_granted("a1", 1, Provider::Openai, "gpt-4o", 999));
+    assert_eq!(granted(&state, "gpt-4o", 999), None);
     let mut broken = policy(3, 0);
     broken.config = serde_json::json!({ "providers": [] });
     state.apply(

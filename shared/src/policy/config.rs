@@ -112,7 +112,16 @@ impl PolicyConfig {
                 Ok(PolicyConfig::BlockProvider { providers })
             }
             PolicyType::RequireApproval => Ok(PolicyConfig::RequireApproval(matcher(value)?)),
-            PolicyType::RequireHumanReview => Ok(PolicyConfig::RequireHumanReview(matcher(value)?)),
+            PolicyType::RequireHumanReview => {
+                let matcher = matcher(value)?;
+                if matcher.releases.is_some() {
+                    return Err(error(
+                        "releases",
+                        "only a require_approval policy releases anything",
+                    ));
+                }
+                Ok(PolicyConfig::RequireHumanReview(matcher))
+            }
             PolicyType::BudgetLimit => {
                 let budget: Budget = parse_as(value)?;
                 if !budget.monthly_limit_usd.is_finite()
@@ -197,6 +206,9 @@ impl PolicyConfig {
                 // Shown only when set: a model-request matcher reads as it always has.
                 if !matcher.tools.is_empty() {
                     config["tools"] = json!(matcher.tools);
+                }
+                if matches!(self, PolicyConfig::RequireApproval(_)) {
+                    config["releases"] = json!(matcher.releases());
                 }
                 config
             }
@@ -298,6 +310,7 @@ fn check_models(field: &str, models: &[String], at_least: usize) -> Result<(), C
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Releases;
 
     #[test]
     fn configs_parse_with_defaults_and_render_back() {
@@ -323,7 +336,42 @@ mod tests {
         );
         assert_eq!(
             approval.map(|c| c.to_json()).ok(),
-            Some(json!({ "models": [], "providers": ["openai"], "environments": ["production"] }))
+            Some(
+                json!({ "models": [], "providers": ["openai"], "environments": ["production"], "releases": "scope" })
+            )
+        );
+    }
+
+    #[test]
+    fn an_approval_releases_the_action_for_tools_and_the_scope_for_models_unless_told() {
+        let releases = |v: Value| match PolicyConfig::from_json(PolicyType::RequireApproval, &v) {
+            Ok(PolicyConfig::RequireApproval(matcher)) => Some(matcher.releases()),
+            _ => None,
+        };
+        assert_eq!(
+            releases(json!({ "tools": ["gh__delete_branch"] })),
+            Some(Releases::Action)
+        );
+        assert_eq!(
+            releases(json!({ "models": ["gpt-4o"] })),
+            Some(Releases::Scope)
+        );
+        assert_eq!(
+            releases(json!({ "models": ["gpt-4o"], "releases": "action" })),
+            Some(Releases::Action)
+        );
+        assert_eq!(
+            releases(json!({ "tools": ["gh__*"], "releases": "action_repeatable" })),
+            Some(Releases::ActionRepeatable)
+        );
+        assert_eq!(releases(json!({ "releases": "forever" })), None);
+        let review = PolicyConfig::from_json(
+            PolicyType::RequireHumanReview,
+            &json!({ "releases": "action" }),
+        );
+        assert_eq!(
+            review.err().map(|e| e.field).as_deref(),
+            Some("config.releases")
         );
     }
 
@@ -420,7 +468,7 @@ mod tests {
                 json!({ "tools": ["github__create_issue"] })
             ),
             Some(
-                json!({ "models": [], "providers": [], "environments": [], "tools": ["github__create_issue"] })
+                json!({ "models": [], "providers": [], "environments": [], "tools": ["github__create_issue"], "releases": "action" })
             )
         );
         assert_eq!(

@@ -182,9 +182,63 @@ pub struct Matcher {
     /// them model requests only.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// What a reviewer's approval lets through (`require_approval` only); unset: the
+    /// default for what the matcher matches ([`Matcher::releases`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub releases: Option<Releases>,
+}
+
+/// What an approval of a held request lets through afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Releases {
+    /// The very action that was held (the same digest), once: the default for tool
+    /// calls, where the arguments are the action.
+    Action,
+    /// The very action that was held, as often as it comes until the approval expires.
+    ActionRepeatable,
+    /// The agent's requests under the policy to that provider and model (or that
+    /// tool), whatever they carry, until the approval expires: the default for model
+    /// requests.
+    #[default]
+    Scope,
+}
+
+impl Releases {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Releases::Action => "action",
+            Releases::ActionRepeatable => "action_repeatable",
+            Releases::Scope => "scope",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Releases> {
+        match value {
+            "action" => Some(Releases::Action),
+            "action_repeatable" => Some(Releases::ActionRepeatable),
+            "scope" => Some(Releases::Scope),
+            _ => None,
+        }
+    }
+
+    /// Whether the approval is bound to the held action's digest.
+    pub fn is_bound_to_action(self) -> bool {
+        self != Releases::Scope
+    }
 }
 
 impl Matcher {
+    /// What an approval under this matcher releases: as set, else the very action once
+    /// for tool calls and the scope for model requests.
+    pub fn releases(&self) -> Releases {
+        self.releases.unwrap_or(if self.tools.is_empty() {
+            Releases::Scope
+        } else {
+            Releases::Action
+        })
+    }
+
     fn matches(&self, request: &RequestFacts<'_>) -> bool {
         if request.is_tool_call() {
             return tools_match(&self.tools, request)

@@ -18,7 +18,7 @@
 pub(crate) mod service;
 pub mod store;
 
-pub use service::{expire_lapsed, record_lapsed, record_requested};
+pub use service::{expire_lapsed, record_lapsed, record_requested, use_approval};
 
 use axum::extract::State;
 use axum::response::Response;
@@ -77,6 +77,27 @@ pub struct Approval {
     pub granted_until: Option<Timestamp>,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
+    /// What an approval lets through: `action` (the very action that was held, once),
+    /// `action_repeatable` (that action until `granted_until`) or `scope` (the agent's
+    /// requests to that provider and model, or that tool, until `granted_until`).
+    pub releases: String,
+    /// The held action's digest (SHA-256, hex; `warden_shared::action`): what an
+    /// approval bound to the action lets through, and nothing else.
+    pub action_digest: Option<String>,
+    /// A single-use approval: when the agent's retry used it (it releases nothing after).
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub consumed_at: Option<Timestamp>,
+    /// What approving it lets through, in words, for people.
+    pub covers: String,
+}
+
+/// What approving an approval that `releases` lets through, in words.
+pub fn covers(releases: &str) -> &'static str {
+    match releases {
+        "action" => "this exact action (the same arguments or request body), once",
+        "action_repeatable" => "this exact action (the same arguments or request body), for an hour",
+        _ => "the agent's requests under this policy to this provider and model (or this tool), whatever they carry, for an hour",
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]

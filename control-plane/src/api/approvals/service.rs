@@ -153,6 +153,38 @@ pub async fn decide_approval(
     Ok(())
 }
 
+/// A proxy claims a single-use approval of `digest` for the agent's retry: true for the
+/// one claim that finds it in force and unused (on any replica: the update is the
+/// arbiter). The use is audited, and published so every proxy drops the grant.
+pub async fn use_approval(
+    db: &Db,
+    tenant_id: &str,
+    id: i64,
+    digest: &str,
+    now: Timestamp,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = db.begin_write().await?;
+    if !store::consume(&mut tx, tenant_id, id, digest, now).await? {
+        return Ok(false);
+    }
+    let target_id = id.to_string();
+    changes::record(
+        &mut tx,
+        Author::proxy(tenant_id),
+        now,
+        AuditEvent {
+            event_type: "approval.used",
+            target_type: "approval",
+            target_id: &target_id,
+            details: json!({ "action_digest": digest }),
+        },
+        Proxies::Reload(ChangeKind::Approval),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
 /// Approvals one sweep expires at most; the next sweep takes the rest.
 const EXPIRY_BATCH: i64 = 500;
 

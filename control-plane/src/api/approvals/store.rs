@@ -4,6 +4,7 @@
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
+use warden_shared::policy::Releases;
 use warden_shared::timestamp::Timestamp;
 
 use super::Approval;
@@ -27,6 +28,7 @@ macro_rules! select_approvals {
             "SELECT id, policy_id, agent_id, team_id, request_context, ",
             status_at!($now),
             " AS status, reviewer_id, reason, expires_at, resolved_at, grant_until, created_at, \
+             releases, action_digest, consumed_at, \
              (SELECT ag.name FROM agents ag WHERE ag.id = approvals.agent_id \
               AND ag.tenant_id = approvals.tenant_id) AS agent_name, \
              (SELECT p.name FROM policies p WHERE p.id = approvals.policy_id \
@@ -188,6 +190,8 @@ pub struct Request<'a> {
     pub provider: &'a str,
     pub model: &'a str,
     pub request_context: &'a serde_json::Value,
+    pub releases: Releases,
+    pub action_digest: Option<&'a str>,
 }
 
 /// A pending approval that lapsed undecided, marked `expired` by the statement that
@@ -209,8 +213,8 @@ pub struct Requested {
 }
 
 /// Queues a pending approval for `request` unless one is pending for the same agent,
-/// policy, provider and model, a reviewer denied that within `denial_hold_ms`, or an
-/// approval of it is still in force.
+/// policy, provider and model (and action, for an approval bound to it), a reviewer
+/// denied that within `denial_hold_ms`, or an approval of it is still in force.
 pub async fn request(
     tx: &mut WriteTx,
     request: &Request<'_>,
@@ -218,10 +222,18 @@ pub async fn request(
     ttl_ms: i64,
     denial_hold_ms: i64,
 ) -> Result<Requested, sqlx::Error> {
-    let dedupe_key = format!(
+    // An approval bound to the action is one per action: approving `delete_branch` of
+    // `feature-x` says nothing of `main`, which waits for a decision of its own.
+    let action = request
+        .action_digest
+        .filter(|_| request.releases.is_bound_to_action());
+    let mut dedupe_key = format!(
         "{}|{}|{}|{}",
         request.agent_id, request.policy_id, request.provider, request.model
     );
+    if let Some(digest) = action {
+        dedupe_key = format!("{dedupe_key}|{}|{digest}", request.releases.as_str());
+    }
     // A lapsed pending approval gives way to a new one.
     let lapsed = sqlx::query(
         "UPDATE approvals SET status = 'expired', dedupe_key = NULL \
@@ -237,12 +249,14 @@ pub async fn request(
     .map(lapsed_from_row)
     .collect::<Result<Vec<_>, _>>()?;
     // Decided already: a denial still holding, or a grant still in force (a request
-    // held before the grant reached the proxy is reported after the decision).
+    // held before the grant reached the proxy is reported after the decision). For an
+    // action, only a decision about that action, and a grant not used up.
     let decided: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM approvals WHERE tenant_id = $1 AND agent_id = $2 \
          AND policy_id = $3 AND provider = $4 AND model = $5 \
+         AND ($8 IS NULL OR (action_digest = $8 AND releases = $9)) \
          AND ((status = 'denied' AND resolved_at > $6) \
-         OR (status = 'approved' AND grant_until > $7))",
+         OR (status = 'approved' AND grant_until > $7 AND consumed_at IS NULL))",
     )
     .bind(request.tenant_id)
     .bind(request.agent_id)
@@ -251,6 +265,8 @@ pub async fn request(
     .bind(request.model)
     .bind(now.as_millis() - denial_hold_ms)
     .bind(now.as_millis())
+    .bind(action)
+    .bind(request.releases.as_str())
     .fetch_one(&mut **tx)
     .await?;
     if decided > 0 {
@@ -261,8 +277,8 @@ pub async fn request(
     }
     let created = sqlx::query_scalar(
         "INSERT INTO approvals (tenant_id, policy_id, agent_id, team_id, provider, model, \
-         request_context, status, dedupe_key, expires_at, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10) \
+         request_context, status, dedupe_key, expires_at, created_at, releases, action_digest) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12) \
          ON CONFLICT (tenant_id, dedupe_key) DO NOTHING RETURNING id",
     )
     .bind(request.tenant_id)
@@ -275,9 +291,34 @@ pub async fn request(
     .bind(&dedupe_key)
     .bind(now.as_millis() + ttl_ms)
     .bind(now.as_millis())
+    .bind(request.releases.as_str())
+    .bind(request.action_digest)
     .fetch_optional(&mut **tx)
     .await?;
     Ok(Requested { created, lapsed })
+}
+
+/// Uses up a single-use approval of `digest`: true for the one caller that claims it
+/// while it is in force; every other claim, on any replica, finds it used.
+pub async fn consume(
+    tx: &mut WriteTx,
+    tenant_id: &str,
+    id: i64,
+    digest: &str,
+    now: Timestamp,
+) -> Result<bool, sqlx::Error> {
+    let claimed = sqlx::query(
+        "UPDATE approvals SET consumed_at = $4 WHERE tenant_id = $1 AND id = $2 \
+         AND action_digest = $3 AND releases = 'action' AND status = 'approved' \
+         AND grant_until > $4 AND consumed_at IS NULL",
+    )
+    .bind(tenant_id)
+    .bind(id)
+    .bind(digest)
+    .bind(now.as_millis())
+    .execute(&mut **tx)
+    .await?;
+    Ok(claimed.rows_affected() == 1)
 }
 
 /// Marks up to `limit` pending approvals of any tenant whose time ran out by `now` as
@@ -317,6 +358,7 @@ fn approval_from_row(row: &AnyRow) -> Result<Approval, sqlx::Error> {
     let context: String = row.try_get("request_context")?;
     let status: String = row.try_get("status")?;
     let grant_until: Option<i64> = row.try_get("grant_until")?;
+    let releases: String = row.try_get("releases")?;
     Ok(Approval {
         id: row.try_get("id")?,
         policy_id: row.try_get("policy_id")?,
@@ -336,5 +378,11 @@ fn approval_from_row(row: &AnyRow) -> Result<Approval, sqlx::Error> {
             .try_get::<Option<i64>, _>("resolved_at")?
             .map(Timestamp::from_millis),
         created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        covers: super::covers(&releases).to_owned(),
+        releases,
+        action_digest: row.try_get("action_digest")?,
+        consumed_at: row
+            .try_get::<Option<i64>, _>("consumed_at")?
+            .map(Timestamp::from_millis),
     })
 }

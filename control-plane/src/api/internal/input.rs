@@ -154,6 +154,14 @@ pub struct ApprovalAsk {
     /// Includes `provider` and `model`.
     #[schema(value_type = Object)]
     pub request_context: Value,
+    /// What an approval lets through (the policy's `releases`); omitted: `scope`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub releases: Option<warden_shared::policy::Releases>,
+    /// The held action's digest (64 hex digits, `warden_shared::action`); required when
+    /// the approval releases the action.
+    #[serde(default)]
+    pub action_digest: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

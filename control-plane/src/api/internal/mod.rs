@@ -7,9 +7,11 @@
 //! they applied), `tool_calls.rs` (the MCP gateway's tool-call records, which arrive in
 //! usage batches), `tool_drifts.rs` (MCP tool definitions that changed since their
 //! approval), `rate_grants.rs` (rate limits' allowances shared by the proxies) and
-//! `budget_grants.rs` (budgets' money allowances shared by the proxies). `store.rs` holds the SQL of their own rows;
+//! `budget_grants.rs` (budgets' money allowances shared by the proxies) and
+//! `approval_uses.rs` (single-use approvals claimed by the proxy that retries the action). `store.rs` holds the SQL of their own rows;
 //! usage goes through `crate::ledger`, and the stream reads `crate::proxy_state::load`.
 
+mod approval_uses;
 mod budget_grants;
 mod input;
 mod policy_decisions;
@@ -54,6 +56,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(report_tool_drift))
         .routes(routes!(grant_rate))
         .routes(routes!(grant_budget))
+        .routes(routes!(use_approval))
         .routes(routes!(stream_proxy_state))
         .routes(routes!(acknowledge_proxy_state))
 }
@@ -164,6 +167,18 @@ async fn grant_budget(
 ) -> ApiResult<Response> {
     let grants = budget_grants::grant(&state, request).await?;
     Ok(envelope::ok(grants))
+}
+
+#[utoipa::path(post, path = "/internal/v1/approval-uses", tag = "internal", request_body = approval_uses::ApprovalUse,
+    security(("service_token" = [])),
+    responses((status = 200, description = "Whether this claim used the approval", body = Envelope<approval_uses::ApprovalUsed>)))]
+async fn use_approval(
+    _service: ServiceCaller,
+    State(state): State<AppState>,
+    ApiJson(claim): ApiJson<approval_uses::ApprovalUse>,
+) -> ApiResult<Response> {
+    let used = approval_uses::claim(&state, claim).await?;
+    Ok(envelope::ok(used))
 }
 
 #[utoipa::path(post, path = "/internal/v1/mcp-tool-drifts", tag = "internal", request_body = tool_drifts::DriftReport,

@@ -221,6 +221,21 @@ async fn queue_approvals(
         };
         let tenant_id = item.decision.tenant_id.as_str();
         let policy_exists = store::policy_exists(tx, tenant_id, ask.policy_id).await?;
+        let releases = ask.releases.unwrap_or_default();
+        let digest_ok = match &ask.action_digest {
+            Some(digest) => digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            None => !releases.is_bound_to_action(),
+        };
+        if !digest_ok {
+            ack.errors.push(ItemError::from_api_error(
+                item.index,
+                ApiError::validation(
+                    "approval.action_digest",
+                    "approval.action_digest: 64 hex digits, required when the approval releases the action",
+                ),
+            ));
+            continue;
+        }
         if !policy_exists || !ask.request_context.is_object() {
             ack.errors.push(ItemError::from_api_error(
                 item.index,
@@ -243,6 +258,8 @@ async fn queue_approvals(
             provider: report.provider.as_str(),
             model: report.model.as_str(),
             request_context: &ask.request_context,
+            releases,
+            action_digest: ask.action_digest.as_deref(),
         };
         let requested =
             approvals::request(tx, &request, now, APPROVAL_TTL_MS, DENIAL_HOLD_MS).await?;

@@ -183,7 +183,8 @@ pub async fn bucket_counts_since(
 }
 
 /// How many approvals of the agent's calls of `provider` and `model` under the policy
-/// are approved with a grant still running at `now_ms`.
+/// are approved with a grant still running at `now_ms`. A dry run has no action to
+/// match, so approvals bound to one do not count.
 pub async fn live_grant_count(
     pool: &AnyPool,
     tenant_id: &str,
@@ -196,7 +197,7 @@ pub async fn live_grant_count(
     sqlx::query_scalar(
         "SELECT COUNT(*) FROM approvals WHERE tenant_id = $1 AND agent_id = $2 \
          AND policy_id = $3 AND provider = $4 AND model = $5 \
-         AND status = 'approved' AND grant_until > $6",
+         AND status = 'approved' AND grant_until > $6 AND releases = 'scope'",
     )
     .bind(tenant_id)
     .bind(agent_id)

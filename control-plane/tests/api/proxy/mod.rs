@@ -1,6 +1,7 @@
 //! The whole system end to end: the control plane (`TestApp`), the proxy built by
 //! `warden_proxy::build` pointed at it, and a local mock provider, all on port 0.
 
+mod action_approvals;
 mod balancer;
 mod bodies;
 mod budgets;

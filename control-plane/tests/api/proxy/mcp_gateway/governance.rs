@@ -155,6 +155,8 @@ db_test!(
             "<dt>Tool</dt><dd>create_issue</dd>",
             "Roll back with [REDACTED:token]",
             "Outage",
+            "<dt>Approving releases</dt><dd>this exact action (the same arguments or request body), once</dd>",
+            "<dt>Action digest</dt>",
         ] {
             assert!(item.contains(shown), "{shown} not in {item}");
         }

@@ -11,6 +11,7 @@
 //!   the proxy's own resolution), and the server's own credential in place of the
 //!   agent's key.
 
+mod action_approvals;
 mod drift;
 mod governance;
 mod servers;
