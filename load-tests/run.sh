@@ -225,6 +225,20 @@ alternate() {
 alternate "10 policies and a budget limit" governed
 governed off
 
+# A guardrail policy (every detector, blocking; the load carries nothing it finds, so it
+# scans every request's body and lets it through) against none, in the same rounds.
+GUARDRAIL_ID=""
+guarded() { # on|off; in force on the proxy when the call answers
+  if [ "$1" = on ]; then
+    call POST policies '{"name":"secrets and personal data","policy_type":"guardrail","config":{"action":"block"}}' 201
+    GUARDRAIL_ID=$(field id)
+  elif [ -n "$GUARDRAIL_ID" ]; then
+    call DELETE "policies/$GUARDRAIL_ID" "" 204; GUARDRAIL_ID=""
+  fi
+}
+alternate "a guardrail policy (every detector, block)" guarded
+guarded off
+
 # Payload capture of every request (the tenant's 5 redaction rules applied by the proxy,
 # the captures stored by the ledger) against none, in the same alternating rounds.
 RULES='[{"id":"email","field_path":"messages.content","pattern":"[\\w.+-]+@[\\w-]+\\.[\\w.]+"},

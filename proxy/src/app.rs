@@ -31,6 +31,7 @@ use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::decisions::{self, ApprovalQueue, DecisionReport};
 use crate::event_loops::{proxy_handler, Servers, DRAIN};
 use crate::flush::FlushTarget;
+use crate::guardrails::Guardrails;
 use crate::managed_keys::ManagedKeys;
 use crate::mcp::drift::{DriftReports, ReportTarget};
 use crate::mcp::metrics::GatewayMetrics;
@@ -181,6 +182,11 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         .build()
         .map_err(ProxyStartupError::Client)?;
     let approval_claims = ApprovalClaims::new(allowances.clone(), &base, service_token.expose());
+    let guardrails = Guardrails {
+        timeout: Duration::from_millis(config.guardrail_timeout_ms),
+        findings: metrics.guardrail_findings.clone(),
+        failures: metrics.guardrail_failures.clone(),
+    };
     let mcp = Arc::new(McpGateway::new(
         GatewayShared {
             state: state.clone(),
@@ -189,6 +195,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             decisions: decision_sink.clone(),
             approvals: approval_queue(&base, &service_token, &decision_sink)?,
             approval_claims: approval_claims.clone(),
+            guardrails: guardrails.clone(),
             usage: usage_sink.clone(),
             metrics: GatewayMetrics::new(&metrics)?,
             drifts: DriftReports::new(Some(ReportTarget {
@@ -238,6 +245,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             rate_grants: rate_grants.clone(),
             budget_grants: budget_grants.clone(),
             approval_claims: approval_claims.clone(),
+            guardrails: guardrails.clone(),
             metrics: metrics.clone(),
             providers: providers.clone(),
             catalog: catalog.clone(),

@@ -74,6 +74,9 @@ pub struct ProxyConfig {
     /// rotation before the listener closes (more than its probe period times its failure
     /// threshold). Then it stops accepting and lets open requests finish.
     pub shutdown_delay_ms: u64,
+    /// Longest a request's `guardrail` policies may take to scan it; a scan that takes
+    /// longer refuses the request (503 `guardrail_unavailable`): guardrails fail closed.
+    pub guardrail_timeout_ms: u64,
 }
 
 /// Where managed provider keys are read (AWS Secrets Manager or a compatible emulator).
@@ -176,6 +179,7 @@ impl Default for ProxyConfig {
             mcp_allowed_origins: Vec::new(),
             mcp_call_timeout_secs: 60,
             shutdown_delay_ms: 0,
+            guardrail_timeout_ms: 250,
         }
     }
 }

@@ -10,6 +10,7 @@
 //! form layers, each using only those below it (`tests/module_layers.rs` fails on a
 //! cycle and prints the layers).
 
+pub(crate) mod action;
 pub(crate) mod admission;
 pub mod allocator;
 pub(crate) mod app;
@@ -24,6 +25,7 @@ pub(crate) mod endpoint;
 pub(crate) mod event_loops;
 pub(crate) mod flush;
 pub(crate) mod forward;
+pub(crate) mod guardrails;
 pub(crate) mod headers;
 pub(crate) mod log_throttle;
 pub(crate) mod managed_keys;

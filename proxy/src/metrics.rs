@@ -41,6 +41,9 @@ pub struct ProxyMetrics {
     pub rate_grant_failures: IntCounter,
     /// Budget allowance requests the control plane did not answer (`crate::budget_grants`).
     pub budget_grant_failures: IntCounter,
+    /// Guardrails' findings by action, and their failed scans (`crate::guardrails`).
+    pub guardrail_findings: IntCounterVec,
+    pub guardrail_failures: IntCounter,
     pub payload_captures: IntCounterVec,
     pub payload_capture_buffer: IntGauge,
     pub budget_reserved_micros: IntGauge,
@@ -164,6 +167,19 @@ impl ProxyMetrics {
                 "Requests for a rate limit's allowance the control plane did not answer; \
                  that bucket's minute is then counted by this proxy alone",
             )?,
+            guardrail_findings: IntCounterVec::new(
+                Opts::new(
+                    "warden_proxy_guardrail_findings_total",
+                    "Secrets and personal data guardrail policies found in requests, by what \
+                     the policy did (block, redact, flag)",
+                ),
+                &["action"],
+            )?,
+            guardrail_failures: counter(
+                "warden_proxy_guardrail_failures_total",
+                "Guardrail scans that failed (took longer than guardrail_timeout_ms); each \
+                 refused its request",
+            )?,
             budget_grant_failures: counter(
                 "warden_proxy_budget_grant_failures_total",
                 "Requests for budgets' allowances (or their renewals) the control plane did \
@@ -247,6 +263,7 @@ impl ProxyMetrics {
         r.register(Box::new(self.cost_micros.clone()))?;
         r.register(Box::new(self.managed_key_reads.clone()))?;
         r.register(Box::new(self.payload_captures.clone()))?;
+        r.register(Box::new(self.guardrail_findings.clone()))?;
         for gauge in [
             &self.snapshot_version,
             &self.snapshot_age_seconds,
@@ -273,6 +290,7 @@ impl ProxyMetrics {
             &self.accept_failures,
             &self.rate_grant_failures,
             &self.budget_grant_failures,
+            &self.guardrail_failures,
         ] {
             r.register(Box::new(counter.clone()))?;
         }

@@ -9,16 +9,18 @@ use std::sync::Arc;
 use serde_json::json;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::policy::{
-    budget_scope, evaluate, rate_bucket_id, Counters, Decision, Outcome, Policy, PolicyConfig,
-    PolicyType, RatePer, RequestFacts, Scope,
+    budget_scope, evaluate, rate_bucket_id, Counters, Decision, Guardrail, GuardrailVerdict,
+    Outcome, Policy, PolicyConfig, PolicyType, RatePer, RequestFacts, Scope,
 };
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::{AgentState, ProxyKeyState};
 use warden_shared::timestamp::Timestamp;
 
+pub use crate::action::Action;
 use crate::admission::Admitted;
 use crate::budget::{BudgetRule, RuleSource};
 use crate::decisions::{ApprovalAsk, DecisionReport, DecisionSink, PolicyResults};
+use crate::guardrails::{Content, Guardrails};
 use crate::rate_limit::{retry_after_secs, Counted, Limiter, RateWindows};
 use crate::refusal::Refusal;
 use crate::state::{EnforcementState, GrantUse, KeyView};
@@ -37,6 +39,9 @@ pub struct PolicyPass {
     pub claims: Vec<i64>,
     /// The request's action digest, when a policy needed it.
     pub action_digest: Option<String>,
+    /// The content as `redact` guardrails left it, with the header that says so: sent in
+    /// place of the request's own.
+    pub redacted: Option<(serde_json::Value, String)>,
     counted: Vec<Counted>,
     /// `None` when the tenant has no enabled policies.
     decision: Option<HeldDecision>,
@@ -78,36 +83,6 @@ impl PolicyPass {
     }
 }
 
-/// The action a request is, for approvals bound to it (`warden_shared::action`): its
-/// digest is computed only when a policy asks for it.
-#[derive(Debug, Clone, Copy)]
-pub enum Action<'a> {
-    /// A model request's body as sent.
-    Model(&'a [u8]),
-    /// A tool call on an MCP server, with the fingerprint of the tool's approved
-    /// definition.
-    Tool {
-        server_id: &'a str,
-        tool: &'a str,
-        arguments: &'a serde_json::Value,
-        fingerprint: &'a str,
-    },
-}
-
-impl Action<'_> {
-    fn digest(&self, provider: Provider, model: &str) -> String {
-        match *self {
-            Action::Model(body) => warden_shared::action::model_request(provider, model, body),
-            Action::Tool {
-                server_id,
-                tool,
-                arguments,
-                fingerprint,
-            } => warden_shared::action::tool_call(server_id, tool, arguments, fingerprint),
-        }
-    }
-}
-
 /// What the policies are checked with: the tenant's policies and approval grants, the
 /// rate windows their limits count in, and where the decision of a request they refuse
 /// goes: borrowed from what every request shares, so making one per request is free.
@@ -115,6 +90,7 @@ pub struct PolicyGate<'a> {
     pub state: &'a EnforcementState,
     pub rates: &'a RateWindows,
     pub decisions: &'a DecisionSink,
+    pub guardrails: &'a Guardrails,
 }
 
 impl PolicyGate<'_> {
@@ -171,11 +147,14 @@ impl PolicyGate<'_> {
             action,
             digest: OnceCell::new(),
             claims: RefCell::new(Vec::new()),
+            content: Content::new(action, self.guardrails),
         };
         let evaluation = evaluate(&policies, &request, &counters);
         let counted = counters.counted.into_inner();
         let claims = counters.claims.into_inner();
         let digest = counters.digest;
+        let guardrail_failed = counters.content.failed();
+        let redacted = counters.content.into_redacted();
         let decision = HeldParts {
             key: key.clone(),
             provider: request.provider,
@@ -189,11 +168,12 @@ impl PolicyGate<'_> {
             },
         };
         let list = &decision.evaluation.policy_results;
-        let Some(refusal) = refusal_for(evaluation.decision, list, now_ms) else {
+        let Some(refusal) = refusal_for(evaluation.decision, list, now_ms, guardrail_failed) else {
             return Ok(PolicyPass {
                 budget_rules: budget_rules(list),
                 claims,
                 action_digest: digest.into_inner(),
+                redacted,
                 counted,
                 decision: Some(HeldDecision {
                     parts: Some(decision),
@@ -268,7 +248,12 @@ pub(crate) fn request_facts<'r>(
 
 /// The refusal the evaluator's `decision` comes to (`None`: the request may pass), with
 /// the failing policy's reason from `list`.
-fn refusal_for(decision: Decision, list: &PolicyResults, now_ms: i64) -> Option<Refusal> {
+fn refusal_for(
+    decision: Decision,
+    list: &PolicyResults,
+    now_ms: i64,
+    guardrail_failed: Option<i64>,
+) -> Option<Refusal> {
     let (policy_id, policy_type) = match decision {
         // A `require_human_review` flag travels in the results' reasons to the records.
         Decision::Allow => return None,
@@ -293,6 +278,10 @@ fn refusal_for(decision: Decision, list: &PolicyResults, now_ms: i64) -> Option<
             retry_after_secs: retry_after_secs(now_ms),
         },
         PolicyType::BudgetLimit => Refusal::PolicyBudgetExceeded { policy_id, reason },
+        PolicyType::Guardrail if guardrail_failed == Some(policy_id) => {
+            Refusal::GuardrailUnavailable { policy_id, reason }
+        }
+        PolicyType::Guardrail => Refusal::GuardrailViolation { policy_id, reason },
         _ => Refusal::PolicyViolation { policy_id, reason },
     })
 }
@@ -418,6 +407,8 @@ struct ProxyCounters<'a> {
     digest: OnceCell<String>,
     /// The single-use approvals the request passed on.
     claims: RefCell<Vec<i64>>,
+    /// What guardrails scan, parsed at the first.
+    content: Content<'a>,
 }
 
 impl Counters for ProxyCounters<'_> {
@@ -458,5 +449,9 @@ impl Counters for ProxyCounters<'_> {
             }
             None => false,
         }
+    }
+
+    fn guardrail(&self, policy_id: i64, guardrail: &Guardrail) -> GuardrailVerdict {
+        self.content.scan(policy_id, guardrail)
     }
 }

@@ -60,6 +60,16 @@ pub enum Refusal {
     /// A single-use approval (by id) the control plane could not confirm as this
     /// request's.
     ApprovalUnconfirmed(i64),
+    /// A `guardrail` policy found secrets or personal data (`block`).
+    GuardrailViolation {
+        policy_id: i64,
+        reason: String,
+    },
+    /// A `guardrail` policy could not scan the request: refused, failing closed.
+    GuardrailUnavailable {
+        policy_id: i64,
+        reason: String,
+    },
     NotFound,
     MethodNotAllowed,
     BodyTooLarge(usize),
@@ -88,6 +98,7 @@ impl Refusal {
             | Refusal::ManagedKeyMissing(_)
             | Refusal::PolicyViolation { .. }
             | Refusal::ApprovalRequired { .. }
+            | Refusal::GuardrailViolation { .. }
             | Refusal::ToolNotApproved(_) => 403,
             Refusal::NotFound | Refusal::ToolNotFound(_) => 404,
             Refusal::MethodNotAllowed => 405,
@@ -100,7 +111,8 @@ impl Refusal {
             | Refusal::ManagedKeyUnavailable(_) => 502,
             Refusal::ProviderNotConfigured(_)
             | Refusal::NotReady
-            | Refusal::ApprovalUnconfirmed(_) => 503,
+            | Refusal::ApprovalUnconfirmed(_)
+            | Refusal::GuardrailUnavailable { .. } => 503,
             Refusal::UpstreamTimeout(_) => 504,
         }
     }
@@ -129,6 +141,8 @@ impl Refusal {
             Refusal::ToolNotFound(_) => "tool_not_found",
             Refusal::ToolNotApproved(_) => "tool_not_approved",
             Refusal::ApprovalUnconfirmed(_) => "approval_unconfirmed",
+            Refusal::GuardrailViolation { .. } => "guardrail_violation",
+            Refusal::GuardrailUnavailable { .. } => "guardrail_unavailable",
             Refusal::NotFound => "not_found",
             Refusal::MethodNotAllowed => "method_not_allowed",
             Refusal::BodyTooLarge(_) => "payload_too_large",
@@ -234,6 +248,12 @@ impl Refusal {
             ),
             Refusal::ToolServerUnreachable(server) => {
                 format!("cannot reach the MCP server `{server}` to check its tools' definitions")
+            }
+            Refusal::GuardrailViolation { policy_id, reason } => {
+                format!("refused by guardrail policy {policy_id}: found {reason}")
+            }
+            Refusal::GuardrailUnavailable { policy_id, reason } => {
+                format!("guardrail policy {policy_id}: {reason}")
             }
             Refusal::ApprovalUnconfirmed(id) => format!(
                 "approval {id} releases this action once, and the control plane could not \

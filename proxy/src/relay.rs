@@ -43,7 +43,7 @@ pub async fn relay_stream(
     session: &mut Session,
     exchange: &mut Exchange,
     strip_usage: bool,
-    budget_warning: Option<&str>,
+    added: &[(&'static str, String)],
 ) -> Relayed {
     let mut relay = SseRelay::new(strip_usage);
     let outcome = |relay: &SseRelay, complete: bool| Relayed {
@@ -51,7 +51,7 @@ pub async fn relay_stream(
         usage: relay.usage(),
         generated_chars: relay.content_chars,
     };
-    let Some(header) = downstream_header(exchange, None, budget_warning) else {
+    let Some(header) = downstream_header(exchange, None, added) else {
         return outcome(&relay, false);
     };
     // pingora flushes a chunked response's header at once, each chunk after it is
@@ -153,7 +153,7 @@ pub async fn relay_whole(
     exchange: &mut Exchange,
     status: u16,
     provider: Provider,
-    budget_warning: Option<&str>,
+    added: &[(&'static str, String)],
 ) -> Relayed {
     let body = match read_whole(exchange, provider).await {
         Ok(body) => body,
@@ -178,7 +178,7 @@ pub async fn relay_whole(
         None
     };
     let body = body.freeze();
-    let Some(header) = downstream_header(exchange, Some(body.len()), budget_warning) else {
+    let Some(header) = downstream_header(exchange, Some(body.len()), added) else {
         return Relayed {
             complete: false,
             usage,
@@ -227,11 +227,12 @@ fn client_cork(session: &Session) -> Cork {
 pub const BUDGET_WARNING_HEADER: &str = "x-warden-budget-warning";
 
 /// The client's response header: the provider's status and relayed headers, framed by
-/// length (whole answers) or chunked (streams), and the budget warning if any.
+/// length (whole answers) or chunked (streams), and the headers Warden `added` (its
+/// budget warning, its guardrail notice).
 fn downstream_header(
     exchange: &Exchange,
     length: Option<usize>,
-    budget_warning: Option<&str>,
+    added: &[(&'static str, String)],
 ) -> Option<ResponseHeader> {
     let upstream = exchange.response_header();
     let status = upstream.map_or(502, |h| h.status.as_u16());
@@ -246,8 +247,8 @@ fn downstream_header(
             }
         }
     }
-    if let Some(warning) = budget_warning {
-        let _ = header.insert_header(BUDGET_WARNING_HEADER, warning.to_owned());
+    for (name, value) in added {
+        let _ = header.insert_header(*name, value.clone());
     }
     match length {
         Some(length) => {

@@ -14,6 +14,7 @@ use crate::budget_grants::BudgetGrants;
 use crate::capture::CaptureBuffer;
 use crate::config::ProvidersConfig;
 use crate::decisions::{ApprovalQueue, DecisionSink};
+use crate::guardrails::Guardrails;
 use crate::managed_keys::ManagedKeys;
 use crate::mcp::McpGateway;
 use crate::metrics::ProxyMetrics;
@@ -40,6 +41,8 @@ pub struct Resources {
     pub budget_grants: BudgetGrants,
     /// Where single-use approvals are claimed.
     pub approval_claims: ApprovalClaims,
+    /// Guardrails' time limit and metrics.
+    pub guardrails: Guardrails,
     pub metrics: ProxyMetrics,
     pub providers: ProvidersConfig,
     /// The declared providers' routed models and prices.

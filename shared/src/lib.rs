@@ -8,6 +8,7 @@ pub mod action;
 pub mod budget;
 pub mod catalog;
 pub mod clock;
+pub mod guardrail;
 pub mod ids;
 pub mod keys;
 pub mod managed;

@@ -52,6 +52,7 @@ pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed
         state: &shared.state,
         rates: &shared.rates,
         decisions: &shared.decisions,
+        guardrails: &shared.guardrails,
     };
     let mut evaluations = 0;
     // A single-use approval the request passed on is claimed first; one used elsewhere

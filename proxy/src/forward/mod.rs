@@ -19,8 +19,10 @@ use warden_shared::registry::Provider;
 use crate::admission::{self, Admitted};
 use crate::budget;
 use crate::endpoint::Endpoint;
+use crate::guardrails::GUARDRAIL_HEADER;
 use crate::metrics::model_label;
 use crate::refusal::{Refusal, Refused, RouteLabels};
+use crate::relay::BUDGET_WARNING_HEADER;
 use crate::request_body::{read_body, Peek};
 use crate::resources::Resources;
 use crate::state::KeyView;
@@ -38,8 +40,10 @@ pub async fn forward(
     admission::check_key(&view, shared.clock.now_ms())?;
     ensure_json(session)?;
     let body = read_body(session, shared.max_body_bytes).await?;
+    // The body a `redact` guardrail leaves, sent in place of the agent's.
+    let redacted_body: Bytes;
     let work = Instant::now();
-    let ready = admit(view, endpoint, &body, &shared.catalog, started, work)?;
+    let mut ready = admit(view, endpoint, &body, &shared.catalog, started, work)?;
     // From here on the provider and model are known: refusals are counted under them.
     let labels = RouteLabels {
         provider: ready.admitted.route.provider,
@@ -49,7 +53,7 @@ pub async fn forward(
         refusal,
         labels: Some(labels),
     };
-    let passed = match gate::gate(shared, &ready).await {
+    let mut passed = match gate::gate(shared, &ready).await {
         Ok(passed) => passed,
         Err(stopped) => {
             if let Some(report) = stopped.approval {
@@ -58,8 +62,17 @@ pub async fn forward(
             return Err(refused(stopped.refusal));
         }
     };
-    let warning = passed.budget_warning.as_deref();
-    let answer = send::send(shared, session, &ready, warning)
+    let mut added = Vec::new();
+    if let Some((value, header)) = passed.policies.redacted.take() {
+        // Serializing a parsed JSON value cannot fail; the agent's body stays otherwise.
+        redacted_body = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        ready.body = &redacted_body;
+        added.push((GUARDRAIL_HEADER, header));
+    }
+    if let Some(warning) = passed.budget_warning.clone() {
+        added.push((BUDGET_WARNING_HEADER, warning));
+    }
+    let answer = send::send(shared, session, &ready, &added)
         .await
         .map_err(refused)?;
     settle::settle(shared, ready, passed, answer).await;

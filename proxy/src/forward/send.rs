@@ -50,14 +50,14 @@ impl Answer {
     }
 }
 
-/// Sends `ready` to its provider and relays the answer (with `budget_warning`, the
-/// gate's `x-warden-budget-warning`). `Err` is a refusal before any answer: no
-/// credential, no connection, no answer in time.
+/// Sends `ready` to its provider and relays the answer (with the headers Warden `added`:
+/// the gate's budget warning and guardrail notice). `Err` is a refusal before any
+/// answer: no credential, no connection, no answer in time.
 pub(super) async fn send(
     shared: &Resources,
     session: &mut Session,
     ready: &Ready<'_>,
-    budget_warning: Option<&str>,
+    added: &[(&'static str, String)],
 ) -> Result<Answer, Refusal> {
     let provider = ready.admitted.route.provider;
     let body = upstream_body(ready)?;
@@ -97,7 +97,7 @@ pub(super) async fn send(
         session.set_keepalive(None);
         return Ok(Answer::client_closed(overhead));
     };
-    let (status, relayed) = relay(session, &mut exchange, ready, budget_warning).await;
+    let (status, relayed) = relay(session, &mut exchange, ready, added).await;
     Ok(Answer {
         status,
         relayed,
@@ -124,7 +124,7 @@ async fn relay(
     session: &mut Session,
     exchange: &mut Exchange,
     ready: &Ready<'_>,
-    budget_warning: Option<&str>,
+    added: &[(&'static str, String)],
 ) -> (u16, Relayed) {
     let status = exchange
         .response_header()
@@ -135,10 +135,10 @@ async fn relay(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let relayed = if ready.streaming && is_event_stream && (200..300).contains(&status) {
-        relay_stream(session, exchange, ready.inject_usage, budget_warning).await
+        relay_stream(session, exchange, ready.inject_usage, added).await
     } else {
         let provider = ready.admitted.route.provider;
-        relay_whole(session, exchange, status, provider, budget_warning).await
+        relay_whole(session, exchange, status, provider, added).await
     };
     (status, relayed)
 }

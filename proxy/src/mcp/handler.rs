@@ -30,6 +30,7 @@ use super::upstream::{ListedTool, UpstreamClients};
 use crate::admission::{self, Admitted};
 use crate::approval_claims::{ApprovalClaims, RE_EVALUATIONS};
 use crate::decisions::{ApprovalQueue, DecisionSink};
+use crate::guardrails::Guardrails;
 use crate::policy_gate::{Action, PolicyGate, Stopped};
 use crate::rate_limit::RateWindows;
 use crate::refusal::Refusal;
@@ -61,6 +62,8 @@ pub struct GatewayShared {
     pub approvals: ApprovalQueue,
     /// Where single-use approvals of tool calls are claimed.
     pub approval_claims: ApprovalClaims,
+    /// Guardrails' time limit and metrics.
+    pub guardrails: Guardrails,
     pub usage: UsageSink,
     pub metrics: GatewayMetrics,
     pub drifts: DriftReports,
@@ -215,8 +218,8 @@ impl GatewayShared {
         started: Instant,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut call = CallFacts::resolve(caller, &request.name);
-        let server = match self.decide(caller, &mut call, &request).await {
-            Ok(server) => server,
+        let (server, redacted) = match self.decide(caller, &mut call, &request).await {
+            Ok(decided) => decided,
             Err(Stopped { refusal, approval }) => {
                 if let Some(report) = approval {
                     // Queued before the refusal is answered, as for model requests: a
@@ -237,6 +240,9 @@ impl GatewayShared {
         // The server's own name for its tool; everything else as the agent sent it.
         let mut params = request;
         params.name = call.tool.clone().into();
+        if let Some(Value::Object(arguments)) = redacted {
+            params.arguments = Some(arguments);
+        }
         let answer = self
             .upstreams
             .call_tool(&server, params, self.call_timeout)
@@ -274,7 +280,7 @@ impl GatewayShared {
         caller: &Caller,
         call: &mut CallFacts,
         request: &CallToolRequestParams,
-    ) -> Result<ChosenServer, Stopped> {
+    ) -> Result<(ChosenServer, Option<Value>), Stopped> {
         let now = self.clock.now_ms();
         admission::check_key(&caller.view, now)?;
         let servers = self
@@ -308,6 +314,7 @@ impl GatewayShared {
             state: &self.state,
             rates: &self.rates,
             decisions: &self.decisions,
+            guardrails: &self.guardrails,
         };
         // The action an approval can be bound to: the call's arguments and the tool's
         // approved definition.
@@ -329,14 +336,16 @@ impl GatewayShared {
         // does not carry it). A single-use approval it stands on is claimed first.
         let mut stopped = loop {
             match gate.check(&caller.view, &admitted, action, "tool_call", 0, now) {
-                Ok(pass) => {
+                Ok(mut pass) => {
                     if pass.claims.is_empty()
                         || self
                             .approval_claims
                             .claim_all(&self.state, tenant_id, &pass)
                             .await?
                     {
-                        return Ok(server);
+                        // Arguments a `redact` guardrail changed go in their stead.
+                        let redacted = pass.redacted.take().map(|(arguments, _)| arguments);
+                        return Ok((server, redacted));
                     }
                     let approval_id = pass.claims[0];
                     pass.discard();
@@ -483,6 +492,8 @@ fn policy_of(refusal: &Refusal) -> Option<i64> {
     match refusal {
         Refusal::PolicyViolation { policy_id, .. }
         | Refusal::PolicyBudgetExceeded { policy_id, .. }
+        | Refusal::GuardrailViolation { policy_id, .. }
+        | Refusal::GuardrailUnavailable { policy_id, .. }
         | Refusal::ApprovalRequired { policy_id } => Some(*policy_id),
         Refusal::RateLimited { policy_id, .. } => *policy_id,
         _ => None,

@@ -5,7 +5,10 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{Matcher, PolicyConfig, PolicyType, RatePer, Scope};
+use super::{
+    Guardrail, GuardrailAction, GuardrailPattern, Matcher, PolicyConfig, PolicyType, RatePer, Scope,
+};
+use crate::guardrail::{Detector, Scanner};
 use crate::pricing::{micros_to_usd, usd_to_micros};
 use crate::registry::{Environment, Provider};
 
@@ -80,6 +83,70 @@ struct RateLimit {
     per: RatePer,
     #[serde(default)]
     tools: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GuardrailInput {
+    #[serde(default)]
+    action: GuardrailAction,
+    #[serde(default)]
+    detectors: Option<Vec<Detector>>,
+    #[serde(default)]
+    patterns: Vec<GuardrailPattern>,
+}
+
+/// Most patterns of one guardrail.
+pub const MAX_GUARDRAIL_PATTERNS: usize = 20;
+
+fn guardrail(value: &Value) -> Result<Guardrail, ConfigError> {
+    let input: GuardrailInput = parse_as(value)?;
+    let mut detectors = input.detectors.unwrap_or_else(|| Detector::ALL.to_vec());
+    detectors.sort_by_key(|d| d.as_str());
+    detectors.dedup();
+    if input.patterns.len() > MAX_GUARDRAIL_PATTERNS {
+        return Err(error("patterns", "at most 20"));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    let mut patterns = Vec::with_capacity(input.patterns.len());
+    for (index, pattern) in input.patterns.iter().enumerate() {
+        let field = format!("patterns[{index}]");
+        let id_ok = (1..=50).contains(&pattern.id.len())
+            && pattern
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !id_ok || Detector::ALL.iter().any(|d| d.as_str() == pattern.id) {
+            return Err(error(
+                &format!("{field}.id"),
+                "1 to 50 of a-z, 0-9, _ and -, not a built-in detector's name",
+            ));
+        }
+        if !ids.insert(pattern.id.as_str()) {
+            return Err(error(&format!("{field}.id"), "named twice"));
+        }
+        if pattern.pattern.is_empty()
+            || pattern.pattern.chars().count() > crate::redaction::MAX_PATTERN_CHARS
+            || crate::redaction::compile_pattern(&pattern.pattern).is_err()
+        {
+            return Err(error(
+                &format!("{field}.pattern"),
+                "a regular expression of 1 to 500 characters within the size limit",
+            ));
+        }
+        patterns.push((pattern.id.clone(), pattern.pattern.clone()));
+    }
+    if detectors.is_empty() && patterns.is_empty() {
+        return Err(error("detectors", "name at least one detector or pattern"));
+    }
+    let scanner = Scanner::new(&detectors, &patterns)
+        .map_err(|cause| error("patterns", format!("cannot be compiled together: {cause}")))?;
+    Ok(Guardrail {
+        action: input.action,
+        detectors,
+        patterns: input.patterns,
+        scanner: std::sync::Arc::new(scanner),
+    })
 }
 
 fn parse_as<T: for<'de> Deserialize<'de>>(value: &Value) -> Result<T, ConfigError> {
@@ -187,6 +254,7 @@ impl PolicyConfig {
                 check_models("tools", &tools, 1)?;
                 Ok(PolicyConfig::BlockTool { tools })
             }
+            PolicyType::Guardrail => Ok(PolicyConfig::Guardrail(guardrail(value)?)),
         }
     }
 
@@ -216,6 +284,11 @@ impl PolicyConfig {
                 json!({ "allowed_tools": allowed_tools })
             }
             PolicyConfig::BlockTool { tools } => json!({ "tools": tools }),
+            PolicyConfig::Guardrail(guardrail) => json!({
+                "action": guardrail.action,
+                "detectors": guardrail.detectors,
+                "patterns": guardrail.patterns,
+            }),
             PolicyConfig::BudgetLimit {
                 monthly_limit_micros,
                 warn_threshold_pct,
@@ -372,6 +445,53 @@ mod tests {
         assert_eq!(
             review.err().map(|e| e.field).as_deref(),
             Some("config.releases")
+        );
+    }
+
+    #[test]
+    fn guardrails_default_to_every_detector_and_block() {
+        let config = PolicyConfig::from_json(PolicyType::Guardrail, &json!({})).unwrap();
+        let rendered = config.to_json();
+        assert_eq!(rendered["action"], json!("block"));
+        assert_eq!(
+            rendered["detectors"].as_array().unwrap().len(),
+            Detector::ALL.len()
+        );
+        let custom = PolicyConfig::from_json(
+            PolicyType::Guardrail,
+            &json!({ "action": "redact", "detectors": [],
+                     "patterns": [{ "id": "employee_id", "pattern": "EMP-[0-9]{6}" }] }),
+        )
+        .unwrap();
+        assert_eq!(
+            custom.to_json(),
+            json!({ "action": "redact", "detectors": [],
+                    "patterns": [{ "id": "employee_id", "pattern": "EMP-[0-9]{6}" }] })
+        );
+        let field = |v: Value| {
+            PolicyConfig::from_json(PolicyType::Guardrail, &v)
+                .err()
+                .map(|e| e.field)
+        };
+        assert_eq!(
+            field(json!({ "detectors": [] })).as_deref(),
+            Some("config.detectors")
+        );
+        assert_eq!(
+            field(json!({ "patterns": [{ "id": "email", "pattern": "x" }] })).as_deref(),
+            Some("config.patterns[0].id")
+        );
+        assert_eq!(
+            field(json!({ "patterns": [{ "id": "p", "pattern": "(" }] })).as_deref(),
+            Some("config.patterns[0].pattern")
+        );
+        assert_eq!(
+            field(json!({ "action": "ignore" })).as_deref(),
+            Some("config")
+        );
+        assert_eq!(
+            field(json!({ "detectors": ["dna"] })).as_deref(),
+            Some("config")
         );
     }
 

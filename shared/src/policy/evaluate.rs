@@ -152,6 +152,27 @@ fn check(
                 (Outcome::Pass, None)
             }
         }
+        PolicyConfig::Guardrail(guardrail) => match counters.guardrail(policy.id, guardrail) {
+            GuardrailVerdict::NotScanned => {
+                (Outcome::Skip, Some(Cow::Borrowed("no content to scan")))
+            }
+            GuardrailVerdict::Clean => (Outcome::Pass, None),
+            GuardrailVerdict::Found(hits) => {
+                let found = found_summary(&hits);
+                match guardrail.action {
+                    GuardrailAction::Block => fail(found),
+                    GuardrailAction::Redact => {
+                        (Outcome::Pass, Some(format!("redacted {found}").into()))
+                    }
+                    GuardrailAction::Flag => {
+                        (Outcome::Pass, Some(format!("flagged {found}").into()))
+                    }
+                }
+            }
+            GuardrailVerdict::Failed(why) => fail(format!(
+                "the guardrail could not scan the request ({why}), so it is refused"
+            )),
+        },
         PolicyConfig::RequireHumanReview(matcher) => {
             if matcher.matches(request) {
                 evaluation.review = true;
@@ -189,8 +210,10 @@ fn not_for_this_kind(config: &PolicyConfig, request: &RequestFacts<'_>) -> Optio
             (false, true) if !tools_match(tools, request) => Some(NOT_LISTED),
             _ => None,
         },
-        // Their matchers tell tool calls from model requests.
-        PolicyConfig::RequireApproval(_) | PolicyConfig::RequireHumanReview(_) => None,
+        // Their matchers tell tool calls from model requests; guardrails scan both.
+        PolicyConfig::RequireApproval(_)
+        | PolicyConfig::RequireHumanReview(_)
+        | PolicyConfig::Guardrail(_) => None,
     }
 }
 
@@ -209,6 +232,20 @@ pub fn minute_limit_reached(
     } else {
         None
     }
+}
+
+/// What a guardrail found, by detector and field (never the text): `email at
+/// messages[0].content, card_number at input` (the first five).
+pub fn found_summary(hits: &[crate::guardrail::Hit]) -> String {
+    let mut parts: Vec<String> = hits
+        .iter()
+        .take(5)
+        .map(|hit| format!("{} at {}", hit.detector, hit.path))
+        .collect();
+    if hits.len() > 5 {
+        parts.push(format!("and {} more", hits.len() - 5));
+    }
+    parts.join(", ")
 }
 
 fn fail(reason: impl Into<Cow<'static, str>>) -> (Outcome, Option<Cow<'static, str>>) {

@@ -54,6 +54,8 @@
 
 use std::borrow::Cow;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::registry::{Environment, Provider};
@@ -64,11 +66,11 @@ mod evaluate;
 
 pub use config::{check_scope, ConfigError, MAX_MODELS, MAX_MONTHLY_LIMIT_USD};
 pub use evaluate::{
-    budget_scope, evaluate, minute_limit_reached, model_matches, rate_bucket, rate_bucket_id,
-    sort_for_evaluation,
+    budget_scope, evaluate, found_summary, minute_limit_reached, model_matches, rate_bucket,
+    rate_bucket_id, sort_for_evaluation,
 };
 
-/// The kinds of policy: the spec's six, and the MCP gateway's two.
+/// The kinds of policy: the spec's six, the MCP gateway's two, and guardrails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyType {
@@ -80,10 +82,11 @@ pub enum PolicyType {
     RequireHumanReview,
     ToolAllowlist,
     BlockTool,
+    Guardrail,
 }
 
 impl PolicyType {
-    pub const ALL: [PolicyType; 8] = [
+    pub const ALL: [PolicyType; 9] = [
         PolicyType::ModelAllowlist,
         PolicyType::BlockProvider,
         PolicyType::RequireApproval,
@@ -92,6 +95,7 @@ impl PolicyType {
         PolicyType::RequireHumanReview,
         PolicyType::ToolAllowlist,
         PolicyType::BlockTool,
+        PolicyType::Guardrail,
     ];
 
     pub fn parse(text: &str) -> Option<PolicyType> {
@@ -108,6 +112,7 @@ impl PolicyType {
             PolicyType::RequireHumanReview => "require_human_review",
             PolicyType::ToolAllowlist => "tool_allowlist",
             PolicyType::BlockTool => "block_tool",
+            PolicyType::Guardrail => "guardrail",
         }
     }
 }
@@ -295,6 +300,67 @@ pub enum PolicyConfig {
     BlockTool {
         tools: Vec<String>,
     },
+    Guardrail(Guardrail),
+}
+
+/// What a guardrail does with what it finds in a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardrailAction {
+    /// Refused: 403 `guardrail_violation`, naming the detector and the field.
+    #[default]
+    Block,
+    /// Each finding replaced by `[REDACTED:<detector>]` before the request is sent.
+    Redact,
+    /// Sent as it is; the finding is recorded with the decision.
+    Flag,
+}
+
+/// A tenant's own pattern in a guardrail, with the limits of payload capture's rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardrailPattern {
+    pub id: String,
+    pub pattern: String,
+}
+
+/// A `guardrail` policy: its detectors compiled once, when the policy is read.
+#[derive(Clone)]
+pub struct Guardrail {
+    pub action: GuardrailAction,
+    pub detectors: Vec<crate::guardrail::Detector>,
+    pub patterns: Vec<GuardrailPattern>,
+    pub scanner: Arc<crate::guardrail::Scanner>,
+}
+
+impl PartialEq for Guardrail {
+    fn eq(&self, other: &Guardrail) -> bool {
+        // The scanner is compiled from the rest.
+        (self.action, &self.detectors, &self.patterns)
+            == (other.action, &other.detectors, &other.patterns)
+    }
+}
+
+impl std::fmt::Debug for Guardrail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guardrail")
+            .field("action", &self.action)
+            .field("detectors", &self.detectors)
+            .field("patterns", &self.patterns)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A guardrail's verdict on a request's content (see [`Counters::guardrail`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardrailVerdict {
+    /// There is no content to scan (a dry run without one, a tool listing).
+    NotScanned,
+    Clean,
+    /// What was found: detector and field, never the text.
+    Found(Vec<crate::guardrail::Hit>),
+    /// The scan failed (its deadline passed): the request is refused.
+    Failed(String),
 }
 
 impl PolicyConfig {
@@ -309,7 +375,8 @@ impl PolicyConfig {
             | PolicyConfig::BudgetLimit { .. }
             | PolicyConfig::RateLimit { .. }
             | PolicyConfig::ToolAllowlist { .. }
-            | PolicyConfig::BlockTool { .. } => &[],
+            | PolicyConfig::BlockTool { .. }
+            | PolicyConfig::Guardrail(_) => &[],
         }
     }
 }
@@ -351,6 +418,7 @@ impl Policy {
             PolicyConfig::RequireHumanReview(_) => PolicyType::RequireHumanReview,
             PolicyConfig::ToolAllowlist { .. } => PolicyType::ToolAllowlist,
             PolicyConfig::BlockTool { .. } => PolicyType::BlockTool,
+            PolicyConfig::Guardrail(_) => PolicyType::Guardrail,
         }
     }
 }
@@ -391,6 +459,11 @@ pub trait Counters {
     fn minute_counts(&self, policy_id: i64, per: RatePer) -> (i64, i64);
     /// Whether a human approved this agent's requests for the policy, provider and model.
     fn approval_granted(&self, policy_id: i64) -> bool;
+    /// What a guardrail policy finds in the request's content (and, for `redact`, has
+    /// replaced in it). Without content: [`GuardrailVerdict::NotScanned`].
+    fn guardrail(&self, _policy_id: i64, _guardrail: &Guardrail) -> GuardrailVerdict {
+        GuardrailVerdict::NotScanned
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

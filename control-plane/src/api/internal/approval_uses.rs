@@ -12,6 +12,8 @@ use crate::state::AppState;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({ "tenant_id": "ten_01M8EJ57PHZ3VJ9QF03X3YBQ1X", "approval_id": 1,
+    "action_digest": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" }))]
 pub struct ApprovalUse {
     #[schema(min_length = 1, max_length = 200)]
     pub tenant_id: String,

@@ -40,6 +40,9 @@ const MAX_MICROS: i64 = 1_000_000_000_000_000;
 /// A proxy's request for money in budget scopes, and what it gives back.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({ "holder": "ins_01M8EJ57PHZ3VJ9QF03X3YBQ1X", "month": 1_793_491_200_000_i64,
+    "scopes": [{ "tenant_id": "ten_01M8EJ57PHZ3VJ9QF03X3YBQ1X", "scope": "tenant",
+                 "block_micros": 1_000_000, "need_micros": 1_000, "release_micros": 0 }] }))]
 pub struct BudgetGrantRequest {
     /// The proxy instance asking (new at every start of a proxy).
     #[schema(min_length = 1, max_length = 200)]

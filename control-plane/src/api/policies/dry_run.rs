@@ -13,9 +13,10 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use sqlx::AnyPool;
 use utoipa::ToSchema;
+use warden_shared::guardrail::scan_json;
 use warden_shared::policy::{
-    budget_scope, evaluate, rate_bucket, sort_for_evaluation, Counters, Outcome, Policy,
-    PolicyConfig, PolicyType, RatePer, RequestFacts, Scope,
+    budget_scope, evaluate, rate_bucket, sort_for_evaluation, Counters, Guardrail,
+    GuardrailVerdict, Outcome, Policy, PolicyConfig, PolicyType, RatePer, RequestFacts, Scope,
 };
 use warden_shared::pricing::usd_to_micros;
 use warden_shared::registry::{Environment, Provider};
@@ -50,6 +51,11 @@ pub struct DryRunInput {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 999_999)]
     pub estimated_cost_usd: Option<f64>,
+    /// The request's body (or a tool call's arguments) for `guardrail` policies to scan,
+    /// as the proxy would; omitted: guardrails are skipped.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub content: Option<serde_json::Value>,
 }
 
 #[utoipa::path(post, path = "/policies/evaluate", tag = "governance", request_body = DryRunInput,
@@ -132,7 +138,8 @@ pub async fn dry_run(
         model: input.model.as_str(),
         estimated_cost_micros,
     };
-    let counters = LedgerCounters::read(pool, &policies, &request, now).await?;
+    let mut counters = LedgerCounters::read(pool, &policies, &request, now).await?;
+    counters.content = input.content.clone();
     let results = evaluate(&policies, &request, &counters).results;
     Ok(policies
         .into_iter()
@@ -154,6 +161,8 @@ struct LedgerCounters {
     /// By rate-limit policy: the request's bucket is fixed for a dry run.
     minute: HashMap<i64, (i64, i64)>,
     granted: HashSet<i64>,
+    /// What guardrails scan, if given.
+    content: Option<serde_json::Value>,
 }
 
 impl LedgerCounters {
@@ -219,4 +228,21 @@ impl Counters for LedgerCounters {
     fn approval_granted(&self, policy_id: i64) -> bool {
         self.granted.contains(&policy_id)
     }
+
+    fn guardrail(&self, _policy_id: i64, guardrail: &Guardrail) -> GuardrailVerdict {
+        let Some(content) = &self.content else {
+            return GuardrailVerdict::NotScanned;
+        };
+        // Scanned as the proxy scans a body, on a copy: a dry run changes nothing.
+        let mut content = content.clone();
+        let deadline = std::time::Instant::now() + DRY_RUN_SCAN;
+        match scan_json(&mut content, &guardrail.scanner, false, deadline) {
+            Ok(hits) if hits.is_empty() => GuardrailVerdict::Clean,
+            Ok(hits) => GuardrailVerdict::Found(hits),
+            Err(_) => GuardrailVerdict::Failed("its scan timed out".to_owned()),
+        }
+    }
 }
+
+/// How long a dry run's guardrail scan may take.
+const DRY_RUN_SCAN: std::time::Duration = std::time::Duration::from_secs(1);

@@ -82,6 +82,19 @@ pub fn catalog() -> Vec<PolicyTemplate> {
             scope: "global",
             priority: 50,
         },
+        PolicyTemplate {
+            id: "secrets-and-personal-data",
+            name: "Keep secrets and personal data out of prompts",
+            description: "Scans every prompt, embedding input and tool call's arguments for \
+                          API keys, cloud credentials, private keys, card numbers, IBANs, \
+                          e-mail addresses and phone numbers, and refuses the request naming \
+                          what was found where (set action to redact to send it with each \
+                          finding replaced, or flag to send it and record the finding).",
+            policy_type: "guardrail",
+            config: json!({ "action": "block" }),
+            scope: "global",
+            priority: 400,
+        },
     ]
 }
 

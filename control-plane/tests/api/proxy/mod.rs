@@ -12,6 +12,7 @@ mod enforcement;
 mod exit_paths;
 mod failover;
 mod failures;
+pub mod guardrails;
 mod key_limits;
 mod ledger_faults;
 mod lifecycle;

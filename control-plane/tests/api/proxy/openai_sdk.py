@@ -50,6 +50,20 @@ def refused(client):
     return {"error": None}
 
 
+def guarded(client):
+    # A prompt with an e-mail address, for a guardrail to block or redact.
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "Mail the report to ana.lopez@example.com"}],
+        )
+    except openai.APIStatusError as error:
+        return {"error": type(error).__name__, "status": error.status_code, "code": error.code}
+    completion = raw.parse()
+    return {"guardrail": raw.headers.get("x-warden-guardrail"),
+            "content": completion.choices[0].message.content}
+
+
 def models(client):
     return {"ids": [model.id for model in client.models.list()]}
 
@@ -76,7 +90,7 @@ def main():
         print(json.dumps(agent(base_url, key)))
         return
     client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=20)
-    scenarios = {"responses": responses, "refused": refused, "models": models}
+    scenarios = {"responses": responses, "refused": refused, "models": models, "guarded": guarded}
     print(json.dumps(scenarios[scenario](client)))
 
 

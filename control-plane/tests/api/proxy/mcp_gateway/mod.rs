@@ -14,6 +14,7 @@
 mod action_approvals;
 mod drift;
 mod governance;
+mod guardrails;
 mod servers;
 
 use std::path::PathBuf;
