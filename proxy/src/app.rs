@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use pingora::proxy::HttpProxy;
 use pingora::server::configuration::ServerConf;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use warden_shared::clock::{system_now_ms, Clock};
 use warden_shared::outbound::Allowance;
@@ -159,13 +159,12 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         },
     );
     let spool = open_spool(&config)?;
-    let listener =
-        TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ProxyStartupError::Bind {
-                addr: config.listen,
-                source,
-            })?;
+    let listener = bind_listener(config.listen, config.listen_backlog).map_err(|source| {
+        ProxyStartupError::Bind {
+            addr: config.listen,
+            source,
+        }
+    })?;
     let addr = listener
         .local_addr()
         .map_err(|source| ProxyStartupError::Bind {
@@ -295,6 +294,20 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             .build()?,
         budget_grants,
     })
+}
+
+/// Binds the agents' listener with `backlog` (tokio's `bind` listens with 1,024, which a
+/// fleet of agents reconnecting at once overflows).
+fn bind_listener(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As tokio's `bind` does: a restarted proxy rebinds while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 /// Where held requests' approvals are queued, with an HTTP client of its own.
@@ -480,6 +493,26 @@ async fn forget_stale(rates: Arc<RateWindows>, mcp: Arc<McpGateway>, clock: Cloc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_listener_queues_as_many_connections_as_configured() {
+        let listener = bind_listener(([127, 0, 0, 1], 0).into(), 4096).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // For a listening socket, `ss` shows the backlog as Send-Q.
+        let shown = std::process::Command::new("ss")
+            .args(["-ltnH", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2) is installed");
+        let line = String::from_utf8_lossy(&shown.stdout).into_owned();
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        // The kernel caps a backlog at `net.core.somaxconn`.
+        let cap: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(4096);
+        let expected = 4096.min(cap).to_string();
+        assert_eq!(columns.get(2).copied(), Some(expected.as_str()), "{line}");
+    }
 
     #[tokio::test]
     async fn too_many_event_loops_stop_the_proxy_at_startup() {

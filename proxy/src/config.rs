@@ -74,6 +74,10 @@ pub struct ProxyConfig {
     /// rotation before the listener closes (more than its probe period times its failure
     /// threshold). Then it stops accepting and lets open requests finish.
     pub shutdown_delay_ms: u64,
+    /// The agents' listener's backlog: connections the kernel completes and queues
+    /// before the proxy accepts them. A burst beyond it waits for SYN retransmissions (a
+    /// second or more); the kernel caps it at `net.core.somaxconn`.
+    pub listen_backlog: u32,
     /// Longest a request's `guardrail` policies may take to scan it; a scan that takes
     /// longer refuses the request (503 `guardrail_unavailable`): guardrails fail closed.
     pub guardrail_timeout_ms: u64,
@@ -179,6 +183,7 @@ impl Default for ProxyConfig {
             mcp_allowed_origins: Vec::new(),
             mcp_call_timeout_secs: 60,
             shutdown_delay_ms: 0,
+            listen_backlog: 4096,
             guardrail_timeout_ms: 250,
         }
     }
