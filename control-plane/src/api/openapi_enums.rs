@@ -93,6 +93,20 @@ pub fn policy_type() -> Object {
     names(PolicyType::ALL.map(PolicyType::as_str), false)
 }
 
+/// What an approval releases (`warden_shared::policy::Releases`), or `null`.
+pub fn optional_releases() -> Object {
+    use warden_shared::policy::Releases;
+    names(
+        [
+            Releases::Action,
+            Releases::ActionRepeatable,
+            Releases::Scope,
+        ]
+        .map(Releases::as_str),
+        true,
+    )
+}
+
 /// A policy type that may be `null` (left as it is).
 pub fn optional_policy_type() -> Object {
     names(PolicyType::ALL.map(PolicyType::as_str), true)

@@ -114,12 +114,11 @@ db_test!(bad_asks_are_refused_whole, |app| {
     let m = month(&app);
     let bad = [
         json!({ "holder": "", "month": m, "scopes": [scope("tenant", 1)] }),
-        json!({ "holder": "ins_a", "month": m + 1, "scopes": [scope("tenant", 1)] }),
+        json!({ "holder": "ins_a", "month": -1, "scopes": [scope("tenant", 1)] }),
         json!({ "holder": "ins_a", "month": m, "scopes": [] }),
         json!({ "holder": "ins_a", "month": m, "scopes": [scope("team:", 1)] }),
         json!({ "holder": "ins_a", "month": m, "scopes": [scope("everyone", 1)] }),
         json!({ "holder": "ins_a", "month": m, "scopes": [scope("tenant", -1)] }),
-        json!({ "holder": "ins_a", "month": m, "scopes": [scope("agent:a", 1), scope("tenant", 1), scope("agent:a", 2)] }),
         json!({ "holder": "ins_a", "month": m, "scopes": (0..501).map(|i| scope(&format!("agent:{i}"), 1)).collect::<Vec<_>>() }),
     ];
     for body in bad {

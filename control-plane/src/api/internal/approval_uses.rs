@@ -19,7 +19,7 @@ pub struct ApprovalUse {
     pub tenant_id: String,
     pub approval_id: i64,
     /// The retried action's digest (64 hex digits): only the approved action's matches.
-    #[schema(min_length = 64, max_length = 64)]
+    #[schema(min_length = 64, max_length = 64, pattern = "^[0-9a-fA-F]{64}$")]
     pub action_digest: String,
 }
 
@@ -31,7 +31,7 @@ pub struct ApprovalUsed {
 }
 
 pub async fn claim(state: &AppState, claim: ApprovalUse) -> ApiResult<ApprovalUsed> {
-    if claim.tenant_id.is_empty() || claim.tenant_id.len() > 200 {
+    if claim.tenant_id.is_empty() || claim.tenant_id.chars().count() > 200 {
         return Err(ApiError::validation(
             "tenant_id",
             "tenant_id: 1 to 200 characters",

@@ -18,8 +18,6 @@
 //! not reached a control plane for that long and counts alone (it stops relying on a
 //! holding well before it lapses here).
 
-use std::collections::BTreeSet;
-
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use warden_shared::timestamp::Timestamp;
@@ -47,7 +45,8 @@ pub struct BudgetGrantRequest {
     /// The proxy instance asking (new at every start of a proxy).
     #[schema(min_length = 1, max_length = 200)]
     pub holder: String,
-    /// The month the money is for (Unix milliseconds of its first instant, UTC).
+    /// The month the money is for: any instant in it, in Unix milliseconds (UTC); the
+    /// proxies send its first.
     #[schema(minimum = 0)]
     pub month: i64,
     #[schema(min_items = 1, max_items = 500)]
@@ -60,19 +59,23 @@ pub struct ScopeGrantRequest {
     #[schema(max_length = 200)]
     pub tenant_id: String,
     /// `tenant`, `team:<id>`, `agent:<id>` or `key:<api_key_id>`.
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^(tenant|(team|agent|key):.+)$"
+    )]
     pub scope: String,
     /// The budget's block threshold in micro-dollars, as the proxy's state has it (the
     /// lowest of the budgets on the scope).
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub block_micros: i64,
     /// What the proxy needs more than it holds to admit the request it is serving (0:
     /// a renewal, or a release only).
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub need_micros: i64,
     /// What the proxy gives back (acknowledged by the ledger, or unused); applied before
     /// the grant.
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub release_micros: i64,
 }
 
@@ -96,6 +99,7 @@ pub struct ScopeGrant {
 
 pub async fn grant(state: &AppState, request: BudgetGrantRequest) -> ApiResult<BudgetGrants> {
     check(&request)?;
+    let month = Timestamp::from_millis(request.month).month_start();
     let now = state.clock.now();
     let mut tx = state.db.begin_write().await?;
     // A tenant deleted meanwhile gets nothing (and has no rows to write to).
@@ -114,7 +118,7 @@ pub async fn grant(state: &AppState, request: BudgetGrantRequest) -> ApiResult<B
             let key = store::GrantKey {
                 tenant_id: &asked.tenant_id,
                 scope: &asked.scope,
-                month: request.month,
+                month,
                 holder: &request.holder,
             };
             let figures = store::budget_figures(&mut tx, &key, now, LAPSE_MS).await?;
@@ -163,22 +167,19 @@ fn grant_size(need: i64, room: i64) -> i64 {
 fn check(request: &BudgetGrantRequest) -> ApiResult<()> {
     let field =
         |name: &str, message: &str| Err(ApiError::validation(name, format!("{name}: {message}")));
-    if request.holder.is_empty() || request.holder.len() > MAX_NAME {
+    let chars = |text: &str| text.chars().count();
+    if request.holder.is_empty() || chars(&request.holder) > MAX_NAME {
         return field("holder", "1 to 200 characters");
     }
-    if request.month < 0 || Timestamp::from_millis(request.month).month_start() != request.month {
-        return field(
-            "month",
-            "the first instant of a month, in Unix milliseconds",
-        );
+    if request.month < 0 {
+        return field("month", "an instant of the month, in Unix milliseconds");
     }
     if request.scopes.is_empty() || request.scopes.len() > MAX_SCOPES {
         return field("scopes", "1 to 500 scopes");
     }
-    let mut seen = BTreeSet::new();
     for (index, asked) in request.scopes.iter().enumerate() {
         let name = |part: &str| format!("scopes[{index}].{part}");
-        if asked.tenant_id.len() > MAX_NAME {
+        if chars(&asked.tenant_id) > MAX_NAME {
             return field(&name("tenant_id"), "at most 200 characters");
         }
         if !is_budget_scope(&asked.scope) {
@@ -196,15 +197,12 @@ fn check(request: &BudgetGrantRequest) -> ApiResult<()> {
                 return field(&name(part), "from 0 to 10^15 micro-dollars");
             }
         }
-        if !seen.insert((&asked.tenant_id, &asked.scope)) {
-            return field(&name("scope"), "named twice for one tenant");
-        }
     }
     Ok(())
 }
 
 fn is_budget_scope(scope: &str) -> bool {
-    if scope.len() > MAX_NAME {
+    if scope.chars().count() > MAX_NAME {
         return false;
     }
     scope == warden_shared::budget::TENANT_SCOPE

@@ -156,7 +156,7 @@ pub struct ApprovalAsk {
     pub request_context: Value,
     /// What an approval lets through (the policy's `releases`); omitted: `scope`.
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = crate::api::openapi_enums::optional_releases)]
     pub releases: Option<warden_shared::policy::Releases>,
     /// The held action's digest (64 hex digits, `warden_shared::action`); required when
     /// the approval releases the action.
