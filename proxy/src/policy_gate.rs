@@ -286,9 +286,7 @@ fn refusal_for(
     })
 }
 
-/// The approval to queue for a request a `require_approval` policy holds: what a
-/// reviewer sees of it.
-/// What an approval asked for a held request is made of.
+/// What the approval asked for a held request is made of.
 struct Held<'r, D: FnOnce() -> String> {
     request: &'r RequestFacts<'r>,
     admitted: &'r Admitted,
@@ -297,6 +295,8 @@ struct Held<'r, D: FnOnce() -> String> {
     digest: D,
 }
 
+/// The approval to queue for a request a `require_approval` policy holds: what a
+/// reviewer sees of it, what approving it releases, and the held action's digest.
 fn approval_ask(refusal: &Refusal, held: Held<'_, impl FnOnce() -> String>) -> Option<ApprovalAsk> {
     let Refusal::ApprovalRequired { policy_id } = refusal else {
         return None;

@@ -150,6 +150,17 @@ struct Queue {
     csrf: String,
 }
 
+impl Queue {
+    /// What the page shows of the queue, for the live stream's first look.
+    fn shown(&self) -> String {
+        format!(
+            "total={}&oldest={}",
+            self.total,
+            self.items.first().map_or(0, |item| item.id)
+        )
+    }
+}
+
 /// One page of decided approvals, with the filters that chose them.
 struct History {
     items: Vec<Item>,
@@ -269,19 +280,33 @@ pub async fn queue_fragment(
     Ok(page::render(&queue(&state, &signed).await?))
 }
 
+/// What the page showed of the queue when it was rendered: its pending total and the
+/// oldest item's id (0: none).
+#[derive(Deserialize)]
+pub struct Shown {
+    total: Option<i64>,
+    oldest: Option<i64>,
+}
+
 /// `GET /console/approvals/events`: an `approvals` event whenever the pending queue
 /// changes (an approval queued, decided or expired, on any replica: the database is
-/// asked once a second while the page is open). The stream ends when the session does
-/// (signed out, expired, or its key deleted), checked at each look.
+/// asked once a second while the page is open). The first look compares with what the
+/// page showed (`total`, `oldest`), so a request held between rendering the page and
+/// opening this stream is news too. The stream ends when the session does (signed out,
+/// expired, or its key deleted), checked at each look.
 pub async fn events(
     State(state): State<AppState>,
     signed: Signed<require::GovernanceRead>,
+    Query(shown): Query<Shown>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let shown = shown
+        .total
+        .map(|total| (total, shown.oldest.filter(|id| *id > 0)));
     let stream = futures_util::stream::unfold(
-        (state, signed.token, None::<(i64, Option<i64>)>),
-        |(state, token, seen)| async move {
+        (state, signed.token, shown, false),
+        |(state, token, seen, looked)| async move {
             loop {
-                if seen.is_some() {
+                if looked {
                     tokio::time::sleep(POLL).await;
                 }
                 let caller = caller_for(&state, &token).await.ok()?;
@@ -297,14 +322,15 @@ pub async fn events(
                 };
                 let now = Some((total, oldest.first().map(|a| a.id)));
                 let event = match seen {
-                    // The page was rendered just now: only later changes are news.
+                    // Nothing known of what the page shows: only later changes are news.
                     None => Event::default().comment("watching"),
                     Some(_) if seen != now => {
                         Event::default().event("approvals").data(total.to_string())
                     }
-                    Some(_) => continue,
+                    Some(_) if looked => continue,
+                    Some(_) => Event::default().comment("watching"),
                 };
-                return Some((Ok(event), (state, token, now)));
+                return Some((Ok(event), (state, token, now, true)));
             }
         },
     );

@@ -47,6 +47,20 @@ db_test!(
         .await
         .expect("an approvals event within 10 s");
         assert!(heard.contains("data: 1"), "{heard}");
+        // A page rendered empty whose stream opens only after the request was held
+        // hears of it at the stream's first look.
+        let mut late = app
+            .client
+            .get(format!(
+                "{}/console/approvals/events?total=0&oldest=0",
+                app.base
+            ))
+            .header(COOKIE, browser.cookie_header())
+            .send()
+            .await
+            .unwrap();
+        let first = String::from_utf8_lossy(&late.chunk().await.unwrap().unwrap()).into_owned();
+        assert!(first.contains("event: approvals"), "{first}");
 
         let page = browser.get("/console/approvals").await;
         assert_eq!(page.status, 200);
