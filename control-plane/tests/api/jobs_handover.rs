@@ -124,6 +124,21 @@ async fn the_elected_jobs_move_to_the_survivor_and_each_event_is_sent_once() {
         (count() == 10).then_some(())
     })
     .await;
+    // Recorded as delivered too, so the kill below falls between sends, not inside one
+    // (a holder killed after a receiver answered and before it recorded the delivery
+    // sends that one message again, under the same `webhook-id`).
+    eventually(Duration::from_secs(10), || async {
+        let undelivered: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM notification_deliveries WHERE tenant_id = $1 \
+             AND status <> 'delivered'",
+        )
+        .bind(&tenant.id)
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+        (undelivered == 0).then_some(())
+    })
+    .await;
 
     // The holder dies with notifications waiting.
     first.kill_9();
