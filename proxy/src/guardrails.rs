@@ -38,7 +38,8 @@ pub struct Guardrails {
 pub struct Content<'a> {
     action: Action<'a>,
     guardrails: &'a Guardrails,
-    deadline: Instant,
+    /// Set at the first scan: a request no guardrail covers never reads the clock.
+    deadline: Cell<Option<Instant>>,
     /// Parsed at the first guardrail that covers the request.
     value: RefCell<Option<Value>>,
     redactions: RefCell<Vec<String>>,
@@ -51,7 +52,7 @@ impl<'a> Content<'a> {
         Content {
             action,
             guardrails,
-            deadline: Instant::now() + guardrails.timeout,
+            deadline: Cell::new(None),
             value: RefCell::new(None),
             redactions: RefCell::new(Vec::new()),
             failed: Cell::new(None),
@@ -68,7 +69,12 @@ impl<'a> Content<'a> {
             return self.failure(policy_id, "the content is not JSON");
         };
         let redact = guardrail.action == GuardrailAction::Redact;
-        match scan_json(value, &guardrail.scanner, redact, self.deadline) {
+        let deadline = self
+            .deadline
+            .get()
+            .unwrap_or_else(|| Instant::now() + self.guardrails.timeout);
+        self.deadline.set(Some(deadline));
+        match scan_json(value, &guardrail.scanner, redact, deadline) {
             Ok(hits) if hits.is_empty() => GuardrailVerdict::Clean,
             Ok(hits) => {
                 let action = match guardrail.action {

@@ -43,6 +43,11 @@ pub fn tool_call(
     ])
 }
 
+/// Whether `text` has the form of a digest: 64 hex digits.
+pub fn is_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn digest(parts: &[&[u8]]) -> String {
     let mut hasher = Sha256::new();
     for part in parts {

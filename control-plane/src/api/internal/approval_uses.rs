@@ -38,7 +38,7 @@ pub async fn claim(state: &AppState, claim: ApprovalUse) -> ApiResult<ApprovalUs
         ));
     }
     let digest = &claim.action_digest;
-    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !warden_shared::action::is_digest(digest) {
         return Err(ApiError::validation(
             "action_digest",
             "action_digest: 64 hex digits",

@@ -223,7 +223,7 @@ async fn queue_approvals(
         let policy_exists = store::policy_exists(tx, tenant_id, ask.policy_id).await?;
         let releases = ask.releases.unwrap_or_default();
         let digest_ok = match &ask.action_digest {
-            Some(digest) => digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            Some(digest) => warden_shared::action::is_digest(digest),
             None => !releases.is_bound_to_action(),
         };
         if !digest_ok {
