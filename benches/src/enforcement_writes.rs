@@ -123,6 +123,7 @@ async fn start_proxy(server: &BenchServer) -> tempfile::TempDir {
         service_token: Secret::new(SERVICE_TOKEN),
         allow_private: Vec::new(),
         clock: warden_shared::clock::Clock::system(),
+        tracer: None,
     })
     .await
     .unwrap();

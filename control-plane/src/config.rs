@@ -11,6 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 use warden_proxy::config::{ProvidersConfig, ProxyConfig};
+use warden_proxy::otel::{TraceExport, TracingConfig};
 pub use warden_shared::secret::Secret;
 
 /// Everything the `warden` binary's commands need: the control plane's settings at the top
@@ -71,6 +72,9 @@ pub struct Config {
     /// Providers' endpoints and the proxy's own credentials
     /// (`WARDEN_PROVIDERS__OPENAI__BASE_URL`, `WARDEN_PROVIDERS__OPENAI__API_KEY`).
     pub providers: ProvidersConfig,
+    /// Traces to an OpenTelemetry collector over OTLP (both planes); off unless an
+    /// endpoint is named here or in `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub tracing: TracingConfig,
 }
 
 /// Brute-force throttling of the unauthenticated signup and login endpoints.
@@ -202,6 +206,7 @@ impl Default for Config {
             billing: BillingConfig::default(),
             proxy: ProxyConfig::default(),
             providers: ProvidersConfig::default(),
+            tracing: TracingConfig::default(),
         }
     }
 }
@@ -230,6 +235,17 @@ impl Config {
             .merge(Env::prefixed("WARDEN_").split("__"))
             .extract()
             .map_err(Box::new)
+    }
+}
+
+impl Config {
+    /// Where traces go: the `tracing` settings read with OpenTelemetry's standard
+    /// `OTEL_` variables, which win over them (`warden_proxy::otel::export`); `None`
+    /// when tracing is off.
+    pub fn trace_export(&self) -> Result<Option<TraceExport>, String> {
+        // The only variables read outside figment: their names are OpenTelemetry's.
+        #[allow(clippy::disallowed_methods)]
+        self.tracing.resolve(|name| std::env::var(name).ok())
     }
 }
 

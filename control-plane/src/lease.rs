@@ -49,7 +49,7 @@ pub async fn release(db: &Db, job: &str, holder: &str) -> Result<(), sqlx::Error
 /// lease up when the app stops.
 pub async fn every_while_held<F, Fut>(
     db: &Db,
-    job: &str,
+    job: &'static str,
     holder: &str,
     period: std::time::Duration,
     ttl: std::time::Duration,
@@ -60,7 +60,7 @@ pub async fn every_while_held<F, Fut>(
     Fut: std::future::Future<Output = ()>,
 {
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-    crate::periodic::every(period, period, stopping, || {
+    crate::periodic::every(job, period, period, stopping, || {
         // Futures do nothing until polled: the round starts only once the lease is held.
         let work = round();
         async move {

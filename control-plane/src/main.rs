@@ -5,11 +5,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use warden_control_plane::bootstrap::BootstrapOutcome;
 use warden_control_plane::changes::chain;
 use warden_control_plane::config::{Config, LogFormat, Secret};
 use warden_control_plane::startup::{self, Application};
 use warden_control_plane::telemetry;
+use warden_proxy::otel::Plane;
 use warden_proxy::{ProxyApp, ProxySettings};
 use warden_shared::clock::Clock;
 
@@ -188,7 +190,8 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         .service_token
         .get_or_insert_with(|| Secret::new(warden_shared::keys::generate_api_key()))
         .clone();
-    telemetry::init(config.log_format, &config.log_level);
+    let traces = Traces::start(&config, &[Plane::ControlPlane, Plane::Proxy])?;
+    traces.init_logs(&config);
     let mut proxy = config.proxy.clone();
     let providers = config.providers.clone();
     let allow_private = config.outbound.allow_private.clone();
@@ -207,6 +210,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         service_token,
         allow_private,
         clock: Clock::system(),
+        tracer: traces.tracer(Plane::Proxy),
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -233,6 +237,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
     proxied
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
+    traces.shut_down().await;
     println!("warden: stopped cleanly");
     Ok(())
 }
@@ -427,7 +432,8 @@ async fn verify_audit(config: Option<PathBuf>, tenant: Option<String>) -> Result
 }
 
 async fn run_proxy(config: Config) -> Result<(), String> {
-    telemetry::init(config.log_format, &config.log_level);
+    let traces = Traces::start(&config, &[Plane::Proxy])?;
+    traces.init_logs(&config);
     let service_token = config
         .service_token
         .clone()
@@ -438,17 +444,21 @@ async fn run_proxy(config: Config) -> Result<(), String> {
         service_token,
         allow_private: config.outbound.allow_private,
         clock: Clock::system(),
+        tracer: traces.tracer(Plane::Proxy),
     })
     .await
     .map_err(|e| e.to_string())?;
     let shutdown = startup::shutdown_signal();
     tracing::info!(addr = %proxy.addr, "proxy listening");
-    proxy.serve(shutdown).await.map_err(|e| e.to_string())
+    let served = proxy.serve(shutdown).await.map_err(|e| e.to_string());
+    traces.shut_down().await;
+    served
 }
 
 async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
     let config = Config::load(file.as_deref()).map_err(|e| e.to_string())?;
-    telemetry::init(config.log_format, &config.log_level);
+    let traces = Traces::start(&config, &[Plane::ControlPlane])?;
+    traces.init_logs(&config);
     let app = startup::build(config, Clock::system())
         .await
         .map_err(|e| e.to_string())?;
@@ -458,7 +468,57 @@ async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
         // Printed once, on the first start against an empty database, and never stored.
         println!("platform-admin key (shown once, store it now): {key}");
     }
-    app.serve(shutdown).await.map_err(|e| e.to_string())
+    let served = app.serve(shutdown).await.map_err(|e| e.to_string());
+    traces.shut_down().await;
+    served
+}
+
+/// The tracer providers of the planes this process runs, when tracing is on (the
+/// `tracing` settings, or the standard `OTEL_` variables).
+struct Traces {
+    providers: Vec<(Plane, SdkTracerProvider)>,
+}
+
+impl Traces {
+    fn start(config: &Config, planes: &[Plane]) -> Result<Traces, String> {
+        let export = config.trace_export()?;
+        let providers = match export {
+            None => Vec::new(),
+            Some(export) => planes
+                .iter()
+                .map(|plane| Ok((*plane, export.provider(*plane)?)))
+                .collect::<Result<_, String>>()?,
+        };
+        Ok(Traces { providers })
+    }
+
+    fn provider(&self, plane: Plane) -> Option<&SdkTracerProvider> {
+        self.providers
+            .iter()
+            .find(|(p, _)| *p == plane)
+            .map(|(_, provider)| provider)
+    }
+
+    fn tracer(&self, plane: Plane) -> Option<warden_proxy::otel::Tracer> {
+        self.provider(plane).map(warden_proxy::otel::Tracer::new)
+    }
+
+    /// Logs, and the control plane's spans when this process runs it with tracing on.
+    fn init_logs(&self, config: &Config) {
+        telemetry::init(
+            config.log_format,
+            &config.log_level,
+            self.provider(Plane::ControlPlane),
+            config.database_url.expose(),
+        );
+    }
+
+    /// Sends what is still buffered, at exit (blocking: on a thread of its own).
+    async fn shut_down(self) {
+        for (_, provider) in self.providers {
+            let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        }
+    }
 }
 
 /// Waits (up to 30 s) until `url` answers 2xx; a plane that is slower to be ready is

@@ -4,10 +4,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tracing::Instrument;
 
 /// Runs `round` first after `first_after`, then every `period`, until `stopping` turns
 /// true (or its sender is gone). A round that overruns delays the next, never doubles it.
+/// Each round is a span, `round {name}`, which a trace shows with its database queries.
 pub async fn every<F, Fut>(
+    name: &'static str,
     first_after: Duration,
     period: Duration,
     mut stopping: watch::Receiver<bool>,
@@ -28,6 +31,8 @@ pub async fn every<F, Fut>(
                 continue;
             }
         }
-        round().await;
+        round()
+            .instrument(tracing::info_span!("round", otel.name = %format!("round {name}")))
+            .await;
     }
 }

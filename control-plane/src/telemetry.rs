@@ -1,23 +1,161 @@
-//! Structured logging: JSON lines in production, readable lines for people.
+//! Structured logging (JSON lines in production, readable lines for people) and, when
+//! an OTLP endpoint is configured (`warden_proxy::otel::export`), traces: each API
+//! request a SERVER span named by its route, each background round a span, and each
+//! database query inside them a CLIENT child span.
 
-use tracing_subscriber::EnvFilter;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{
+    Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::config::LogFormat;
 
-/// Installs the global subscriber at `level` (`log_level`: `error`, `warn`, `info`,
-/// `debug`, or any `tracing` filter); `RUST_LOG`, when set, overrides it.
-pub fn init(format: LogFormat, level: &str) {
+/// Installs the global subscriber: logs at `level` (`log_level`: `error`, `warn`, `info`,
+/// `debug`, or any `tracing` filter; `RUST_LOG`, when set, overrides it), and spans to
+/// `traces` when tracing is on, queries named for the database at `database_url`.
+pub fn init(
+    format: LogFormat,
+    level: &str,
+    traces: Option<&SdkTracerProvider>,
+    database_url: &str,
+) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::try_new(format!("{level},sqlx=warn,tower_http=warn"))
             .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn"))
     });
     // Colours only for a terminal: a file or a pipe gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi);
-    let _ = match format {
-        LogFormat::Json => builder.json().with_current_span(true).try_init(),
-        LogFormat::Pretty => builder.compact().try_init(),
+    let logs = match format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_ansi(ansi)
+            .boxed(),
+        LogFormat::Pretty => tracing_subscriber::fmt::layer()
+            .compact()
+            .with_ansi(ansi)
+            .boxed(),
     };
+    let registry = tracing_subscriber::registry().with(logs.with_filter(filter));
+    let Some(provider) = traces else {
+        let _ = registry.try_init();
+        return;
+    };
+    let scope = InstrumentationScope::builder("warden-control-plane")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build();
+    let tracer = provider.tracer_with_scope(scope);
+    // Warden's own spans only: requests and rounds (their log lines become span events).
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(tracer.clone())
+        // The conventions' attributes only: no source locations, threads or busy times.
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
+        .with_filter(Targets::new().with_target("warden_control_plane", Level::INFO));
+    let queries = QuerySpans {
+        tracer,
+        system: if database_url.starts_with("postgres") {
+            "postgresql"
+        } else {
+            "sqlite"
+        },
+    }
+    .with_filter(Targets::new().with_target("sqlx::query", Level::TRACE));
+    let _ = registry.with(spans).with(queries).try_init();
+}
+
+/// Turns sqlx's record of each finished query (`sqlx::query` events: the statement, its
+/// rows and how long it took) into a CLIENT span under the span that ran it, started
+/// back then. A query outside any span (none of a request or round) makes none; so do
+/// SQLite's, which sqlx runs on a thread of its own, outside the caller's span.
+struct QuerySpans {
+    tracer: SdkTracer,
+    system: &'static str,
+}
+
+impl<S: Subscriber> Layer<S> for QuerySpans {
+    fn on_event(&self, event: &Event<'_>, _context: Context<'_, S>) {
+        let parent = opentelemetry::Context::current();
+        if !parent.has_active_span() {
+            return;
+        }
+        let mut query = QueryFields::default();
+        event.record(&mut query);
+        let ended = SystemTime::now();
+        let took = Duration::try_from_secs_f64(query.elapsed_secs).unwrap_or_default();
+        let text = if query.statement.trim().is_empty() {
+            query.summary.trim_end_matches(" …").to_owned()
+        } else {
+            query.statement.trim().to_owned()
+        };
+        let name = query.summary.trim_end_matches(" …").to_owned();
+        let mut attributes = vec![
+            KeyValue::new("db.system.name", self.system),
+            // Static SQL with bound parameters: never a value.
+            KeyValue::new("db.query.text", text),
+            KeyValue::new("db.response.returned_rows", query.rows_returned),
+        ];
+        if query.rows_affected > 0 {
+            attributes.push(KeyValue::new(
+                "warden.db.rows_affected",
+                query.rows_affected,
+            ));
+        }
+        let mut span = self
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Client)
+            .with_start_time(ended.checked_sub(took).unwrap_or(ended))
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &parent);
+        span.end_with_timestamp(ended);
+    }
+}
+
+/// The fields of a `sqlx::query` event.
+#[derive(Default)]
+struct QueryFields {
+    summary: String,
+    statement: String,
+    rows_returned: i64,
+    rows_affected: i64,
+    elapsed_secs: f64,
+}
+
+impl Visit for QueryFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "summary" => value.clone_into(&mut self.summary),
+            "db.statement" => value.clone_into(&mut self.statement),
+            _ => {}
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        let value = i64::try_from(value).unwrap_or(i64::MAX);
+        match field.name() {
+            "rows_returned" => self.rows_returned = value,
+            "rows_affected" => self.rows_affected = value,
+            _ => {}
+        }
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        if field.name() == "elapsed_secs" {
+            self.elapsed_secs = value;
+        }
+    }
+
+    fn record_debug(&mut self, _field: &Field, _value: &dyn std::fmt::Debug) {}
 }

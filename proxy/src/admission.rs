@@ -166,6 +166,7 @@ mod tests {
             agent: Some(Arc::new(AgentState {
                 id: "a".into(),
                 tenant_id: "t".into(),
+                name: "a".into(),
                 team_id: None,
                 environment: "production".into(),
                 blocked,

@@ -38,6 +38,7 @@ use crate::mcp::metrics::GatewayMetrics;
 use crate::mcp::upstream::UpstreamClients;
 use crate::mcp::{GatewayShared, McpGateway};
 use crate::metrics::ProxyMetrics;
+use crate::otel::Tracer;
 use crate::rate_grants::RateGrants;
 use crate::rate_limit::RateWindows;
 use crate::resources::Resources;
@@ -66,6 +67,8 @@ pub struct ProxySettings {
     /// What the request path reads the time from (rate windows, budget periods, expiries,
     /// usage timestamps): the system clock, or a manual one in tests.
     pub clock: Clock,
+    /// Where spans go (`crate::otel`); `None`: tracing is off.
+    pub tracer: Option<Tracer>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +128,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         service_token,
         allow_private,
         clock,
+        tracer,
     } = settings;
     let allowance = Arc::new(Allowance::new(&allow_private).map_err(ProxyStartupError::Outbound)?);
     // The MCP gateway's client (reqwest 0.13, built without a TLS provider) uses the
@@ -206,6 +210,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             })),
             call_timeout: Duration::from_secs(config.mcp_call_timeout_secs.max(1)),
             clock: clock.clone(),
+            tracer: tracer.clone(),
         },
         &config.mcp_allowed_origins,
         config.max_body_bytes,
@@ -253,6 +258,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             max_body_bytes: config.max_body_bytes,
             clock: clock.clone(),
             draining: draining.clone(),
+            tracer: tracer.clone(),
         });
         proxies.push(Arc::new(pingora::proxy::http_proxy(&server_conf, service)));
     }
@@ -526,6 +532,7 @@ mod tests {
             service_token: Secret::new("token"),
             allow_private: Vec::new(),
             clock: Clock::system(),
+            tracer: None,
         };
         let Err(error) = build(settings).await else {
             panic!("the proxy started with {} loops", MAX_EVENT_LOOPS + 1);

@@ -6,7 +6,8 @@
 //! model, relayed back (streamed or whole), and its usage queued for the ledger. The
 //! request path reads only memory.
 //!
-//! Only `build`, its settings and app, `config` and `allocator` are public. The modules
+//! Only `build`, its settings and app, `config`, `otel` (the tracing settings and the
+//! tracer the binary builds from them) and `allocator` are public. The modules
 //! form layers, each using only those below it (`tests/module_layers.rs` fails on a
 //! cycle and prints the layers).
 
@@ -35,6 +36,7 @@ pub use mcp::upstream::{fetch_definitions, ToolDefinition, UpstreamError};
 pub(crate) mod budget_grants;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
+pub mod otel;
 pub(crate) mod policy_gate;
 pub(crate) mod pool_peer;
 pub(crate) mod rate_grants;

@@ -117,6 +117,19 @@ impl Refusal {
         }
     }
 
+    /// The policy that refused, when one did.
+    pub fn policy_id(&self) -> Option<i64> {
+        match self {
+            Refusal::PolicyViolation { policy_id, .. }
+            | Refusal::PolicyBudgetExceeded { policy_id, .. }
+            | Refusal::GuardrailViolation { policy_id, .. }
+            | Refusal::GuardrailUnavailable { policy_id, .. }
+            | Refusal::ApprovalRequired { policy_id } => Some(*policy_id),
+            Refusal::RateLimited { policy_id, .. } => *policy_id,
+            _ => None,
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             Refusal::MissingKey => "missing_api_key",

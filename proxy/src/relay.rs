@@ -13,6 +13,7 @@ use warden_shared::registry::Provider;
 
 use crate::buffered_io::{BufferedIo, Cork};
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
+use crate::otel::AnswerFacts;
 use crate::refusal::Refusal;
 use crate::respond::respond;
 use crate::upstream::{refusal_of, Exchange};
@@ -44,6 +45,7 @@ pub async fn relay_stream(
     exchange: &mut Exchange,
     strip_usage: bool,
     added: &[(&'static str, String)],
+    facts: Option<&mut AnswerFacts>,
 ) -> Relayed {
     let mut relay = SseRelay::new(strip_usage);
     let outcome = |relay: &SseRelay, complete: bool| Relayed {
@@ -71,7 +73,7 @@ pub async fn relay_stream(
         return outcome(&relay, false);
     }
     let mut in_hand = BytesMut::new();
-    let events = relay_events(session, exchange, &mut relay, &mut in_hand, &cork);
+    let events = relay_events(session, exchange, &mut relay, &mut in_hand, &cork, facts);
     let Some(complete) = events.await else {
         return outcome(&relay, false);
     };
@@ -98,6 +100,7 @@ async fn relay_events(
     relay: &mut SseRelay,
     in_hand: &mut BytesMut,
     cork: &Cork,
+    mut facts: Option<&mut AnswerFacts>,
 ) -> Option<bool> {
     loop {
         let mut read = pin!(exchange.read_body());
@@ -112,6 +115,9 @@ async fn relay_events(
         };
         match next {
             Ok(Some(chunk)) => {
+                if let Some(facts) = facts.as_deref_mut() {
+                    facts.chunk(&chunk);
+                }
                 in_hand.extend_from_slice(&relay.push(&chunk));
                 // A provider that sends faster than the client reads still goes out as
                 // it comes, under the client's backpressure, not gathered whole.
@@ -154,6 +160,7 @@ pub async fn relay_whole(
     status: u16,
     provider: Provider,
     added: &[(&'static str, String)],
+    facts: Option<&mut AnswerFacts>,
 ) -> Relayed {
     let body = match read_whole(exchange, provider).await {
         Ok(body) => body,
@@ -172,6 +179,9 @@ pub async fn relay_whole(
             };
         }
     };
+    if let Some(facts) = facts {
+        facts.whole(&body);
+    }
     let usage = if (200..300).contains(&status) {
         extract::from_json(&body)
     } else {

@@ -18,6 +18,7 @@ use crate::guardrails::Guardrails;
 use crate::managed_keys::ManagedKeys;
 use crate::mcp::McpGateway;
 use crate::metrics::ProxyMetrics;
+use crate::otel::Tracer;
 use crate::rate_grants::RateGrants;
 use crate::rate_limit::RateWindows;
 use crate::state::EnforcementState;
@@ -56,4 +57,6 @@ pub struct Resources {
     /// True from the shutdown signal on: `/readyz` answers 503 so that load balancers
     /// stop sending new requests before the listener closes.
     pub draining: Arc<AtomicBool>,
+    /// Where the request's spans go; `None`: tracing is off.
+    pub tracer: Option<Tracer>,
 }

@@ -18,6 +18,7 @@ use crate::endpoint::Endpoint;
 use crate::forward;
 use crate::mcp::Caller;
 use crate::metrics::status_class;
+use crate::otel::RequestTrace;
 use crate::refusal::{Refusal, Refused};
 use crate::resources::Resources;
 use crate::respond::{respond, respond_refusal};
@@ -39,7 +40,10 @@ impl ProxyHttp for ProxyService {
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> pingora::Result<bool> {
         // Anthropic's SDKs read refusals in Anthropic's error shape.
         let anthropic = session.req_header().uri.path().starts_with("/v1/messages");
-        if let Err(Refused { refusal, labels }) = self.route(session).await {
+        let mut trace = self.trace(session);
+        let routed = self.route(session, trace.as_mut()).await;
+        let refused = routed.err();
+        if let Some(Refused { refusal, labels }) = &refused {
             let (provider, model) = labels.as_ref().map_or(("none", "none"), |labels| {
                 (labels.provider.as_str(), labels.model)
             });
@@ -69,6 +73,12 @@ impl ProxyHttp for ProxyService {
             });
             respond_refusal(session, refusal.status(), body, refusal.retry_after_secs()).await;
         }
+        if let Some(trace) = trace {
+            let status = session
+                .response_written()
+                .map_or(0, |header| header.status.as_u16());
+            trace.end(status, refused.as_ref().map(|r| &r.refusal));
+        }
         Ok(true)
     }
 
@@ -87,7 +97,21 @@ impl ProxyService {
         ProxyService { resources }
     }
 
-    async fn route(&self, session: &mut Session) -> Result<(), Refused> {
+    /// The request's trace when tracing is on, for the agent APIs (`/v1/...`); the
+    /// probes and metrics are not traced, and MCP traces its tool calls itself.
+    fn trace(&self, session: &Session) -> Option<RequestTrace> {
+        let tracer = self.resources.tracer.as_ref()?;
+        let header = session.req_header();
+        let path = header.uri.path();
+        path.starts_with("/v1/")
+            .then(|| RequestTrace::start(tracer, header.method.as_str(), path, &header.headers))
+    }
+
+    async fn route(
+        &self,
+        session: &mut Session,
+        trace: Option<&mut RequestTrace>,
+    ) -> Result<(), Refused> {
         let shared = &self.resources;
         let method = session.req_header().method.as_str().to_owned();
         let path = session.req_header().uri.path().to_owned();
@@ -160,23 +184,23 @@ impl ProxyService {
             }
             ("POST", "/v1/chat/completions") => {
                 let view = self.authenticate(session)?;
-                forward::forward(shared, session, view, Endpoint::ChatCompletions).await
+                forward::forward(shared, session, view, Endpoint::ChatCompletions, trace).await
             }
             ("POST", "/v1/embeddings") => {
                 let view = self.authenticate(session)?;
-                forward::forward(shared, session, view, Endpoint::Embeddings).await
+                forward::forward(shared, session, view, Endpoint::Embeddings, trace).await
             }
             ("POST", "/v1/responses") => {
                 let view = self.authenticate(session)?;
-                forward::forward(shared, session, view, Endpoint::Responses).await
+                forward::forward(shared, session, view, Endpoint::Responses, trace).await
             }
             ("POST", "/v1/messages") => {
                 let view = self.authenticate(session)?;
-                forward::forward(shared, session, view, Endpoint::Messages).await
+                forward::forward(shared, session, view, Endpoint::Messages, trace).await
             }
             ("POST", "/v1/messages/count_tokens") => {
                 let view = self.authenticate(session)?;
-                forward::forward(shared, session, view, Endpoint::MessagesCountTokens).await
+                forward::forward(shared, session, view, Endpoint::MessagesCountTokens, trace).await
             }
             ("POST" | "GET" | "DELETE", "/mcp") => {
                 let view = self.authenticate(session)?;

@@ -24,6 +24,10 @@ pub struct ClientHeaders {
     /// provider gets `2023-06-01` when it names no version.
     pub anthropic_version: Option<HeaderValue>,
     pub anthropic_beta: Option<HeaderValue>,
+    /// The W3C trace context: the agent's, passed on as it came, or the proxy's own
+    /// span's when tracing is on.
+    pub traceparent: Option<HeaderValue>,
+    pub tracestate: Option<HeaderValue>,
 }
 
 impl ClientHeaders {
@@ -39,6 +43,8 @@ impl ClientHeaders {
             user_agent: headers.get(http::header::USER_AGENT).cloned(),
             anthropic_version: anthropic("anthropic-version"),
             anthropic_beta: anthropic("anthropic-beta"),
+            traceparent: headers.get("traceparent").cloned(),
+            tracestate: headers.get("tracestate").cloned(),
         }
     }
 }
@@ -115,6 +121,12 @@ fn request_head(
     );
     if let Some(agent) = &client.user_agent {
         line(b"user-agent", agent.as_bytes());
+    }
+    if let Some(parent) = &client.traceparent {
+        line(b"traceparent", parent.as_bytes());
+        if let Some(state) = &client.tracestate {
+            line(b"tracestate", state.as_bytes());
+        }
     }
     match provider {
         Provider::Anthropic => {
@@ -270,6 +282,10 @@ mod tests {
             user_agent: None,
             anthropic_version: Some(HeaderValue::from_static("2024-01-01")),
             anthropic_beta: Some(HeaderValue::from_static("prompt-caching-2024-07-31")),
+            traceparent: Some(HeaderValue::from_static(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            )),
+            tracestate: Some(HeaderValue::from_static("agent=1")),
         };
         let body = UpstreamBody {
             length: 2,
@@ -287,5 +303,6 @@ mod tests {
         let head = String::from_utf8(head.to_vec()).expect("ascii");
         assert!(head.starts_with("POST /v1/messages HTTP/1.1\r\n"), "{head}");
         assert!(head.contains("x-api-key: sk-ant\r\nanthropic-version: 2024-01-01\r\nanthropic-beta: prompt-caching-2024-07-31\r\n"), "{head}");
+        assert!(head.contains("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\ntracestate: agent=1\r\n"), "{head}");
     }
 }

@@ -129,6 +129,9 @@ pub struct TenantState {
 pub struct AgentState {
     pub id: String,
     pub tenant_id: String,
+    /// The agent's name in the registry (`gen_ai.agent.name` in traces).
+    #[serde(default)]
+    pub name: String,
     pub team_id: Option<String>,
     pub environment: String,
     pub blocked: bool,

@@ -90,51 +90,57 @@ const WHOLE_WALK_EVERY_MS: i64 = 24 * 3_600 * 1_000;
 /// Verifies every tenant's audit chain and counts the broken ones for the alert on
 /// `warden_audit_chain_broken_tenants`. Read-only: safe on every replica.
 async fn verify_chains(c: Context, period: Duration) {
-    every(period, period, c.stopping, || async {
-        let tenants = match crate::changes::chain::chained_tenants(c.db.pool()).await {
-            Ok(tenants) => tenants,
-            Err(error) => {
-                tracing::warn!(%error, "cannot list the audit chains to verify");
-                return;
-            }
-        };
-        let mut broken = 0;
-        for tenant_id in &tenants {
-            let now = c.clock.now().as_millis();
-            let checked = crate::changes::chain::check(
-                c.db.pool(),
-                &c.verified_links,
-                tenant_id,
-                now,
-                WHOLE_WALK_EVERY_MS,
-                false,
-            )
-            .await;
-            match checked {
-                Ok((verification, _)) if !verification.valid => {
-                    broken += 1;
-                    tracing::error!(
-                        tenant_id,
-                        broken = ?verification.broken,
-                        "the audit trail's hash chain is broken"
-                    );
-                }
-                Ok(_) => {}
+    every(
+        "verify_audit_chains",
+        period,
+        period,
+        c.stopping,
+        || async {
+            let tenants = match crate::changes::chain::chained_tenants(c.db.pool()).await {
+                Ok(tenants) => tenants,
                 Err(error) => {
-                    tracing::warn!(%error, tenant_id, "cannot verify an audit chain");
+                    tracing::warn!(%error, "cannot list the audit chains to verify");
                     return;
                 }
+            };
+            let mut broken = 0;
+            for tenant_id in &tenants {
+                let now = c.clock.now().as_millis();
+                let checked = crate::changes::chain::check(
+                    c.db.pool(),
+                    &c.verified_links,
+                    tenant_id,
+                    now,
+                    WHOLE_WALK_EVERY_MS,
+                    false,
+                )
+                .await;
+                match checked {
+                    Ok((verification, _)) if !verification.valid => {
+                        broken += 1;
+                        tracing::error!(
+                            tenant_id,
+                            broken = ?verification.broken,
+                            "the audit trail's hash chain is broken"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, tenant_id, "cannot verify an audit chain");
+                        return;
+                    }
+                }
             }
-        }
-        c.metrics.gauges.set_chains_broken(broken);
-    })
+            c.metrics.gauges.set_chains_broken(broken);
+        },
+    )
     .await;
 }
 
 /// Rolls finished hours into the daily rollups and closes finished days
 /// (`ledger::close_days`), first at once.
 async fn close_days(c: Context, period: Duration) {
-    every(Duration::ZERO, period, c.stopping, || async {
+    every("close_days", Duration::ZERO, period, c.stopping, || async {
         match crate::ledger::close_days(&c.db, c.clock.now()).await {
             Ok(0) => {}
             Ok(days) => tracing::info!(days, "closed days of the daily cost rollup"),
@@ -146,18 +152,24 @@ async fn close_days(c: Context, period: Duration) {
 
 /// Audits each past minute's repeated policy violations as one counted event.
 async fn summarize_violations(c: Context, period: Duration) {
-    every(period, period, c.stopping, || async {
-        let now = c.clock.now().as_millis();
-        if let Err(error) = crate::api::policies::summarize_violations(&c.db, now, None).await {
-            tracing::warn!(%error, "cannot audit the repeated policy violations");
-        }
-    })
+    every(
+        "summarize_violations",
+        period,
+        period,
+        c.stopping,
+        || async {
+            let now = c.clock.now().as_millis();
+            if let Err(error) = crate::api::policies::summarize_violations(&c.db, now, None).await {
+                tracing::warn!(%error, "cannot audit the repeated policy violations");
+            }
+        },
+    )
     .await;
 }
 
 /// Expires approvals nobody decided within their time.
 async fn expire_approvals(c: Context, period: Duration) {
-    every(period, period, c.stopping, || async {
+    every("expire_approvals", period, period, c.stopping, || async {
         if let Err(error) = crate::api::approvals::expire_lapsed(&c.db, c.clock.now()).await {
             tracing::warn!(%error, "cannot expire lapsed approvals");
         }
@@ -169,12 +181,18 @@ async fn expire_approvals(c: Context, period: Duration) {
 /// hour after start: nothing can be a week old before).
 async fn forget_decision_batches(c: Context) {
     let hour = Duration::from_secs(3_600);
-    every(hour, hour, c.stopping, || async {
-        let before = c.clock.now().as_millis() - crate::api::internal::BATCH_ID_RETENTION_MS;
-        if let Err(error) = crate::api::internal::forget_batches_before(&c.db, before).await {
-            tracing::warn!(%error, "cannot forget old decision batch ids");
-        }
-    })
+    every(
+        "forget_decision_batches",
+        hour,
+        hour,
+        c.stopping,
+        || async {
+            let before = c.clock.now().as_millis() - crate::api::internal::BATCH_ID_RETENTION_MS;
+            if let Err(error) = crate::api::internal::forget_batches_before(&c.db, before).await {
+                tracing::warn!(%error, "cannot forget old decision batch ids");
+            }
+        },
+    )
     .await;
 }
 
@@ -182,7 +200,7 @@ async fn forget_decision_batches(c: Context) {
 /// budgets' holdings that lapsed.
 async fn forget_grants(c: Context) {
     let minute = Duration::from_secs(60);
-    every(minute, minute, c.stopping, || async {
+    every("forget_grants", minute, minute, c.stopping, || async {
         let now_ms = c.clock.now().as_millis();
         let before = now_ms.div_euclid(60_000) - 2;
         if let Err(error) = crate::api::internal::forget_rate_grants(&c.db, before).await {
@@ -198,7 +216,7 @@ async fn forget_grants(c: Context) {
 
 /// Applies the plan changes due at the end of billing periods.
 async fn apply_plan_changes(c: Context, period: Duration) {
-    every(period, period, c.stopping, || async {
+    every("apply_plan_changes", period, period, c.stopping, || async {
         if let Err(error) = crate::api::billing::apply_due_plan_changes(&c.db, c.clock.now()).await
         {
             tracing::warn!(%error, "cannot apply scheduled plan changes");
@@ -209,7 +227,7 @@ async fn apply_plan_changes(c: Context, period: Duration) {
 
 /// Deletes captured payloads past their tenant's retention.
 async fn purge_payloads(c: Context, period: Duration) {
-    every(period, period, c.stopping, || async {
+    every("purge_payloads", period, period, c.stopping, || async {
         match crate::api::payload_capture::purge_expired(&c.db, c.clock.now()).await {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(deleted, "captured payloads past retention deleted"),

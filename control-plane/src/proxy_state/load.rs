@@ -23,7 +23,7 @@ pub const MAX_CHANGES_PER_DELTA: i64 = 1000;
 
 macro_rules! select_agents {
     () => {
-        "SELECT a.id, a.tenant_id, a.team_id, a.environment, a.blocked, a.quarantined, a.expires_at FROM agents a"
+        "SELECT a.id, a.tenant_id, a.name, a.team_id, a.environment, a.blocked, a.quarantined, a.expires_at FROM agents a"
     };
 }
 
@@ -464,6 +464,7 @@ fn agent_from_row(row: &AnyRow) -> Result<AgentState, sqlx::Error> {
     Ok(AgentState {
         id: row.try_get("id")?,
         tenant_id: row.try_get("tenant_id")?,
+        name: row.try_get("name")?,
         team_id: row.try_get("team_id")?,
         environment: row.try_get("environment")?,
         blocked: row.try_get::<i64, _>("blocked")? == 1,

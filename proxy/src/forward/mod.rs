@@ -21,6 +21,7 @@ use crate::budget;
 use crate::endpoint::Endpoint;
 use crate::guardrails::GUARDRAIL_HEADER;
 use crate::metrics::model_label;
+use crate::otel::RequestTrace;
 use crate::refusal::{Refusal, Refused, RouteLabels};
 use crate::relay::BUDGET_WARNING_HEADER;
 use crate::request_body::{read_body, Peek};
@@ -35,8 +36,12 @@ pub async fn forward(
     session: &mut Session,
     view: KeyView,
     endpoint: Endpoint,
+    mut trace: Option<&mut RequestTrace>,
 ) -> Result<(), Refused> {
     let started = Instant::now();
+    if let Some(trace) = trace.as_deref() {
+        trace.caller(&view);
+    }
     admission::check_key(&view, shared.clock.now_ms())?;
     ensure_json(session)?;
     let body = read_body(session, shared.max_body_bytes).await?;
@@ -72,10 +77,10 @@ pub async fn forward(
     if let Some(warning) = passed.budget_warning.clone() {
         added.push((BUDGET_WARNING_HEADER, warning));
     }
-    let answer = send::send(shared, session, &ready, &added)
+    let answer = send::send(shared, session, &ready, &added, trace.as_deref_mut())
         .await
         .map_err(refused)?;
-    settle::settle(shared, ready, passed, answer).await;
+    settle::settle(shared, ready, passed, answer, trace).await;
     Ok(())
 }
 

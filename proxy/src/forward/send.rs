@@ -6,9 +6,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderValue;
 use pingora::proxy::Session;
 
 use super::Ready;
+use crate::otel::{operation_name, AnswerFacts, Attempt, RequestTrace};
 use crate::refusal::Refusal;
 use crate::relay::{relay_stream, relay_whole, Relayed};
 use crate::request_body::rewrite;
@@ -30,6 +32,8 @@ pub(super) struct Answer {
     pub(super) exchange: Option<Exchange>,
     /// The proxy's own time on the request up to sending it.
     pub(super) overhead: Duration,
+    /// What the answer said of itself, read for a sampled trace.
+    pub(super) facts: Option<AnswerFacts>,
 }
 
 impl Answer {
@@ -46,6 +50,7 @@ impl Answer {
             relayed,
             exchange,
             overhead,
+            facts: None,
         }
     }
 }
@@ -58,6 +63,7 @@ pub(super) async fn send(
     session: &mut Session,
     ready: &Ready<'_>,
     added: &[(&'static str, String)],
+    trace: Option<&mut RequestTrace>,
 ) -> Result<Answer, Refusal> {
     let provider = ready.admitted.route.provider;
     let body = upstream_body(ready)?;
@@ -69,7 +75,11 @@ pub(super) async fn send(
         provider,
     )
     .await?;
-    let client = ClientHeaders::of(&session.req_header().headers, provider);
+    let mut client = ClientHeaders::of(&session.req_header().headers, provider);
+    let mut facts = None;
+    if let Some(trace) = trace {
+        facts = attempt(shared, ready, trace, &mut client);
+    }
     let body_facts = UpstreamBody {
         length: body.len(),
         streaming: ready.streaming,
@@ -97,13 +107,42 @@ pub(super) async fn send(
         session.set_keepalive(None);
         return Ok(Answer::client_closed(overhead));
     };
-    let (status, relayed) = relay(session, &mut exchange, ready, added).await;
+    let (status, relayed) = relay(session, &mut exchange, ready, added, facts.as_mut()).await;
     Ok(Answer {
         status,
         relayed,
         exchange: Some(exchange),
         overhead,
+        facts,
     })
+}
+
+/// Starts the trace's upstream attempt: its context replaces the agent's in the
+/// provider's `traceparent`. Returns the answer's facts to gather, when it records.
+fn attempt(
+    shared: &Resources,
+    ready: &Ready<'_>,
+    trace: &mut RequestTrace,
+    client: &mut ClientHeaders,
+) -> Option<AnswerFacts> {
+    let provider = ready.admitted.route.provider;
+    let (host, port) = shared
+        .upstreams
+        .target(provider)
+        .map_or(("", 0), |target| (target.host.as_str(), target.port));
+    let attempt = Attempt {
+        operation: operation_name(ready.endpoint),
+        provider,
+        model: &ready.admitted.requested_model,
+        streaming: ready.streaming,
+        server_address: host,
+        server_port: port,
+    };
+    let propagated = trace.attempt(&attempt, &ready.view);
+    let header = |value: Option<String>| value.and_then(|v| HeaderValue::from_str(&v).ok());
+    client.traceparent = header(propagated.traceparent);
+    client.tracestate = header(propagated.tracestate);
+    trace.answer_facts()
 }
 
 /// The body the provider receives: the agent's as it is, or with the provider's model
@@ -125,6 +164,7 @@ async fn relay(
     exchange: &mut Exchange,
     ready: &Ready<'_>,
     added: &[(&'static str, String)],
+    facts: Option<&mut AnswerFacts>,
 ) -> (u16, Relayed) {
     let status = exchange
         .response_header()
@@ -135,10 +175,10 @@ async fn relay(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let relayed = if ready.streaming && is_event_stream && (200..300).contains(&status) {
-        relay_stream(session, exchange, ready.inject_usage, added).await
+        relay_stream(session, exchange, ready.inject_usage, added, facts).await
     } else {
         let provider = ready.admitted.route.provider;
-        relay_whole(session, exchange, status, provider, added).await
+        relay_whole(session, exchange, status, provider, added, facts).await
     };
     (status, relayed)
 }

@@ -15,19 +15,27 @@ use super::gate::Passed;
 use super::send::Answer;
 use super::Ready;
 use crate::metrics::{model_label, status_class, ProxyMetrics};
+use crate::otel::{RequestTrace, Settled};
 use crate::relay::Relayed;
 use crate::resources::Resources;
 use crate::usage::extract::{estimate_tokens, Tokens};
 use crate::usage::UsageRecord;
 
 /// Records what the request came to and lets its provider connection go.
-pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed, answer: Answer) {
+pub(super) async fn settle(
+    shared: &Resources,
+    ready: Ready<'_>,
+    passed: Passed,
+    answer: Answer,
+    trace: Option<&mut RequestTrace>,
+) {
     let work = Instant::now();
     let Answer {
         status,
         relayed,
         exchange,
         overhead,
+        facts,
     } = answer;
     let Passed {
         mut policies,
@@ -39,6 +47,16 @@ pub(super) async fn settle(shared: &Resources, ready: Ready<'_>, passed: Passed,
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(tokens.input + tokens.output);
     let (provider, price) = (admitted.route.provider, admitted.price);
+    if let Some(trace) = trace {
+        let settled = Settled {
+            status,
+            input_tokens: tokens.input,
+            output_tokens: tokens.output,
+            cost_micros: price.map(|_| cost_micros),
+            estimated: relayed.usage.is_none() && tokens != Tokens::default(),
+        };
+        trace.settled(&settled, facts);
+    }
     // The record carries the policies' decision too: one row and one post fewer.
     let recorded_at = shared.clock.now_ms();
     shared.usage.record(UsageRecord {

@@ -31,6 +31,7 @@ use crate::admission::{self, Admitted};
 use crate::approval_claims::{ApprovalClaims, RE_EVALUATIONS};
 use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::guardrails::Guardrails;
+use crate::otel::{MetaContext, ToolCall, ToolCallTrace, Tracer};
 use crate::policy_gate::{Action, PolicyGate, Stopped};
 use crate::rate_limit::RateWindows;
 use crate::refusal::Refusal;
@@ -70,6 +71,8 @@ pub struct GatewayShared {
     pub call_timeout: Duration,
     /// The request path's time (see `ProxySettings::clock`).
     pub clock: Clock,
+    /// Where tool calls' spans go; `None`: tracing is off.
+    pub tracer: Option<Tracer>,
 }
 
 /// One MCP session's handler. A session belongs to the key that opened it: another
@@ -134,7 +137,29 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let started = Instant::now();
         let caller = self.caller(&context).map_err(|r| refused(&r))?;
-        self.shared.call(&caller, request, started).await
+        let trace = self.shared.tracer.as_ref().map(|tracer| {
+            let parts = context.extensions.get::<http::request::Parts>();
+            let meta = request.meta.as_deref().unwrap_or(&context.meta.0);
+            let call = ToolCall {
+                tool: &request.name,
+                jsonrpc_id: context.id.to_string(),
+                session_id: parts
+                    .and_then(|p| p.headers.get("mcp-session-id"))
+                    .and_then(|v| v.to_str().ok()),
+            };
+            let carried = MetaContext {
+                traceparent: meta.get_traceparent(),
+                tracestate: meta.get_tracestate(),
+            };
+            ToolCallTrace::start(
+                tracer,
+                &call,
+                &carried,
+                parts.map(|p| &p.headers),
+                &caller.view,
+            )
+        });
+        self.shared.call(&caller, request, started, trace).await
     }
 }
 
@@ -216,6 +241,7 @@ impl GatewayShared {
         caller: &Caller,
         request: CallToolRequestParams,
         started: Instant,
+        trace: Option<ToolCallTrace>,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut call = CallFacts::resolve(caller, &request.name);
         let (server, redacted) = match self.decide(caller, &mut call, &request).await {
@@ -232,8 +258,11 @@ impl GatewayShared {
                     Refusal::ToolServerUnreachable(_) => "upstream_error",
                     _ => "refused",
                 };
-                let policy_id = policy_of(&refusal);
+                let policy_id = refusal.policy_id();
                 self.finish(caller, &call, outcome, refusal.code(), policy_id, started);
+                if let Some(trace) = trace {
+                    trace.end(outcome, Some(&call.server), Some(&refusal));
+                }
                 return Err(refused(&refusal));
             }
         };
@@ -242,6 +271,17 @@ impl GatewayShared {
         params.name = call.tool.clone().into();
         if let Some(Value::Object(arguments)) = redacted {
             params.arguments = Some(arguments);
+        }
+        if let Some(trace) = &trace {
+            // The server continues the trace from the call's `_meta`, as MCP carries it.
+            let propagated = trace.propagated();
+            let meta = params.meta.get_or_insert_with(Default::default);
+            if let Some(parent) = propagated.traceparent {
+                meta.set_traceparent(parent);
+            }
+            if let Some(state) = propagated.tracestate {
+                meta.set_tracestate(state);
+            }
         }
         let answer = self
             .upstreams
@@ -259,11 +299,17 @@ impl GatewayShared {
                 // mark again for agents on older versions).
                 result.result_type = Some(ResultType::COMPLETE);
                 self.finish(caller, &call, outcome, "allowed", None, started);
+                if let Some(trace) = trace {
+                    trace.end(outcome, Some(&call.server), None);
+                }
                 Ok(CallToolResponse::Complete(result))
             }
             Err(error) => {
                 tracing::warn!(server = %server.name, tool = %call.tool, %error, "MCP tool call failed upstream");
                 self.finish(caller, &call, "upstream_error", "allowed", None, started);
+                if let Some(trace) = trace {
+                    trace.end("upstream_error", Some(&call.server), None);
+                }
                 Err(ErrorData::new(
                     ErrorCode::INTERNAL_ERROR,
                     format!("the MCP server `{}` failed the call: {error}", server.name),
@@ -486,18 +532,6 @@ fn in_path(caller: &Caller, server: &McpServerState) -> bool {
         .server
         .as_deref()
         .is_none_or(|name| name == server.name)
-}
-
-fn policy_of(refusal: &Refusal) -> Option<i64> {
-    match refusal {
-        Refusal::PolicyViolation { policy_id, .. }
-        | Refusal::PolicyBudgetExceeded { policy_id, .. }
-        | Refusal::GuardrailViolation { policy_id, .. }
-        | Refusal::GuardrailUnavailable { policy_id, .. }
-        | Refusal::ApprovalRequired { policy_id } => Some(*policy_id),
-        Refusal::RateLimited { policy_id, .. } => *policy_id,
-        _ => None,
-    }
 }
 
 /// What a reviewer sees of a held tool call besides the request context every approval

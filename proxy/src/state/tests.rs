@@ -26,6 +26,7 @@ fn agent(id: &str, tenant: &str, blocked: bool) -> AgentState {
     AgentState {
         id: id.into(),
         tenant_id: tenant.into(),
+        name: String::new(),
         team_id: None,
         environment: "production".into(),
         blocked,

@@ -193,6 +193,7 @@ pub async fn update_agent(
     }
     let now = state.clock.now();
     let current_environment = current.environment.clone();
+    let current_name = current.name.clone();
     let mut tx = state.db.begin_write().await?;
     let team_id = match &input.team {
         None => current.team_id.clone(),
@@ -220,8 +221,12 @@ pub async fn update_agent(
             Some(tags) => tags.unwrap_or_default().to_json(),
         },
     };
-    // The proxies scope policies and budgets by the agent's team and environment.
-    let proxies = if row.team_id != current.team_id || row.environment != current_environment {
+    // The proxies scope policies and budgets by the agent's team and environment, and
+    // name the agent in traces.
+    let proxies = if row.team_id != current.team_id
+        || row.environment != current_environment
+        || row.name != current_name
+    {
         Proxies::Reload(ChangeKind::Agent)
     } else {
         Proxies::Unaffected

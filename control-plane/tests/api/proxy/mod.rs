@@ -32,6 +32,7 @@ mod sdk;
 mod stats;
 mod tls;
 mod tls_upstream;
+mod traces;
 mod usage_spool;
 
 use std::time::{Duration, Instant};
@@ -82,7 +83,25 @@ impl TestProxy {
         configure_providers: impl FnOnce(&mut ProvidersConfig),
     ) -> TestProxy {
         let allow_private = app.config().outbound.allow_private.clone();
-        TestProxy::launch(app, provider, configure, configure_providers, allow_private).await
+        TestProxy::launch(
+            app,
+            provider,
+            configure,
+            configure_providers,
+            allow_private,
+            None,
+        )
+        .await
+    }
+
+    /// A proxy sending its spans to `tracer`.
+    pub async fn start_traced(
+        app: &TestApp,
+        provider: &MockProvider,
+        tracer: warden_proxy::otel::Tracer,
+    ) -> TestProxy {
+        let allow_private = app.config().outbound.allow_private.clone();
+        TestProxy::launch(app, provider, |_| {}, |_| {}, allow_private, Some(tracer)).await
     }
 
     /// A proxy allowing only the private hosts `allow_private` names, whatever `app`
@@ -92,7 +111,7 @@ impl TestProxy {
         provider: &MockProvider,
         allow_private: Vec<String>,
     ) -> TestProxy {
-        TestProxy::launch(app, provider, |_| {}, |_| {}, allow_private).await
+        TestProxy::launch(app, provider, |_| {}, |_| {}, allow_private, None).await
     }
 
     async fn launch(
@@ -101,6 +120,7 @@ impl TestProxy {
         configure: impl FnOnce(&mut ProxyConfig),
         configure_providers: impl FnOnce(&mut ProvidersConfig),
         allow_private: Vec<String>,
+        tracer: Option<warden_proxy::otel::Tracer>,
     ) -> TestProxy {
         let spool = tempfile::tempdir().expect("a spool folder");
         let mut proxy = ProxyConfig {
@@ -131,6 +151,7 @@ impl TestProxy {
             // The control plane's manual clock: rate windows and budget periods turn when
             // the test moves it, on both planes at once.
             clock: app.clock.clone(),
+            tracer,
         })
         .await
         .expect("the proxy starts");

@@ -1,0 +1,246 @@
+//! An OTLP/HTTP receiver for the trace tests: `POST /v1/traces`, decoded with the
+//! official protobuf definitions (`opentelemetry-proto`), as a collector receives them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::AnyValue;
+use prost::Message;
+
+use crate::proxy::eventually;
+
+/// One exported span, flattened with its resource's service name.
+#[derive(Clone)]
+pub struct ReceivedSpan {
+    pub service: String,
+    pub scope: String,
+    pub name: String,
+    /// `SERVER`, `CLIENT`, `INTERNAL`, ...
+    pub kind: &'static str,
+    pub trace_id: String,
+    pub span_id: String,
+    /// Empty for a root span.
+    pub parent_span_id: String,
+    pub attributes: BTreeMap<String, Attr>,
+    /// `UNSET`, `OK`, `ERROR`.
+    pub status: &'static str,
+    pub status_message: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// An attribute's value.
+#[derive(Clone, PartialEq)]
+pub enum Attr {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Strs(Vec<String>),
+}
+
+impl fmt::Debug for Attr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attr::Str(s) => write!(f, "{s:?}"),
+            Attr::Int(n) => write!(f, "{n}"),
+            Attr::Float(x) => write!(f, "{x}"),
+            Attr::Bool(b) => write!(f, "{b}"),
+            Attr::Strs(list) => write!(f, "{list:?}"),
+        }
+    }
+}
+
+impl fmt::Debug for ReceivedSpan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:?} [{}] {} parent={} {:?} {:?}",
+            self.kind,
+            self.name,
+            self.service,
+            self.span_id,
+            self.parent_span_id,
+            self.status,
+            self.attributes
+        )
+    }
+}
+
+impl ReceivedSpan {
+    pub fn attr(&self, name: &str) -> Option<&Attr> {
+        self.attributes.get(name)
+    }
+
+    pub fn str(&self, name: &str) -> &str {
+        match self.attributes.get(name) {
+            Some(Attr::Str(s)) => s,
+            other => panic!("{name} is not a string on {self:?}: {other:?}"),
+        }
+    }
+
+    pub fn int(&self, name: &str) -> i64 {
+        match self.attributes.get(name) {
+            Some(Attr::Int(n)) => *n,
+            other => panic!("{name} is not an integer on {self:?}: {other:?}"),
+        }
+    }
+
+    pub fn float(&self, name: &str) -> f64 {
+        match self.attributes.get(name) {
+            Some(Attr::Float(x)) => *x,
+            other => panic!("{name} is not a double on {self:?}: {other:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+struct Received {
+    spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    content_types: Arc<Mutex<Vec<String>>>,
+}
+
+pub struct Collector {
+    /// The base URL to configure as the OTLP endpoint (`/v1/traces` is appended).
+    pub endpoint: String,
+    received: Received,
+}
+
+impl Collector {
+    pub async fn start() -> Collector {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Received::default();
+        #[allow(clippy::disallowed_methods)] // A test's receiver, not an API route.
+        let router = Router::new()
+            .route("/v1/traces", post(export))
+            .with_state(received.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        Collector {
+            endpoint: format!("http://{addr}"),
+            received,
+        }
+    }
+
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        self.received.spans.lock().unwrap().clone()
+    }
+
+    /// The content types exports came with.
+    pub fn content_types(&self) -> Vec<String> {
+        self.received.content_types.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 20 s) for a span `found` accepts, and returns it.
+    pub async fn span(&self, what: &str, found: impl Fn(&ReceivedSpan) -> bool) -> ReceivedSpan {
+        let seen = eventually(Duration::from_secs(20), || {
+            let hit = self.spans().into_iter().find(|span| found(span));
+            async move { hit }
+        })
+        .await;
+        assert!(found(&seen), "{what}");
+        seen
+    }
+
+    /// The spans of trace `trace_id`.
+    pub fn trace(&self, trace_id: &str) -> Vec<ReceivedSpan> {
+        self.spans()
+            .into_iter()
+            .filter(|span| span.trace_id == trace_id)
+            .collect()
+    }
+}
+
+async fn export(State(received): State<Received>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    received.content_types.lock().unwrap().push(content_type);
+    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let mut spans = received.spans.lock().unwrap();
+    for resource in request.resource_spans {
+        let service = resource
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| kv.value.as_ref())
+            .map(|v| match attr(v) {
+                Attr::Str(s) => s,
+                other => format!("{other:?}"),
+            })
+            .unwrap_or_default();
+        for scope in resource.scope_spans {
+            let scope_name = scope.scope.map(|s| s.name).unwrap_or_default();
+            for span in scope.spans {
+                let status = span.status.unwrap_or_default();
+                spans.push(ReceivedSpan {
+                    service: service.clone(),
+                    scope: scope_name.clone(),
+                    name: span.name,
+                    kind: match span.kind {
+                        1 => "INTERNAL",
+                        2 => "SERVER",
+                        3 => "CLIENT",
+                        4 => "PRODUCER",
+                        5 => "CONSUMER",
+                        _ => "UNSPECIFIED",
+                    },
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent_span_id: hex(&span.parent_span_id),
+                    attributes: span
+                        .attributes
+                        .into_iter()
+                        .filter_map(|kv| Some((kv.key, attr(&kv.value?))))
+                        .collect(),
+                    status: match status.code {
+                        1 => "OK",
+                        2 => "ERROR",
+                        _ => "UNSET",
+                    },
+                    status_message: status.message,
+                    start_ns: span.start_time_unix_nano,
+                    end_ns: span.end_time_unix_nano,
+                });
+            }
+        }
+    }
+    StatusCode::OK
+}
+
+fn attr(value: &AnyValue) -> Attr {
+    match &value.value {
+        Some(Any::StringValue(s)) => Attr::Str(s.clone()),
+        Some(Any::IntValue(n)) => Attr::Int(*n),
+        Some(Any::DoubleValue(x)) => Attr::Float(*x),
+        Some(Any::BoolValue(b)) => Attr::Bool(*b),
+        Some(Any::ArrayValue(list)) => Attr::Strs(
+            list.values
+                .iter()
+                .map(|v| match attr(v) {
+                    Attr::Str(s) => s,
+                    other => format!("{other:?}"),
+                })
+                .collect(),
+        ),
+        other => Attr::Str(format!("{other:?}")),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

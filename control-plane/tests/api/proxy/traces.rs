@@ -1,0 +1,448 @@
+//! Traces in OpenTelemetry's GenAI conventions, exported over OTLP to a receiver
+//! (`crate::otlp`): the exact spans of each kind of request, the agent's trace continued
+//! through the proxy to the provider, refusals and held requests visible, and nothing
+//! sent when tracing is off.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use serde_json::{json, Value};
+use warden_proxy::otel::{Plane, Tracer, TracingConfig};
+
+use super::mock::{COMPLETION_TOKENS, MESSAGE_TOKENS, PROMPT_TOKENS, RESPONSE_TOKENS};
+use super::{eventually, simple_chat, MockProvider, TestProxy};
+use crate::helpers::{create_policy, expect_status, Backend, TestApp, TestTenant};
+use crate::otlp::{Attr, Collector, ReceivedSpan};
+
+/// The agent's own span, the parent it sends in `traceparent`.
+const AGENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// A proxy exporting to a receiver, and a tenant's key acting for the agent `support-bot`.
+struct Traced {
+    app: TestApp,
+    mock: MockProvider,
+    proxy: TestProxy,
+    collector: Collector,
+    provider: SdkTracerProvider,
+    tenant: TestTenant,
+    key: String,
+    agent_id: String,
+    key_id: String,
+}
+
+impl Traced {
+    async fn start() -> Traced {
+        let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
+        let mock = MockProvider::start().await;
+        let collector = Collector::start().await;
+        let settings = TracingConfig {
+            endpoint: Some(collector.endpoint.clone()),
+            ..TracingConfig::default()
+        };
+        let export = settings.resolve(|_| None).unwrap().unwrap();
+        let provider = export.provider(Plane::Proxy).unwrap();
+        let proxy = TestProxy::start_traced(&app, &mock, Tracer::new(&provider)).await;
+        let tenant = app.new_tenant("enterprise").await;
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": "support-bot" }))
+            .await;
+        let agent_id = agent["id"].as_str().unwrap().to_owned();
+        let (key, created) = proxy
+            .new_key(
+                &app,
+                &tenant.admin_key,
+                json!({ "agent_id": agent_id, "developer_label": "traced" }),
+            )
+            .await;
+        let key_id = created["api_key_id"].as_str().unwrap().to_owned();
+        Traced {
+            app,
+            mock,
+            proxy,
+            collector,
+            provider,
+            tenant,
+            key,
+            agent_id,
+            key_id,
+        }
+    }
+
+    /// Sends `body` to `path` as the agent, in the agent's trace `trace_id`.
+    async fn send(&self, path: &str, trace_id: &str, body: Value) -> reqwest::Response {
+        self.proxy
+            .client
+            .post(format!("{}{path}", self.proxy.base))
+            .bearer_auth(&self.key)
+            .header("traceparent", format!("00-{trace_id}-{AGENT_SPAN}-01"))
+            .header("tracestate", "agent=1")
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Exports what the proxy has ended and returns trace `trace_id`'s spans: the
+    /// request's SERVER span and, when it went upstream, its CLIENT span.
+    async fn spans(&self, trace_id: &str, count: usize) -> Vec<ReceivedSpan> {
+        let provider = self.provider.clone();
+        tokio::task::spawn_blocking(move || provider.force_flush())
+            .await
+            .unwrap()
+            .unwrap();
+        let spans = eventually(Duration::from_secs(10), || {
+            let spans = self.collector.trace(trace_id);
+            async move { (spans.len() >= count).then_some(spans) }
+        })
+        .await;
+        assert_eq!(spans.len(), count, "{spans:#?}");
+        spans
+    }
+
+    /// The `traceparent` the provider received with the latest request to `path`.
+    fn sent_upstream(&self, path: &str) -> (String, String) {
+        let received = self.mock.received.lock().unwrap();
+        let last = received.iter().rev().find(|r| r.path == path).unwrap();
+        let header = |name: &str| {
+            last.headers
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default()
+        };
+        (header("traceparent"), header("tracestate"))
+    }
+
+    /// Checks the SERVER span and its one CLIENT span of a forwarded request, and that
+    /// the provider was sent the CLIENT span's context; returns the CLIENT span.
+    fn forwarded(&self, spans: &[ReceivedSpan], path: &str, name: &str) -> ReceivedSpan {
+        let server = only(spans, "SERVER");
+        let client = only(spans, "CLIENT");
+        assert_eq!(server.name, format!("POST {path}"));
+        assert_eq!(
+            server.parent_span_id, AGENT_SPAN,
+            "the agent's trace goes on"
+        );
+        assert_eq!(server.service, "warden-proxy");
+        assert_eq!(server.scope, "warden-proxy");
+        assert_eq!(server.status, "UNSET");
+        assert_eq!(server.str("http.route"), path);
+        assert_eq!(server.int("http.response.status_code"), 200);
+        assert_eq!(server.str("warden.decision"), "forwarded");
+        self.caller(&server);
+        assert_eq!(client.name, name);
+        assert_eq!(client.parent_span_id, server.span_id);
+        assert_eq!(client.status, "UNSET");
+        assert_eq!(client.int("http.response.status_code"), 200);
+        assert_eq!(client.str("server.address"), "127.0.0.1");
+        self.caller(&client);
+        let (traceparent, tracestate) = self.sent_upstream(path);
+        assert_eq!(
+            traceparent,
+            format!("00-{}-{}-01", client.trace_id, client.span_id),
+            "the provider continues the trace from the upstream attempt"
+        );
+        assert_eq!(tracestate, "agent=1");
+        client
+    }
+
+    fn caller(&self, span: &ReceivedSpan) {
+        assert_eq!(span.str("warden.tenant.id"), self.tenant.id);
+        assert_eq!(span.str("warden.key.id"), self.key_id);
+        assert_eq!(span.str("gen_ai.agent.id"), self.agent_id);
+        assert_eq!(span.str("gen_ai.agent.name"), "support-bot");
+    }
+}
+
+fn only(spans: &[ReceivedSpan], kind: &str) -> ReceivedSpan {
+    let found: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == kind).collect();
+    assert_eq!(found.len(), 1, "one {kind} span in {spans:#?}");
+    found[0].clone()
+}
+
+fn strs(list: &[&str]) -> Option<Attr> {
+    Some(Attr::Strs(list.iter().map(|s| (*s).to_owned()).collect()))
+}
+
+/// A fresh trace id for each request of a test.
+fn trace_id(n: u8) -> String {
+    format!("4bf92f3577b34da6a3ce929d0e0e47{n:02x}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_agent_api_is_a_server_span_with_a_genai_client_span() {
+    let traced = Traced::start().await;
+
+    // Chat completion.
+    let answer = traced
+        .send(
+            "/v1/chat/completions",
+            &trace_id(1),
+            simple_chat("gpt-4o-mini"),
+        )
+        .await;
+    assert_eq!(answer.status(), 200);
+    let spans = traced.spans(&trace_id(1), 2).await;
+    let client = traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini");
+    assert_eq!(client.str("gen_ai.operation.name"), "chat");
+    assert_eq!(client.str("gen_ai.provider.name"), "openai");
+    assert_eq!(client.str("gen_ai.request.model"), "gpt-4o-mini");
+    assert_eq!(client.str("gen_ai.response.model"), "gpt-4o-mini");
+    assert_eq!(client.str("gen_ai.response.id"), "chatcmpl-mock");
+    assert_eq!(
+        client.attr("gen_ai.response.finish_reasons").cloned(),
+        strs(&["stop"])
+    );
+    assert_eq!(
+        client.attr("gen_ai.request.stream"),
+        Some(&Attr::Bool(false))
+    );
+    assert_eq!(client.int("gen_ai.usage.input_tokens"), PROMPT_TOKENS);
+    assert_eq!(client.int("gen_ai.usage.output_tokens"), COMPLETION_TOKENS);
+    assert!(client.float("warden.cost_usd") > 0.0, "{client:?}");
+    assert!(client.attr("gen_ai.response.time_to_first_chunk").is_none());
+
+    // Responses API.
+    let body = json!({ "model": "gpt-4o", "input": "Say hello" });
+    assert_eq!(
+        traced
+            .send("/v1/responses", &trace_id(2), body)
+            .await
+            .status(),
+        200
+    );
+    let spans = traced.spans(&trace_id(2), 2).await;
+    let client = traced.forwarded(&spans, "/v1/responses", "chat gpt-4o");
+    let (input, cached, output, reasoning) = RESPONSE_TOKENS;
+    assert_eq!(client.str("gen_ai.response.id"), "resp_mock");
+    assert_eq!(
+        client.attr("gen_ai.response.finish_reasons").cloned(),
+        strs(&["completed"])
+    );
+    assert_eq!(client.int("gen_ai.usage.input_tokens"), input);
+    assert_eq!(client.int("gen_ai.usage.output_tokens"), output);
+    assert_eq!(client.int("gen_ai.usage.cache_read.input_tokens"), cached);
+    assert_eq!(
+        client.int("gen_ai.usage.reasoning.output_tokens"),
+        reasoning
+    );
+
+    // Anthropic's Messages API.
+    let body = json!({ "model": "claude-sonnet-4-5", "max_tokens": 64,
+                       "messages": [{ "role": "user", "content": "Say hello" }] });
+    assert_eq!(
+        traced
+            .send("/v1/messages", &trace_id(3), body)
+            .await
+            .status(),
+        200
+    );
+    let spans = traced.spans(&trace_id(3), 2).await;
+    let client = traced.forwarded(&spans, "/v1/messages", "chat claude-sonnet-4-5");
+    let (input, written, read, output) = MESSAGE_TOKENS;
+    assert_eq!(client.str("gen_ai.provider.name"), "anthropic");
+    assert_eq!(client.str("gen_ai.response.id"), "msg_mock");
+    assert_eq!(
+        client.attr("gen_ai.response.finish_reasons").cloned(),
+        strs(&["end_turn"])
+    );
+    assert_eq!(
+        client.int("gen_ai.usage.input_tokens"),
+        input + written + read
+    );
+    assert_eq!(client.int("gen_ai.usage.output_tokens"), output);
+    assert_eq!(client.int("gen_ai.usage.cache_read.input_tokens"), read);
+    assert_eq!(
+        client.int("gen_ai.usage.cache_creation.input_tokens"),
+        written
+    );
+
+    // Embeddings.
+    let body = json!({ "model": "text-embedding-3-small", "input": "hello" });
+    assert_eq!(
+        traced
+            .send("/v1/embeddings", &trace_id(4), body)
+            .await
+            .status(),
+        200
+    );
+    let spans = traced.spans(&trace_id(4), 2).await;
+    let client = traced.forwarded(
+        &spans,
+        "/v1/embeddings",
+        "embeddings text-embedding-3-small",
+    );
+    assert_eq!(client.str("gen_ai.operation.name"), "embeddings");
+    assert_eq!(client.int("gen_ai.usage.input_tokens"), 5);
+
+    // A request without a trace of its own starts one at the proxy.
+    let answer = traced
+        .proxy
+        .chat(&traced.key, simple_chat("gpt-4o-mini"))
+        .await;
+    assert_eq!(answer.status(), 200);
+    let (traceparent, _) = traced.sent_upstream("/v1/chat/completions");
+    let started_here = traceparent.split('-').nth(1).unwrap().to_owned();
+    let spans = traced.spans(&started_here, 2).await;
+    assert_eq!(only(&spans, "SERVER").parent_span_id, "", "a root span");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_span_ends_after_its_last_chunk_with_its_tokens() {
+    let traced = Traced::start().await;
+    // Fifty chunks 50 ms apart: the span must cover them all.
+    let body = json!({ "model": "gpt-4o-mini", "stream": true, "user": "mock-slow-stream",
+                       "messages": [{ "role": "user", "content": "Count" }] });
+    let sent = Instant::now();
+    let answer = traced
+        .send("/v1/chat/completions", &trace_id(9), body)
+        .await;
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.unwrap();
+    let streamed = sent.elapsed();
+    let read_at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let spans = traced.spans(&trace_id(9), 2).await;
+    let client = traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini");
+    assert_eq!(
+        client.attr("gen_ai.request.stream"),
+        Some(&Attr::Bool(true))
+    );
+    assert_eq!(client.int("gen_ai.usage.input_tokens"), PROMPT_TOKENS);
+    assert_eq!(client.int("gen_ai.usage.output_tokens"), COMPLETION_TOKENS);
+    let first_chunk = client.float("gen_ai.response.time_to_first_chunk");
+    assert!(first_chunk > 0.0 && first_chunk < 1.0, "{first_chunk}");
+    let lasted = Duration::from_nanos(client.end_ns - client.start_ns);
+    assert!(
+        lasted >= Duration::from_millis(2_400) && lasted <= streamed,
+        "the span lasted {lasted:?}, the stream {streamed:?}"
+    );
+    let server = only(&spans, "SERVER");
+    assert!(server.end_ns >= client.end_ns);
+    // Ended once the last chunk was relayed, not before: within the client's own reading.
+    assert!(u128::from(client.end_ns) <= read_at.as_nanos());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_end_their_span_with_an_error_and_the_decision() {
+    let traced = Traced::start().await;
+    let admin = traced.tenant.admin_key.clone();
+
+    // A blocked agent: refused at once, never sent upstream.
+    expect_status(
+        traced
+            .app
+            .post(
+                &format!("/agents/{}/block", traced.agent_id),
+                &admin,
+                json!({ "reason": "runaway" }),
+            )
+            .await,
+        204,
+    )
+    .await;
+    // The block is in force at the proxies when its call answers (read-your-writes).
+    let upstream_before = traced.mock.received.lock().unwrap().len();
+    let answer = traced
+        .send("/v1/chat/completions", &trace_id(20), simple_chat("gpt-4o"))
+        .await;
+    assert_eq!(answer.status(), 403);
+    let spans = traced.spans(&trace_id(20), 1).await;
+    let server = only(&spans, "SERVER");
+    assert_eq!(server.name, "POST /v1/chat/completions");
+    assert_eq!(server.status, "ERROR");
+    assert_eq!(server.status_message, "agent_blocked");
+    assert_eq!(server.str("warden.decision"), "agent_blocked");
+    assert_eq!(server.str("error.type"), "agent_blocked");
+    assert_eq!(server.int("http.response.status_code"), 403);
+    traced.caller(&server);
+    assert_eq!(traced.mock.received.lock().unwrap().len(), upstream_before);
+    expect_status(
+        traced
+            .app
+            .post(
+                &format!("/agents/{}/unblock", traced.agent_id),
+                &admin,
+                json!({}),
+            )
+            .await,
+        204,
+    )
+    .await;
+
+    // Held for a person's approval: the span names the policy; the retry once approved
+    // is forwarded like any request.
+    let policy = create_policy(
+        &traced.app,
+        &admin,
+        json!({ "name": "approve gpt-4o", "policy_type": "require_approval",
+                "config": { "models": ["gpt-4o"] } }),
+    )
+    .await;
+    let policy_id = policy["id"].as_i64().unwrap();
+    let held = traced
+        .send("/v1/chat/completions", &trace_id(21), simple_chat("gpt-4o"))
+        .await;
+    assert_eq!(held.status(), 403);
+    let held = held.json::<Value>().await.unwrap();
+    assert_eq!(held["error"], json!("approval_required"), "{held}");
+    let spans = traced.spans(&trace_id(21), 1).await;
+    let held_span = only(&spans, "SERVER");
+    assert_eq!(held_span.str("warden.decision"), "approval_required");
+    assert_eq!(held_span.status, "ERROR");
+    assert_eq!(held_span.int("warden.policy.id"), policy_id);
+    let approval = eventually(Duration::from_secs(5), || async {
+        let page = expect_status(
+            traced.app.get("/approvals?status=pending", &admin).await,
+            200,
+        )
+        .await;
+        page["data"][0]["id"].as_i64()
+    })
+    .await;
+    expect_status(
+        traced
+            .app
+            .post(
+                &format!("/approvals/{approval}/decide"),
+                &admin,
+                json!({ "reviewer_id": "oncall-ana", "decision": "approved" }),
+            )
+            .await,
+        204,
+    )
+    .await;
+    // The approval is in force when its decision answers; the retry goes through.
+    let retry = traced
+        .send("/v1/chat/completions", &trace_id(22), simple_chat("gpt-4o"))
+        .await;
+    assert_eq!(retry.status(), 200);
+    let spans = traced.spans(&trace_id(22), 2).await;
+    traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tracing_off_the_agents_trace_context_passes_through_untouched() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
+    let mock = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &mock).await;
+    let (_tenant, key, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "untraced" }))
+        .await;
+    let traceparent = format!("00-{}-{AGENT_SPAN}-01", trace_id(30));
+    let answer = proxy
+        .client
+        .post(format!("{}/v1/chat/completions", proxy.base))
+        .bearer_auth(&key)
+        .header("traceparent", &traceparent)
+        .header("tracestate", "agent=1")
+        .json(&simple_chat("gpt-4o-mini"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let received = mock.received.lock().unwrap();
+    let headers = &received.last().unwrap().headers;
+    assert_eq!(headers["traceparent"], traceparent.as_str());
+    assert_eq!(headers["tracestate"], "agent=1");
+}
