@@ -14,7 +14,9 @@ use axum::Router;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use prost::Message;
+use warden_proxy::otel::{Plane, TracingConfig};
 
 use crate::proxy::eventually;
 
@@ -149,6 +151,37 @@ impl Collector {
         .await;
         assert!(found(&seen), "{what}");
         seen
+    }
+
+    /// A tracer provider exporting to this receiver, as `[tracing] endpoint` makes one.
+    pub fn provider(&self, plane: Plane) -> SdkTracerProvider {
+        let settings = TracingConfig {
+            endpoint: Some(self.endpoint.clone()),
+            ..TracingConfig::default()
+        };
+        let export = settings.resolve(|_| None).unwrap().unwrap();
+        export.provider(plane).unwrap()
+    }
+
+    /// Exports what `provider` holds and waits until trace `trace_id` has `count` spans.
+    pub async fn flushed(
+        &self,
+        provider: &SdkTracerProvider,
+        trace_id: &str,
+        count: usize,
+    ) -> Vec<ReceivedSpan> {
+        let provider = provider.clone();
+        tokio::task::spawn_blocking(move || provider.force_flush())
+            .await
+            .unwrap()
+            .unwrap();
+        let spans = eventually(Duration::from_secs(10), || {
+            let spans = self.trace(trace_id);
+            async move { (spans.len() >= count).then_some(spans) }
+        })
+        .await;
+        assert_eq!(spans.len(), count, "{spans:#?}");
+        spans
     }
 
     /// The spans of trace `trace_id`.

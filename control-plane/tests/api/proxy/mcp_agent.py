@@ -1,7 +1,8 @@
 """An agent's MCP client (the official Python SDK, `mcp` from PyPI) against Warden's
 gateway, authenticated with a proxy key.
 
-Usage: mcp_agent.py URL KEY SCENARIO [TOOL ARGUMENTS_JSON]; prints one JSON object.
+Usage: mcp_agent.py URL KEY SCENARIO [TOOL ARGUMENTS_JSON [TRACEPARENT]]; prints one
+JSON object. With TRACEPARENT, the agent's requests carry it (W3C trace context).
   list   the tools listed: {"tools": [names], "descriptions": {name: description}}
   call   calls TOOL with ARGUMENTS_JSON: {"text": ..., "is_error": bool} or, when
          Warden refuses, {"error": {"code": ..., "message": ..., "data": ...}}
@@ -20,7 +21,10 @@ url, key, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
 
 
 async def main():
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    headers = {"Authorization": f"Bearer {key}"}
+    if len(sys.argv) > 6:
+        headers["traceparent"] = sys.argv[6]
+    http = httpx2.AsyncClient(headers=headers, timeout=30)
     async with http:
         async with Client(streamable_http_client(url, http_client=http)) as client:
             if scenario == "list":

@@ -4,11 +4,13 @@ gateway tests reach through Warden.
 Usage: mcp_upstream.py PORT HEADERS_LOG [changed]
   Serves Streamable HTTP at http://127.0.0.1:PORT/mcp. Every request's Authorization
   header (or `-` without one) is appended to HEADERS_LOG, so a test can check what
-  the gateway presented. With `changed`, `search`'s description differs: the same
+  the gateway presented, and each tool call's `_meta.traceparent` (or `-`) to
+  HEADERS_LOG.traceparent. With `changed`, `search`'s description differs: the same
   server after a "rug pull". A PORT of 0 takes any free one; once it listens, the
   first line of the output is "listening on port PORT".
 """
 
+import json
 import socket
 import sys
 
@@ -74,7 +76,28 @@ class LogAuthorization:
             value = headers.get(b"authorization", b"-").decode()
             with open(headers_log, "a") as log:
                 log.write(value + "\n")
+            await self.inner(scope, log_trace_context(receive), send)
+            return
         await self.inner(scope, receive, send)
+
+
+def log_trace_context(receive):
+    """`receive`, noting the trace context of the tool calls it brings."""
+
+    async def receiving():
+        message = await receive()
+        if message["type"] == "http.request":
+            try:
+                request = json.loads(message.get("body", b"") or b"{}")
+            except ValueError:
+                return message
+            if isinstance(request, dict) and request.get("method") == "tools/call":
+                meta = (request.get("params") or {}).get("_meta") or {}
+                with open(headers_log + ".traceparent", "a") as log:
+                    log.write(meta.get("traceparent", "-") + "\n")
+        return message
+
+    return receiving
 
 
 # The test reads the port from the listener itself, so nothing can take it in between.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::{json, Value};
-use warden_proxy::otel::{Plane, Tracer, TracingConfig};
+use warden_proxy::otel::{Plane, Tracer};
 
 use super::mock::{COMPLETION_TOKENS, MESSAGE_TOKENS, PROMPT_TOKENS, RESPONSE_TOKENS};
 use super::{eventually, simple_chat, MockProvider, TestProxy};
@@ -35,12 +35,7 @@ impl Traced {
         let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
         let mock = MockProvider::start().await;
         let collector = Collector::start().await;
-        let settings = TracingConfig {
-            endpoint: Some(collector.endpoint.clone()),
-            ..TracingConfig::default()
-        };
-        let export = settings.resolve(|_| None).unwrap().unwrap();
-        let provider = export.provider(Plane::Proxy).unwrap();
+        let provider = collector.provider(Plane::Proxy);
         let proxy = TestProxy::start_traced(&app, &mock, Tracer::new(&provider)).await;
         let tenant = app.new_tenant("enterprise").await;
         let agent = app
@@ -86,18 +81,7 @@ impl Traced {
     /// Exports what the proxy has ended and returns trace `trace_id`'s spans: the
     /// request's SERVER span and, when it went upstream, its CLIENT span.
     async fn spans(&self, trace_id: &str, count: usize) -> Vec<ReceivedSpan> {
-        let provider = self.provider.clone();
-        tokio::task::spawn_blocking(move || provider.force_flush())
-            .await
-            .unwrap()
-            .unwrap();
-        let spans = eventually(Duration::from_secs(10), || {
-            let spans = self.collector.trace(trace_id);
-            async move { (spans.len() >= count).then_some(spans) }
-        })
-        .await;
-        assert_eq!(spans.len(), count, "{spans:#?}");
-        spans
+        self.collector.flushed(&self.provider, trace_id, count).await
     }
 
     /// The `traceparent` the provider received with the latest request to `path`.

@@ -16,6 +16,7 @@ mod drift;
 mod governance;
 mod guardrails;
 mod servers;
+mod traces;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -60,6 +61,16 @@ impl Upstream {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.child = spawn(self.port, &self.headers_log, true).await.0;
+    }
+
+    /// The `_meta.traceparent` of each tool call the server received (`-` for none).
+    fn traceparents(&self) -> Vec<String> {
+        let path = format!("{}.traceparent", self.headers_log.display());
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// The `Authorization` values the server received (`-` for none).

@@ -1,0 +1,87 @@
+//! An MCP tool call in a trace: an `execute_tool` span under the agent's trace (its
+//! request's `traceparent`), its context passed on to the MCP server in the call's
+//! `_meta`; a refused call ends its span with an error and the decision.
+
+use serde_json::json;
+use warden_proxy::otel::{Plane, Tracer};
+
+use super::{register, Upstream, MCP_SDK};
+use crate::helpers::{create_policy, Backend, TestApp};
+use crate::otlp::Collector;
+use crate::proxy::{MockProvider, TestProxy};
+
+const AGENT_SPAN: &str = "00f067aa0ba902b7";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |config| {
+        config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
+    })
+    .await;
+    let upstream = Upstream::start().await;
+    let mock = MockProvider::start().await;
+    let collector = Collector::start().await;
+    let provider = collector.provider(Plane::Proxy);
+    let proxy = TestProxy::start_traced(&app, &mock, Tracer::new(&provider)).await;
+    let (tenant, key, created) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "toolbot" }))
+        .await;
+    register(&app, &tenant.admin_key, &upstream).await;
+    create_policy(
+        &app,
+        &tenant.admin_key,
+        json!({ "name": "no deletes", "policy_type": "tool_allowlist",
+                "config": { "allowed_tools": ["docs__add", "docs__search"] } }),
+    )
+    .await;
+    let gateway = format!("{}/mcp", proxy.base);
+    let call = |tool: &'static str, arguments: serde_json::Value, trace: &'static str| {
+        let (gateway, key) = (gateway.clone(), key.clone());
+        async move {
+            let traceparent = format!("00-{trace}-{AGENT_SPAN}-01");
+            let args = ["call", tool, &arguments.to_string(), &traceparent];
+            let mut all = vec![gateway.as_str(), key.as_str()];
+            all.extend_from_slice(&args);
+            crate::proxy::sdk::run("mcp-sdk", MCP_SDK, "mcp_agent.py", &all).await
+        }
+    };
+
+    let trace = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let answer = call("docs__add", json!({ "a": 2, "b": 3 }), trace).await;
+    assert_eq!(answer["text"], json!("5"), "{answer}");
+    let spans = collector.flushed(&provider, trace, 1).await;
+    let span = &spans[0];
+    assert_eq!(span.name, "execute_tool docs__add");
+    assert_eq!(span.kind, "INTERNAL");
+    assert_eq!(span.parent_span_id, AGENT_SPAN, "the agent's trace goes on");
+    assert_eq!(span.status, "UNSET");
+    assert_eq!(span.str("gen_ai.operation.name"), "execute_tool");
+    assert_eq!(span.str("gen_ai.tool.name"), "docs__add");
+    assert_eq!(span.str("mcp.method.name"), "tools/call");
+    // The SDK speaks the current protocol, which has no sessions (`mcp.session.id` is
+    // set for legacy clients' sessions only).
+    assert!(span.attr("mcp.session.id").is_none());
+    assert!(!span.str("jsonrpc.request.id").is_empty());
+    assert_eq!(span.str("warden.mcp.server"), "docs");
+    assert_eq!(span.str("warden.decision"), "allowed");
+    assert_eq!(span.str("warden.tenant.id"), tenant.id);
+    assert_eq!(span.str("gen_ai.agent.id"), created["agent_id"].as_str().unwrap());
+    assert_eq!(
+        upstream.traceparents(),
+        [format!("00-{trace}-{}-01", span.span_id)],
+        "the server continues the trace from the tool call's span"
+    );
+
+    // Refused by a policy: an error, the decision and the policy; nothing sent on.
+    let trace = "6bf92f3577b34da6a3ce929d0e0e4736";
+    let answer = call("docs__delete_repo", json!({ "name": "main" }), trace).await;
+    assert_eq!(answer["error"]["data"]["code"], json!("policy_violation"), "{answer}");
+    let spans = collector.flushed(&provider, trace, 1).await;
+    let span = &spans[0];
+    assert_eq!(span.name, "execute_tool docs__delete_repo");
+    assert_eq!(span.status, "ERROR");
+    assert_eq!(span.str("warden.decision"), "policy_violation");
+    assert_eq!(span.str("error.type"), "policy_violation");
+    assert!(span.int("warden.policy.id") > 0);
+    assert_eq!(upstream.traceparents().len(), 1);
+}
