@@ -246,12 +246,13 @@ pub const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ApprovalQueue {
     /// Queues `report`'s approval with the control plane, or hands the report to the
-    /// batched queue when that fails.
-    pub async fn ask(&self, report: DecisionReport) {
+    /// batched queue when that fails. Returns the pending approval's id, when the
+    /// control plane said it.
+    pub async fn ask(&self, report: DecisionReport) -> Option<i64> {
         let batch_id = new_id(IdKind::Usage, system_now_ms());
         let Some(body) = batch_body(&batch_id, std::slice::from_ref(&report)) else {
             self.fallback.report(report);
-            return;
+            return None;
         };
         let sent = post_json(
             &self.client,
@@ -262,7 +263,10 @@ impl ApprovalQueue {
         )
         .await;
         match sent {
-            Ok(response) if response.status().is_success() => {}
+            Ok(response) if response.status().is_success() => {
+                let ack: Option<QueuedAck> = response.json().await.ok();
+                ack.and_then(|ack| ack.data.approvals.first().map(|a| a.approval_id))
+            }
             answered => {
                 let why = match answered {
                     Ok(response) => response.status().to_string(),
@@ -270,9 +274,27 @@ impl ApprovalQueue {
                 };
                 tracing::warn!(%batch_id, %why, "cannot queue an approval at once; it goes with the next decision batch");
                 self.fallback.report(report);
+                None
             }
         }
     }
+}
+
+/// What the proxy reads of the control plane's answer to an ask.
+#[derive(serde::Deserialize)]
+struct QueuedAck {
+    data: QueuedApprovals,
+}
+
+#[derive(serde::Deserialize)]
+struct QueuedApprovals {
+    #[serde(default)]
+    approvals: Vec<QueuedApproval>,
+}
+
+#[derive(serde::Deserialize)]
+struct QueuedApproval {
+    approval_id: i64,
 }
 
 /// A queue of `capacity` reports, sent in batches of at most `batch_size`.

@@ -3,7 +3,7 @@
 //! the decision reported to the control plane afterwards: a forwarded request's by its
 //! usage record (`crate::usage`), any other on its own (`crate::decisions`).
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
 use serde_json::json;
@@ -39,6 +39,8 @@ pub struct PolicyPass {
     pub claims: Vec<i64>,
     /// The request's action digest, when a policy needed it.
     pub action_digest: Option<String>,
+    /// The approval that let the request through a `require_approval` policy, by id.
+    pub released_by: Option<i64>,
     /// The content as `redact` guardrails left it, with the header that says so: sent in
     /// place of the request's own.
     pub redacted: Option<(serde_json::Value, String)>,
@@ -147,11 +149,13 @@ impl PolicyGate<'_> {
             action,
             digest: OnceCell::new(),
             claims: RefCell::new(Vec::new()),
+            released: Cell::new(None),
             content: Content::new(action, self.guardrails),
         };
         let evaluation = evaluate(&policies, &request, &counters);
         let counted = counters.counted.into_inner();
         let claims = counters.claims.into_inner();
+        let released_by = counters.released.get();
         let digest = counters.digest;
         let guardrail_failed = counters.content.failed();
         let redacted = counters.content.into_redacted();
@@ -173,6 +177,7 @@ impl PolicyGate<'_> {
                 budget_rules: budget_rules(list),
                 claims,
                 action_digest: digest.into_inner(),
+                released_by,
                 redacted,
                 counted,
                 decision: Some(HeldDecision {
@@ -407,6 +412,8 @@ struct ProxyCounters<'a> {
     digest: OnceCell<String>,
     /// The single-use approvals the request passed on.
     claims: RefCell<Vec<i64>>,
+    /// The approval a `require_approval` policy let the request through on.
+    released: Cell<Option<i64>>,
     /// What guardrails scan, parsed at the first.
     content: Content<'a>,
 }
@@ -442,9 +449,13 @@ impl Counters for ProxyCounters<'_> {
             digest,
             self.now_ms,
         ) {
-            Some(GrantUse::Free) => true,
+            Some(GrantUse::Free(approval_id)) => {
+                self.released.set(Some(approval_id));
+                true
+            }
             Some(GrantUse::Claim(approval_id)) => {
                 self.claims.borrow_mut().push(approval_id);
+                self.released.set(Some(approval_id));
                 true
             }
             None => false,

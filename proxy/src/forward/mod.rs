@@ -62,7 +62,10 @@ pub async fn forward(
         Ok(passed) => passed,
         Err(stopped) => {
             if let Some(report) = stopped.approval {
-                shared.approvals.ask(*report).await;
+                let approval_id = shared.approvals.ask(*report).await;
+                if let (Some(trace), Some(approval_id)) = (trace, approval_id) {
+                    trace.held(approval_id);
+                }
             }
             return Err(refused(stopped.refusal));
         }

@@ -54,6 +54,7 @@ pub(super) async fn settle(
             output_tokens: tokens.output,
             cost_micros: price.map(|_| cost_micros),
             estimated: relayed.usage.is_none() && tokens != Tokens::default(),
+            approval_id: policies.released_by,
         };
         trace.settled(&settled, facts);
     }

@@ -250,7 +250,10 @@ impl GatewayShared {
                 if let Some(report) = approval {
                     // Queued before the refusal is answered, as for model requests: a
                     // reviewer listing pending approvals right after finds it.
-                    self.approvals.ask(*report).await;
+                    let approval_id = self.approvals.ask(*report).await;
+                    if let (Some(trace), Some(approval_id)) = (&trace, approval_id) {
+                        trace.held(approval_id);
+                    }
                 }
                 // A server that could not be listed is a failure of the server, not a
                 // refusal of the agent (nor audited as one).

@@ -73,6 +73,8 @@ pub struct Settled {
     pub cost_micros: Option<i64>,
     /// True when the tokens are Warden's estimate, not the provider's report.
     pub estimated: bool,
+    /// The approval that let the request through, by id.
+    pub approval_id: Option<i64>,
 }
 
 impl RequestTrace {
@@ -185,9 +187,18 @@ impl RequestTrace {
         span.end();
         let server = self.server.span();
         server.set_attribute(KeyValue::new("warden.decision", "forwarded"));
+        if let Some(approval_id) = settled.approval_id {
+            server.set_attribute(KeyValue::new("warden.approval.id", approval_id));
+        }
         if let Some(micros) = settled.cost_micros {
             server.set_attribute(KeyValue::new("warden.cost_usd", micros as f64 / 1e6));
         }
+    }
+
+    /// Names the approval a held request waits on.
+    pub fn held(&self, approval_id: i64) {
+        let span = self.server.span();
+        span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
     }
 
     /// Ends the request's span: `status` answered, `refused` when Warden refused it

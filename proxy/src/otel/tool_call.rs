@@ -82,6 +82,12 @@ impl ToolCallTrace {
         propagated(&self.context)
     }
 
+    /// Names the approval a held call waits on.
+    pub fn held(&self, approval_id: i64) {
+        let span = self.context.span();
+        span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
+    }
+
     /// Ends the span: `outcome` is the tool-call record's (`ok`, `tool_error`,
     /// `upstream_error`, `refused`), `refusal` Warden's when it refused.
     pub fn end(self, outcome: &'static str, server: Option<&str>, refusal: Option<&Refusal>) {

@@ -25,8 +25,9 @@ pub(super) struct Maps {
     /// Each tenant's enabled policies in evaluation order, replaced whole on a change.
     pub(super) policies: FastMap<String, Arc<Vec<Policy>>>,
     pub(super) policy_tenants: FastMap<i64, String>,
-    /// Approvals of a scope in force: (agent, policy, provider, model) → until (Unix ms).
-    pub(super) grants: FastMap<GrantKey, i64>,
+    /// Approvals of a scope in force: (agent, policy, provider, model) → until (Unix ms)
+    /// and the approval's id.
+    pub(super) grants: FastMap<GrantKey, (i64, i64)>,
     /// Approvals bound to an action in force: (agent, policy, digest) → the grant.
     pub(super) action_grants: FastMap<ActionKey, ActionGrant>,
     /// Where each approval's grant is, by its id, with its tenant.
@@ -131,7 +132,7 @@ impl Maps {
                     (true, None) => return,
                     (false, _) => {
                         let key = (grant.agent_id, grant.policy_id, grant.provider, grant.model);
-                        self.grants.insert(key.clone(), grant.until);
+                        self.grants.insert(key.clone(), (grant.until, grant.id));
                         GrantSlot::Scope(key)
                     }
                 };

@@ -47,8 +47,8 @@ pub struct KeyView {
 /// How an approval lets a request through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrantUse {
-    /// As often as it comes while the grant lasts.
-    Free,
+    /// As often as it comes while the grant lasts; the approval's id.
+    Free(i64),
     /// Once: the approval (by id) must be claimed through the control plane first.
     Claim(i64),
 }
@@ -155,8 +155,11 @@ impl EnforcementState {
     ) -> Option<GrantUse> {
         let maps = self.maps();
         let key = (agent_id.to_owned(), policy_id, provider, model.to_owned());
-        if maps.grants.get(&key).is_some_and(|until| *until > now_ms) {
-            return Some(GrantUse::Free);
+        if let Some(grant) = maps.grants.get(&key) {
+            let (until, approval_id) = *grant;
+            if until > now_ms {
+                return Some(GrantUse::Free(approval_id));
+            }
         }
         if maps.action_grants.is_empty() {
             return None;
@@ -169,7 +172,7 @@ impl EnforcementState {
         Some(if grant.single_use {
             GrantUse::Claim(grant.approval_id)
         } else {
-            GrantUse::Free
+            GrantUse::Free(grant.approval_id)
         })
     }
 

@@ -180,14 +180,14 @@ fn approvals_bound_to_an_action_release_that_action_only() {
         state.approval_granted("a1", 1, Provider::Mcp, "gh__delete_branch", || digest, now)
     };
     assert_eq!(granted("a".repeat(64), 999), Some(GrantUse::Claim(5)));
-    assert_eq!(granted("b".repeat(64), 999), Some(GrantUse::Free));
+    assert_eq!(granted("b".repeat(64), 999), Some(GrantUse::Free(6)));
     // Another action of the same tool, or the time run out: nothing.
     assert_eq!(granted("c".repeat(64), 999), None);
     assert_eq!(granted("a".repeat(64), 1_000), None);
     // Used elsewhere: dropped here at once.
     state.drop_grant(5);
     assert_eq!(granted("a".repeat(64), 999), None);
-    assert_eq!(granted("b".repeat(64), 999), Some(GrantUse::Free));
+    assert_eq!(granted("b".repeat(64), 999), Some(GrantUse::Free(6)));
 }
 
 #[test]
@@ -235,7 +235,7 @@ fn policies_and_grants_follow_the_stream() {
     let granted = |state: &EnforcementState, model: &str, now: i64| {
         state.approval_granted("a1", 1, Provider::Openai, model, digest, now)
     };
-    assert_eq!(granted(&state, "gpt-4o", 999), Some(GrantUse::Free));
+    assert_eq!(granted(&state, "gpt-4o", 999), Some(GrantUse::Free(5)));
     assert_eq!(granted(&state, "gpt-4o", 1_000), None);
     assert_eq!(granted(&state, "gpt-4o-mini", 999), None);
     state.apply(

@@ -209,6 +209,9 @@ pub struct Lapsed {
 #[derive(Debug, Default)]
 pub struct Requested {
     pub created: Option<i64>,
+    /// The pending approval the request waits on: the one created, or the one already
+    /// pending for the same thing; `None` when a decision still stands.
+    pub pending: Option<i64>,
     pub lapsed: Vec<Lapsed>,
 }
 
@@ -272,6 +275,7 @@ pub async fn request(
     if decided > 0 {
         return Ok(Requested {
             created: None,
+            pending: None,
             lapsed,
         });
     }
@@ -295,7 +299,24 @@ pub async fn request(
     .bind(request.action_digest)
     .fetch_optional(&mut **tx)
     .await?;
-    Ok(Requested { created, lapsed })
+    let pending = match created {
+        Some(id) => Some(id),
+        None => {
+            sqlx::query_scalar(
+                "SELECT id FROM approvals WHERE tenant_id = $1 AND dedupe_key = $2 \
+                 AND status = 'pending'",
+            )
+            .bind(request.tenant_id)
+            .bind(&dedupe_key)
+            .fetch_optional(&mut **tx)
+            .await?
+        }
+    };
+    Ok(Requested {
+        created,
+        pending,
+        lapsed,
+    })
 }
 
 /// Uses up a single-use approval of `digest`: true for the one caller that claims it

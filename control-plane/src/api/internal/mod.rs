@@ -114,10 +114,21 @@ pub struct DecisionAck {
     pub batch_id: String,
     pub evaluations_written: usize,
     pub approvals_created: usize,
+    /// The pending approval each held decision of a new batch waits on (created now or
+    /// already pending), by the decision's index: a proxy names it in the held
+    /// request's trace.
+    pub approvals: Vec<QueuedApproval>,
     pub rejected: usize,
     /// Decisions of tenants deleted meanwhile: dropped.
     pub dropped: usize,
     pub errors: Vec<ItemError>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueuedApproval {
+    /// The decision's index in the batch.
+    pub index: usize,
+    pub approval_id: i64,
 }
 
 #[utoipa::path(post, path = "/internal/v1/usage-batches", tag = "internal", request_body = UsageBatch,

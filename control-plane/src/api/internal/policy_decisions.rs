@@ -15,7 +15,7 @@ use warden_shared::timestamp::Timestamp;
 
 use super::input::{DecisionBatch, ProxyDecision};
 use super::usage_batches::report_dropped;
-use super::{store, DecisionAck};
+use super::{store, DecisionAck, QueuedApproval};
 use crate::api::approvals::{
     record_lapsed, record_requested, store as approvals, APPROVAL_TTL_MS, DENIAL_HOLD_MS,
 };
@@ -55,6 +55,7 @@ pub async fn ingest_policy_decisions(
         batch_id: batch.batch_id.as_str().to_owned(),
         evaluations_written: 0,
         approvals_created: 0,
+        approvals: Vec::new(),
         rejected: 0,
         dropped: 0,
         errors: Vec::new(),
@@ -264,6 +265,12 @@ async fn queue_approvals(
         let requested =
             approvals::request(tx, &request, now, APPROVAL_TTL_MS, DENIAL_HOLD_MS).await?;
         record_lapsed(tx, &requested.lapsed, now).await?;
+        if let Some(approval_id) = requested.pending {
+            ack.approvals.push(QueuedApproval {
+                index: item.index,
+                approval_id,
+            });
+        }
         if let Some(id) = requested.created {
             record_requested(tx, &request, id, now).await?;
             ack.approvals_created += 1;

@@ -81,7 +81,9 @@ impl Traced {
     /// Exports what the proxy has ended and returns trace `trace_id`'s spans: the
     /// request's SERVER span and, when it went upstream, its CLIENT span.
     async fn spans(&self, trace_id: &str, count: usize) -> Vec<ReceivedSpan> {
-        self.collector.flushed(&self.provider, trace_id, count).await
+        self.collector
+            .flushed(&self.provider, trace_id, count)
+            .await
     }
 
     /// The `traceparent` the provider received with the latest request to `path`.
@@ -384,6 +386,11 @@ async fn refusals_end_their_span_with_an_error_and_the_decision() {
         page["data"][0]["id"].as_i64()
     })
     .await;
+    assert_eq!(
+        held_span.int("warden.approval.id"),
+        approval,
+        "the held request names its approval"
+    );
     expect_status(
         traced
             .app
@@ -403,6 +410,12 @@ async fn refusals_end_their_span_with_an_error_and_the_decision() {
     assert_eq!(retry.status(), 200);
     let spans = traced.spans(&trace_id(22), 2).await;
     traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o");
+    let released = only(&spans, "SERVER");
+    assert_eq!(
+        released.int("warden.approval.id"),
+        approval,
+        "and so does the retry it released"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,7 +65,10 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
     assert_eq!(span.str("warden.mcp.server"), "docs");
     assert_eq!(span.str("warden.decision"), "allowed");
     assert_eq!(span.str("warden.tenant.id"), tenant.id);
-    assert_eq!(span.str("gen_ai.agent.id"), created["agent_id"].as_str().unwrap());
+    assert_eq!(
+        span.str("gen_ai.agent.id"),
+        created["agent_id"].as_str().unwrap()
+    );
     assert_eq!(
         upstream.traceparents(),
         [format!("00-{trace}-{}-01", span.span_id)],
@@ -75,7 +78,11 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
     // Refused by a policy: an error, the decision and the policy; nothing sent on.
     let trace = "6bf92f3577b34da6a3ce929d0e0e4736";
     let answer = call("docs__delete_repo", json!({ "name": "main" }), trace).await;
-    assert_eq!(answer["error"]["data"]["code"], json!("policy_violation"), "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["code"],
+        json!("policy_violation"),
+        "{answer}"
+    );
     let spans = collector.flushed(&provider, trace, 1).await;
     let span = &spans[0];
     assert_eq!(span.name, "execute_tool docs__delete_repo");
