@@ -34,6 +34,8 @@ NGINX=127.0.0.1:19180
 BARE=127.0.0.1:19280
 API=127.0.0.1:19080
 PROXY=127.0.0.1:19081
+# Where the traced rounds export their spans (an OTLP/HTTP endpoint answering 200: nginx).
+OTLP=127.0.0.1:19318
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need nginx; then
@@ -58,6 +60,11 @@ http {
   client_body_temp_path $WORK;
   proxy_temp_path $WORK;
   upstream mock { server $MOCK; keepalive 128; }
+  server {
+    listen $OTLP;
+    client_max_body_size 256m;
+    location /v1/traces { return 200; }
+  }
   server {
     listen $NGINX;
     location / {
@@ -87,18 +94,24 @@ echo "seeding $KEYS_COUNT proxy keys..."
 # PROXY_LOOPS sets the proxy's event loops (unset: its default, one per core);
 # PROXY_THREADS sizes its runtime (0: one thread per core).
 if [ -n "${PROXY_LOOPS:-}" ]; then export WARDEN_PROXY__EVENT_LOOPS=$PROXY_LOOPS; fi
-WARDEN_PROXY__WORKER_THREADS=${PROXY_THREADS:-0} WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool" \
-WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
-  WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
-  WARDEN_PROVIDERS__ANTHROPIC__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__ANTHROPIC__API_KEY=sk-ant-load \
-  "$BIN/warden" proxy >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
-for _ in $(seq 1 300); do
-  curl -s "http://$PROXY/healthz" | grep -q '"ok"' && break; sleep 0.1
-done
-LAST_KEY=$(tail -n 1 "$WORK/keys.txt")
-for _ in $(seq 1 300); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $LAST_KEY" "http://$PROXY/v1/models")" = 200 ] && break; sleep 0.1
-done
+# start_proxy [VAR=value...]: the proxy, with the extra environment given, once it knows
+# the last key.
+start_proxy() {
+  env "$@" WARDEN_PROXY__WORKER_THREADS="${PROXY_THREADS:-0}" WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool" \
+    WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
+    WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
+    WARDEN_PROVIDERS__ANTHROPIC__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__ANTHROPIC__API_KEY=sk-ant-load \
+    "$BIN/warden" proxy >>"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
+  for _ in $(seq 1 300); do
+    curl -s "http://$PROXY/healthz" | grep -q '"ok"' && break; sleep 0.1
+  done
+  local last_key
+  last_key=$(tail -n 1 "$WORK/keys.txt")
+  for _ in $(seq 1 300); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$PROXY/v1/models")" = 200 ] && break; sleep 0.1
+  done
+}
+start_proxy
 echo "proxy loaded $KEYS_COUNT keys; resident memory $(rss_mib $PROXY_PID) MiB"
 
 # run NAME URL STREAM [KEYS] -> "rps p50_ms p99_ms requests non_200"; a URL ending in
@@ -238,6 +251,22 @@ guarded() { # on|off; in force on the proxy when the call answers
 }
 alternate "a guardrail policy (every detector, block)" guarded
 guarded off
+
+# Traces of every request (sampling 1.0: a SERVER and a CLIENT span each, exported over
+# OTLP/HTTP in batches to a receiver that takes them, nginx answering 200) against no
+# tracing: the proxy restarted with and without OTEL_EXPORTER_OTLP_ENDPOINT. The batch
+# queue is sized so that nothing is dropped at this rate.
+traced() { # on|off
+  kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
+  if [ "$1" = on ]; then
+    start_proxy OTEL_EXPORTER_OTLP_ENDPOINT="http://$OTLP" OTEL_BSP_MAX_QUEUE_SIZE=262144 \
+      OTEL_BSP_MAX_EXPORT_BATCH_SIZE=8192 OTEL_BSP_SCHEDULE_DELAY=200
+  else
+    start_proxy
+  fi
+}
+alternate "traces of every request (OTLP, sampling 1.0)" traced
+traced off
 
 # Payload capture of every request (the tenant's 5 redaction rules applied by the proxy,
 # the captures stored by the ledger) against none, in the same alternating rounds.
