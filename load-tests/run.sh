@@ -15,6 +15,8 @@
 #   CP_NICE=10 load-tests/run.sh       # the control plane below the proxy's CPU priority
 #   MOCK_CHUNKED=1 load-tests/run.sh   # streams chunked, an HTTP chunk per event, as
 #                                      # providers send them (default: one Content-Length body)
+#   ONLY="targets traced" load-tests/run.sh  # only these parts: targets, governed,
+#                                      # guarded, traced, captured, responses, messages
 #
 # The control plane runs at the proxy's priority (CP_NICE, default 0). The load saturates
 # both cores, so a control plane at a lower priority gets too little to keep up: at nice
@@ -136,8 +138,10 @@ printf '\nconcurrency %s, %s s per run, %s wrk threads, %s proxy keys, %s cores,
   "$CONCURRENCY" "$DURATION" "$THREADS" "$KEYS_COUNT" "$(nproc)" "${PROXY_LOOPS:-one per core}" "$CP_NICE" \
   "$([ "${MOCK_CHUNKED:-0}" = 1 ] && echo "chunked, a chunk per event" || echo "in one Content-Length body")"
 printf '%-28s %12s %10s %10s %9s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200"
+# wanted PART: whether ONLY (unset: every part) names it.
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 declare -A WARDEN_RPS
-for stream in 0 1; do
+for stream in $(wanted targets && echo 0 1); do
   label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
   # Every target gets the very same requests, the rotating proxy keys included (the
   # mock ignores them), so wrk's own work per request is the same in every row.
@@ -235,7 +239,9 @@ alternate() {
       printf "  with/without %s: throughput %.2f (medians %.0f / %.0f requests/s; target at least 0.90) (%s)\n", what, p / w, p, w, label }'
   done
 }
-alternate "10 policies and a budget limit" governed
+if wanted governed; then
+  alternate "10 policies and a budget limit" governed
+fi
 governed off
 
 # A guardrail policy (every detector, blocking; the load carries nothing it finds, so it
@@ -249,8 +255,10 @@ guarded() { # on|off; in force on the proxy when the call answers
     call DELETE "policies/$GUARDRAIL_ID" "" 204; GUARDRAIL_ID=""
   fi
 }
-alternate "a guardrail policy (every detector, block)" guarded
-guarded off
+if wanted guarded; then
+  alternate "a guardrail policy (every detector, block)" guarded
+  guarded off
+fi
 
 # Traces of every request (sampling 1.0: a SERVER and a CLIENT span each, exported over
 # OTLP/HTTP in batches to a receiver that takes them, nginx answering 200) against no
@@ -265,8 +273,10 @@ traced() { # on|off
     start_proxy
   fi
 }
-alternate "traces of every request (OTLP, sampling 1.0)" traced
-traced off
+if wanted traced; then
+  alternate "traces of every request (OTLP, sampling 1.0)" traced
+  traced off
+fi
 
 # Payload capture of every request (the tenant's 5 redaction rules applied by the proxy,
 # the captures stored by the ledger) against none, in the same alternating rounds.
@@ -279,14 +289,20 @@ captured() { # on|off; in force on the proxy when the call answers
   [ "$1" = on ] && enabled=true
   call PUT payload-capture/config "{\"enabled\":$enabled,\"retention_days\":30,\"processing_purpose\":\"load test of payload capture\",\"redaction_rules\":$RULES}" 200
 }
-alternate "payload capture (5 redaction rules)" captured
-captured off
+if wanted captured; then
+  alternate "payload capture (5 redaction rules)" captured
+  captured off
+fi
 
 # The Responses API (the same small request as a response, plain and streamed) against
 # chat completions, on the same Warden.
 unchanged() { :; }
-alternate "the Responses API instead of chat completions" unchanged /v1/responses
-alternate "Anthropic's Messages API instead of chat completions" unchanged /v1/messages
+if wanted responses; then
+  alternate "the Responses API instead of chat completions" unchanged /v1/responses
+fi
+if wanted messages; then
+  alternate "Anthropic's Messages API instead of chat completions" unchanged /v1/messages
+fi
 metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 sleep 2 # the last batches' flush
 echo "decision reports dropped by the proxy: $(metric warden_proxy_policy_decisions_dropped_total)"

@@ -8,16 +8,12 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
 use axum::response::IntoResponse;
 use axum::Router;
-use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::TraceContextExt;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
 use tower_http::trace::TraceLayer;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 use warden_shared::ids::{new_id, IdKind};
 
 use crate::bootstrap::{self, BootstrapOutcome};
@@ -242,28 +238,7 @@ fn app_router(state: AppState) -> Router {
                     .get::<RequestId>()
                     .and_then(|id| id.header_value().to_str().ok())
                     .unwrap_or_default();
-                let span = tracing::info_span!(
-                    "request",
-                    request_id = %request_id,
-                    // Recorded by `auth::Authorized` once the credential is known.
-                    tenant_id = tracing::field::Empty,
-                    // For traces (`crate::telemetry`): renamed for the route once it
-                    // is matched (`api::http_metrics`), a SERVER span under the
-                    // caller's `traceparent` when it sent one.
-                    otel.name = %request.method(),
-                    otel.kind = "server",
-                    otel.status_code = tracing::field::Empty,
-                    http.request.method = %request.method(),
-                    url.path = %request.uri().path(),
-                    http.route = tracing::field::Empty,
-                    http.response.status_code = tracing::field::Empty,
-                );
-                let parent = TraceContextPropagator::new()
-                    .extract(&opentelemetry_http::HeaderExtractor(request.headers()));
-                if parent.has_active_span() {
-                    let _ = span.set_parent(parent);
-                }
-                span
+                crate::telemetry::request_span(request, request_id)
             }),
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, UlidRequestId))

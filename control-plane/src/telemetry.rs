@@ -3,7 +3,13 @@
 //! request a SERVER span named by its route, each background round a span, and each
 //! database query inside them a CLIENT child span.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
+
+use axum::http::Request;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use opentelemetry::trace::{
     Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
@@ -72,7 +78,45 @@ pub fn init(
         },
     }
     .with_filter(Targets::new().with_target("sqlx::query", Level::TRACE));
-    let _ = registry.with(spans).with(queries).try_init();
+    if registry.with(spans).with(queries).try_init().is_ok() {
+        EXPORTING.store(true, Ordering::Relaxed);
+    }
+}
+
+/// True once [`init`] installed the trace export.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// The span of one API request: its id and (recorded by `auth::Authorized` once the
+/// credential is known) its tenant, on every log line of the request. When traces are
+/// exported it is also a SERVER span in the HTTP conventions, under the caller's
+/// `traceparent` when it sent one, renamed for its route once matched
+/// (`api::http_metrics`); the logs do not carry those fields otherwise.
+pub fn request_span<B>(request: &Request<B>, request_id: &str) -> tracing::Span {
+    if !EXPORTING.load(Ordering::Relaxed) {
+        return tracing::info_span!(
+            "request",
+            request_id = %request_id,
+            tenant_id = tracing::field::Empty,
+        );
+    }
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        tenant_id = tracing::field::Empty,
+        otel.name = %request.method(),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %request.method(),
+        url.path = %request.uri().path(),
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    let parent = TraceContextPropagator::new()
+        .extract(&opentelemetry_http::HeaderExtractor(request.headers()));
+    if parent.has_active_span() {
+        let _ = span.set_parent(parent);
+    }
+    span
 }
 
 /// Turns sqlx's record of each finished query (`sqlx::query` events: the statement, its

@@ -64,7 +64,7 @@ pub async fn forward(
             if let Some(report) = stopped.approval {
                 let approval_id = shared.approvals.ask(*report).await;
                 if let (Some(trace), Some(approval_id)) = (trace, approval_id) {
-                    trace.held(approval_id);
+                    trace.approval(approval_id);
                 }
             }
             return Err(refused(stopped.refusal));

@@ -252,7 +252,7 @@ impl GatewayShared {
                     // reviewer listing pending approvals right after finds it.
                     let approval_id = self.approvals.ask(*report).await;
                     if let (Some(trace), Some(approval_id)) = (&trace, approval_id) {
-                        trace.held(approval_id);
+                        trace.approval(approval_id);
                     }
                 }
                 // A server that could not be listed is a failure of the server, not a
@@ -276,6 +276,9 @@ impl GatewayShared {
             params.arguments = Some(arguments);
         }
         if let Some(trace) = &trace {
+            if let Some(approval_id) = call.released_by {
+                trace.approval(approval_id);
+            }
             // The server continues the trace from the call's `_meta`, as MCP carries it.
             let propagated = trace.propagated();
             let meta = params.meta.get_or_insert_with(Default::default);
@@ -394,6 +397,7 @@ impl GatewayShared {
                     {
                         // Arguments a `redact` guardrail changed go in their stead.
                         let redacted = pass.redacted.take().map(|(arguments, _)| arguments);
+                        call.released_by = pass.released_by;
                         return Ok((server, redacted));
                     }
                     let approval_id = pass.claims[0];
@@ -496,6 +500,8 @@ struct CallFacts {
     prefixed: String,
     /// The registered server's id, once found; empty when the name matched none.
     server_id: String,
+    /// The approval that let the call through a `require_approval` policy.
+    released_by: Option<i64>,
 }
 
 /// The server a call goes to, in the tenant's list from the state (not a copy of it).
@@ -526,6 +532,7 @@ impl CallFacts {
             server,
             tool,
             server_id: String::new(),
+            released_by: None,
         }
     }
 }

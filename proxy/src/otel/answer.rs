@@ -1,11 +1,16 @@
 //! What a provider's answer says of itself (its id, model, finish reasons, cached and
-//! reasoning tokens, and when its first chunk came), read for a sampled trace only: whole
-//! answers once, streams event by event as they are relayed.
+//! reasoning tokens, and when its first chunk came), read for a sampled trace only:
+//! whole answers once, streams event by event as they are relayed. Only the fields read
+//! are taken (the rest is skipped, not built), and of a stream's events only the first
+//! and those that can carry a fact: a finish reason, a status or a usage object (the
+//! text deltas in between are not parsed at all).
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
+use memchr::memmem;
 use opentelemetry::{Array, KeyValue, StringValue, Value as OtelValue};
-use serde_json::Value;
+use serde::Deserialize;
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
@@ -16,6 +21,8 @@ const MAX_LINE: usize = 1 << 20;
 pub struct AnswerFacts {
     attempt_started: Instant,
     first_chunk: Option<Duration>,
+    /// Whether a stream's first event was read.
+    first_event_read: bool,
     id: Option<String>,
     model: Option<String>,
     finish_reasons: Vec<String>,
@@ -26,11 +33,71 @@ pub struct AnswerFacts {
     partial: Vec<u8>,
 }
 
+/// One JSON answer or event: a chat completion (or chunk), a Responses API object (or an
+/// event carrying one under `response`), an Anthropic message (or an event carrying one
+/// under `message`, or a `message_delta`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Event<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    object: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    status: Option<Cow<'a, str>>,
+    usage: Option<UsageFacts>,
+    #[serde(borrow)]
+    response: Option<Box<Event<'a>>>,
+    #[serde(borrow)]
+    message: Option<Box<Event<'a>>>,
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Delta<'a> {
+    #[serde(borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UsageFacts {
+    prompt_tokens_details: Option<Details>,
+    input_tokens_details: Option<Details>,
+    completion_tokens_details: Option<Details>,
+    output_tokens_details: Option<Details>,
+    cache_read_input_tokens: Option<i64>,
+    cache_creation_input_tokens: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Details {
+    cached_tokens: Option<i64>,
+    reasoning_tokens: Option<i64>,
+}
+
 impl AnswerFacts {
     pub fn new(attempt_started: Instant) -> AnswerFacts {
         AnswerFacts {
             attempt_started,
             first_chunk: None,
+            first_event_read: false,
             id: None,
             model: None,
             finish_reasons: Vec::new(),
@@ -43,8 +110,8 @@ impl AnswerFacts {
 
     /// A whole (not streamed) answer's body.
     pub fn whole(&mut self, body: &[u8]) {
-        if let Ok(value) = serde_json::from_slice::<Value>(body) {
-            self.read(&value);
+        if let Ok(event) = serde_json::from_slice::<Event<'_>>(body) {
+            self.read(&event);
         }
     }
 
@@ -54,7 +121,7 @@ impl AnswerFacts {
             self.first_chunk = Some(self.attempt_started.elapsed());
         }
         let mut rest = bytes;
-        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+        while let Some(end) = memchr::memchr(b'\n', rest) {
             let (line, after) = rest.split_at(end);
             rest = &after[1..];
             if self.partial.is_empty() {
@@ -77,68 +144,66 @@ impl AnswerFacts {
             return;
         };
         let data = data.trim_ascii();
-        if data.first() == Some(&b'{') {
-            if let Ok(value) = serde_json::from_slice::<Value>(data) {
-                self.read(&value);
-            }
+        if data.first() != Some(&b'{') {
+            return;
+        }
+        let first = !self.first_event_read;
+        self.first_event_read = true;
+        if !(first || carries_a_fact(data)) {
+            return;
+        }
+        if let Ok(event) = serde_json::from_slice::<Event<'_>>(data) {
+            self.read(&event);
         }
     }
 
-    /// One JSON answer or event: a chat completion (or chunk), a Responses API object
-    /// (or an event carrying one under `response`), an Anthropic message (or an event
-    /// carrying one under `message`, or a `message_delta`).
-    fn read(&mut self, event: &Value) {
-        for object in [Some(event), event.get("response"), event.get("message")]
-            .into_iter()
-            .flatten()
-            .filter(|v| v.is_object())
-        {
+    fn read(&mut self, event: &Event<'_>) {
+        let nested = [event.response.as_deref(), event.message.as_deref()];
+        for object in std::iter::once(event).chain(nested.into_iter().flatten()) {
             if self.id.is_none() {
-                self.id = text(object.get("id"));
+                self.id = object.id.as_deref().map(str::to_owned);
             }
             if self.model.is_none() {
-                self.model = text(object.get("model"));
+                self.model = object.model.as_deref().map(str::to_owned);
             }
-            let choices = object.get("choices").and_then(Value::as_array);
-            for choice in choices.into_iter().flatten() {
-                self.finished(text(choice.get("finish_reason")));
+            for choice in object.choices.iter().flatten() {
+                self.finished(choice.finish_reason.as_deref());
             }
-            self.finished(text(object.get("stop_reason")));
-            if object.get("object").and_then(Value::as_str) == Some("response") {
+            self.finished(object.stop_reason.as_deref());
+            if object.object.as_deref() == Some("response") {
                 // The Responses API's end: `completed`, `incomplete`, `failed`.
-                self.finished(text(object.get("status")).filter(|s| s != "in_progress"));
+                self.finished(object.status.as_deref().filter(|s| *s != "in_progress"));
             }
-            if let Some(usage) = object.get("usage") {
+            if let Some(usage) = &object.usage {
                 self.usage(usage);
             }
         }
-        if let Some(delta) = event.get("delta") {
-            self.finished(text(delta.get("stop_reason")));
+        if let Some(delta) = &event.delta {
+            self.finished(delta.stop_reason.as_deref());
         }
     }
 
-    fn finished(&mut self, reason: Option<String>) {
+    fn finished(&mut self, reason: Option<&str>) {
         if let Some(reason) = reason {
             if self.finish_reasons.len() < MAX_FINISH_REASONS {
-                self.finish_reasons.push(reason);
+                self.finish_reasons.push(reason.to_owned());
             }
         }
     }
 
-    fn usage(&mut self, usage: &Value) {
-        let number = |path: &[&str]| {
-            path.iter()
-                .try_fold(usage, |value, key| value.get(key))
-                .and_then(Value::as_i64)
+    fn usage(&mut self, usage: &UsageFacts) {
+        let detail = |details: &Option<Details>, of: fn(&Details) -> Option<i64>| {
+            details.as_ref().and_then(of)
         };
-        let cached = number(&["prompt_tokens_details", "cached_tokens"])
-            .or_else(|| number(&["input_tokens_details", "cached_tokens"]))
-            .or_else(|| number(&["cache_read_input_tokens"]));
+        let cached = detail(&usage.prompt_tokens_details, |d| d.cached_tokens)
+            .or_else(|| detail(&usage.input_tokens_details, |d| d.cached_tokens))
+            .or(usage.cache_read_input_tokens);
         self.cache_read_tokens = cached.or(self.cache_read_tokens);
-        self.cache_creation_tokens =
-            number(&["cache_creation_input_tokens"]).or(self.cache_creation_tokens);
-        let reasoning = number(&["completion_tokens_details", "reasoning_tokens"])
-            .or_else(|| number(&["output_tokens_details", "reasoning_tokens"]));
+        self.cache_creation_tokens = usage
+            .cache_creation_input_tokens
+            .or(self.cache_creation_tokens);
+        let reasoning = detail(&usage.completion_tokens_details, |d| d.reasoning_tokens)
+            .or_else(|| detail(&usage.output_tokens_details, |d| d.reasoning_tokens));
         self.reasoning_tokens = reasoning.or(self.reasoning_tokens);
     }
 
@@ -190,8 +255,20 @@ impl AnswerFacts {
     }
 }
 
-fn text(value: Option<&Value>) -> Option<String> {
-    value.and_then(Value::as_str).map(str::to_owned)
+/// Whether a stream's event can carry a fact past its first: a finish reason or a
+/// status (a string, not `null`) or a usage object.
+fn carries_a_fact(data: &[u8]) -> bool {
+    let valued = |name: &[u8], starts: u8| {
+        memmem::find_iter(data, name).any(|at| {
+            let after = &data[at + name.len()..];
+            let value = after
+                .iter()
+                .position(|b| !matches!(b, b' ' | b':' | b'\t'))
+                .map(|i| after[i]);
+            value == Some(starts)
+        })
+    };
+    valued(b"_reason\"", b'"') || valued(b"\"status\"", b'"') || valued(b"\"usage\"", b'{')
 }
 
 #[cfg(test)]
@@ -268,6 +345,34 @@ mod tests {
                 ("gen_ai.usage.reasoning.output_tokens", "6"),
             ])
         );
+    }
+
+    #[test]
+    fn a_chat_stream_is_read_at_its_first_and_last_chunks() {
+        let mut facts = AnswerFacts::new(Instant::now());
+        let chunk = |delta: &str, finish: &str, usage: &str| {
+            format!("data: {{\"id\":\"chatcmpl-9\",\"model\":\"gpt-4o\",\"choices\":[{{\"delta\":{{\"content\":\"{delta}\"}},\"finish_reason\":{finish}}}],\"usage\":{usage}}}\n\n")
+        };
+        facts.chunk(chunk("Hel", "null", "null").as_bytes());
+        // A text delta that mentions the fields is still not a fact.
+        facts.chunk(chunk("finish_reason\\\" usage", "null", "null").as_bytes());
+        facts.chunk(chunk("", "\"stop\"", "null").as_bytes());
+        facts.chunk(b"data: {\"choices\":[],\"usage\": {\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\ndata: [DONE]\n\n");
+        assert_eq!(
+            facts_of(facts.attributes()),
+            pairs(&[
+                ("gen_ai.response.id", "chatcmpl-9"),
+                ("gen_ai.response.model", "gpt-4o"),
+                ("gen_ai.response.finish_reasons", r#"["stop"]"#),
+                ("gen_ai.usage.cache_read.input_tokens", "2"),
+            ])
+        );
+        assert!(!carries_a_fact(
+            br#"{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":null}"#
+        ));
+        assert!(carries_a_fact(
+            br#"{"choices":[{"finish_reason": "length"}]}"#
+        ));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A model request's spans: the SERVER span of the agent's request and the CLIENT span
 //! of its upstream attempt.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
@@ -15,18 +16,19 @@ use crate::endpoint::Endpoint;
 use crate::refusal::Refusal;
 use crate::state::KeyView;
 
-/// The routes a span may be named by; any other path is named by its method alone, so
-/// that scanners' paths do not become span names.
-const ROUTES: [&str; 9] = [
-    "/v1/chat/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/v1/models",
-    "/mcp",
-    "/healthz",
-    "/readyz",
+/// The routes a span may be named by, with the name of a `POST` to them (the agent
+/// APIs' method: no name is formatted for them); any other path is named by its method
+/// alone, so that scanners' paths do not become span names.
+const ROUTES: [(&str, &str); 6] = [
+    ("/v1/chat/completions", "POST /v1/chat/completions"),
+    ("/v1/embeddings", "POST /v1/embeddings"),
+    ("/v1/responses", "POST /v1/responses"),
+    ("/v1/messages", "POST /v1/messages"),
+    (
+        "/v1/messages/count_tokens",
+        "POST /v1/messages/count_tokens",
+    ),
+    ("/v1/models", "POST /v1/models"),
 ];
 
 /// `gen_ai.operation.name` of a request to `endpoint`: the conventions' `chat` for
@@ -87,17 +89,23 @@ impl RequestTrace {
         headers: &http::HeaderMap,
     ) -> RequestTrace {
         let parent = extract(&HeaderExtractor(headers));
-        let route = ROUTES.iter().find(|route| **route == path);
-        let name = match route {
-            Some(route) => format!("{method} {route}"),
-            None => method.to_owned(),
+        let route = ROUTES.iter().find(|(route, _)| *route == path);
+        let name: Cow<'static, str> = match route {
+            Some((_, post)) if method == "POST" => Cow::Borrowed(post),
+            Some((route, _)) => Cow::Owned(format!("{method} {route}")),
+            None => Cow::Owned(method.to_owned()),
         };
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", method.to_owned()),
-            KeyValue::new("url.path", path.to_owned()),
-        ];
-        if let Some(route) = route {
-            attributes.push(KeyValue::new("http.route", *route));
+        let method: Value = match method {
+            "POST" => Value::from("POST"),
+            other => Value::from(other.to_owned()),
+        };
+        let mut attributes = vec![KeyValue::new("http.request.method", method)];
+        match route {
+            Some((route, _)) => {
+                attributes.push(KeyValue::new("url.path", *route));
+                attributes.push(KeyValue::new("http.route", *route));
+            }
+            None => attributes.push(KeyValue::new("url.path", path.to_owned())),
         }
         let span = tracer
             .inner
@@ -188,15 +196,15 @@ impl RequestTrace {
         let server = self.server.span();
         server.set_attribute(KeyValue::new("warden.decision", "forwarded"));
         if let Some(approval_id) = settled.approval_id {
-            server.set_attribute(KeyValue::new("warden.approval.id", approval_id));
+            self.approval(approval_id);
         }
         if let Some(micros) = settled.cost_micros {
             server.set_attribute(KeyValue::new("warden.cost_usd", micros as f64 / 1e6));
         }
     }
 
-    /// Names the approval a held request waits on.
-    pub fn held(&self, approval_id: i64) {
+    /// Names the approval a held request waits on, or that let it through.
+    pub fn approval(&self, approval_id: i64) {
         let span = self.server.span();
         span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
     }

@@ -82,8 +82,8 @@ impl ToolCallTrace {
         propagated(&self.context)
     }
 
-    /// Names the approval a held call waits on.
-    pub fn held(&self, approval_id: i64) {
+    /// Names the approval a held call waits on, or that let it through.
+    pub fn approval(&self, approval_id: i64) {
         let span = self.context.span();
         span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
     }
