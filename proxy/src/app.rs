@@ -117,8 +117,6 @@ pub struct ProxyApp {
     stream: StreamSource,
     client: reqwest::Client,
     budget_grants: BudgetGrants,
-    /// Where rate limits' allowances are asked for ahead of their minute.
-    rate_grants: RateGrants,
     draining: Arc<AtomicBool>,
     shutdown_delay: Duration,
 }
@@ -301,7 +299,6 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             .connect_timeout(Duration::from_secs(5))
             .build()?,
         budget_grants,
-        rate_grants,
     })
 }
 
@@ -361,7 +358,6 @@ impl ProxyApp {
             stream,
             client,
             budget_grants,
-            rate_grants,
             draining,
             shutdown_delay,
             ..
@@ -379,7 +375,6 @@ impl ProxyApp {
                 .clone()
                 .renew_forever(budgets.clone(), clock.clone()),
         );
-        let asker = tokio::spawn(rate_grants.ask_ahead_forever(rates.clone(), clock.clone()));
         let forgetter = tokio::spawn(forget_stale(rates, mcp, clock.clone()));
         let accept_failures = metrics.accept_failures.clone();
         let spooled = spool.is_some();
@@ -435,7 +430,6 @@ impl ProxyApp {
         // What the ledger acknowledged and what lies unused goes back to the other
         // proxies now rather than when it lapses.
         renewer.abort();
-        asker.abort();
         budget_grants
             .give_back_unused(&budgets, clock.now_ms())
             .await;

@@ -40,8 +40,6 @@ pub enum Limiter {
 #[derive(Default)]
 pub struct RateWindows {
     windows: FastMap<Limiter, FastMap<String, Arc<Mutex<Window>>>>,
-    /// The tenant of each policy asked for (a policy's asks name it).
-    policy_tenants: FastMap<i64, String>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -51,34 +49,7 @@ struct Window {
     requests: i64,
     tokens: i64,
     share: Share,
-    /// The allowance granted ahead for the next minute: its share once the minute comes.
-    ahead: Option<Ahead>,
 }
-
-/// An allowance the control plane granted ahead of its minute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Ahead {
-    minute: i64,
-    limit: i64,
-    allotted: i64,
-}
-
-/// A bucket's next minute to ask for ahead (`crate::rate_grants`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AheadAsk {
-    pub tenant_id: String,
-    pub policy_id: i64,
-    pub bucket: String,
-    pub minute: i64,
-    pub limit: i64,
-    /// The requests the bucket would see in a minute at this minute's pace.
-    pub want: i64,
-}
-
-/// Asks ahead are made in a minute's last this many milliseconds.
-pub const AHEAD_WITHIN_MS: i64 = 10_000;
-/// Most requests one grant may ask for (the control plane's bound).
-pub const MAX_WANT: i64 = 10_000;
 
 /// Whose requests a window's limit counts (see `crate::rate_grants`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -102,21 +73,10 @@ enum Share {
 impl Window {
     fn at(&mut self, minute: i64) -> &mut Window {
         if self.minute != minute {
-            let ahead = self.ahead.filter(|ahead| ahead.minute == minute);
             *self = Window {
                 minute,
                 ..Window::default()
             };
-            if let Some(Ahead {
-                limit, allotted, ..
-            }) = ahead
-            {
-                self.share = Share::Granted {
-                    limit,
-                    allotted,
-                    spent: allotted == 0,
-                };
-            }
         }
         self
     }
@@ -244,23 +204,8 @@ impl RateWindows {
         }
     }
 
-    /// Adds `granted` requests of `limit` to the bucket's allowance for `minute`; the
-    /// grant was asked for the tenant `tenant_id`.
-    #[allow(clippy::too_many_arguments)] // The bucket, its minute and the grant.
-    pub fn add_grant(
-        &self,
-        tenant_id: &str,
-        limiter: Limiter,
-        bucket: &str,
-        minute: i64,
-        limit: i64,
-        granted: i64,
-    ) {
-        if let Limiter::Policy(policy_id) = limiter {
-            if !self.policy_tenants.contains_key(&policy_id) {
-                self.policy_tenants.insert(policy_id, tenant_id.to_owned());
-            }
-        }
+    /// Adds `granted` requests of `limit` to the bucket's allowance for `minute`.
+    pub fn add_grant(&self, limiter: Limiter, bucket: &str, minute: i64, limit: i64, granted: i64) {
         let window = self.window(limiter, bucket);
         let mut window = lock(&window);
         if window.minute != minute {
@@ -275,61 +220,6 @@ impl RateWindows {
             allotted: allotted + granted,
             spent: granted == 0,
         };
-    }
-
-    /// The buckets whose next minute to ask for ahead at `now_ms`: in a minute's last
-    /// [`AHEAD_WITHIN_MS`], those of shared limits that served requests this minute and
-    /// have nothing asked ahead yet. What each wants is its pace so far over a minute.
-    pub fn ahead_due(&self, now_ms: i64) -> Vec<AheadAsk> {
-        let into_minute = now_ms.rem_euclid(60_000);
-        if into_minute < 60_000 - AHEAD_WITHIN_MS {
-            return Vec::new();
-        }
-        let minute = minute_of(now_ms);
-        let mut due = Vec::new();
-        for buckets in self.windows.iter() {
-            let Limiter::Policy(policy_id) = *buckets.key() else {
-                continue;
-            };
-            let Some(tenant_id) = self.policy_tenants.get(&policy_id) else {
-                continue;
-            };
-            for entry in buckets.value().iter() {
-                let window = *lock(entry.value());
-                let Share::Granted { limit, .. } = window.share else {
-                    continue;
-                };
-                if window.minute != minute
-                    || window.requests == 0
-                    || window.ahead.is_some_and(|ahead| ahead.minute == minute + 1)
-                {
-                    continue;
-                }
-                let pace = window.requests.saturating_mul(60_000) / into_minute.max(1);
-                due.push(AheadAsk {
-                    tenant_id: tenant_id.clone(),
-                    policy_id,
-                    bucket: entry.key().clone(),
-                    minute: minute + 1,
-                    limit,
-                    want: pace.clamp(1, MAX_WANT),
-                });
-            }
-        }
-        due
-    }
-
-    /// Keeps `granted` requests of `limit` for the bucket's `minute`, still to come.
-    pub fn add_ahead(&self, policy_id: i64, bucket: &str, minute: i64, limit: i64, granted: i64) {
-        let window = self.window(Limiter::Policy(policy_id), bucket);
-        let mut window = lock(&window);
-        if window.minute + 1 == minute {
-            window.ahead = Some(Ahead {
-                minute,
-                limit,
-                allotted: granted,
-            });
-        }
     }
 
     /// Counts the bucket's `minute` on this proxy alone (the control plane did not
@@ -362,53 +252,6 @@ fn lock(window: &Mutex<Window>) -> std::sync::MutexGuard<'_, Window> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_bucket_served_is_asked_ahead_and_its_next_minute_starts_with_the_grant() {
-        let windows = RateWindows::default();
-        let p1 = Limiter::Policy(1);
-        let minute_start = 60_000 * 1_000;
-        windows.count_request(p1, "key_a", minute_start + 1_000);
-        windows.add_grant("ten_1", p1, "key_a", 1_000, 100, 10);
-        // A bucket never served, and a key's own limit, are not asked ahead.
-        windows.add_grant("ten_1", p1, "key_idle", 1_000, 100, 10);
-        windows.count_request(Limiter::Key, "key_a", minute_start + 1_000);
-        assert!(
-            windows.ahead_due(minute_start + 49_000).is_empty(),
-            "too early"
-        );
-        let due = windows.ahead_due(minute_start + 50_000);
-        assert_eq!(
-            due,
-            [AheadAsk {
-                tenant_id: "ten_1".into(),
-                policy_id: 1,
-                bucket: "key_a".into(),
-                minute: 1_001,
-                limit: 100,
-                // One request in the minute's first 50 s: one at that pace.
-                want: 1,
-            }]
-        );
-        windows.add_ahead(1, "key_a", 1_001, 100, 7);
-        assert!(
-            windows.ahead_due(minute_start + 51_000).is_empty(),
-            "asked once"
-        );
-        // The next minute starts with the allowance: nothing to ask until it is spent.
-        let next = minute_start + 60_000;
-        assert_eq!(windows.needs_grant(p1, "key_a", next), None);
-        for _ in 0..7 {
-            windows.count_request(p1, "key_a", next);
-        }
-        assert_eq!(windows.needs_grant(p1, "key_a", next), Some(1_001));
-        // A grant ahead for a minute that is skipped is dropped with it.
-        windows.add_ahead(1, "key_a", 1_002, 100, 7);
-        assert_eq!(
-            windows.needs_grant(p1, "key_a", next + 120_000),
-            Some(1_003)
-        );
-    }
 
     #[test]
     fn windows_count_per_minute_and_give_back() {

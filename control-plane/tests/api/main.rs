@@ -43,7 +43,6 @@ mod proxy;
 mod proxy_keys;
 mod proxy_state;
 mod python;
-mod rate_grant_batches;
 mod replica_process;
 mod risk;
 mod scopes;

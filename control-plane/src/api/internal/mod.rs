@@ -55,7 +55,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(OpenApiRouter::new().routes(routes!(ingest_policy_decisions)))
         .routes(routes!(report_tool_drift))
         .routes(routes!(grant_rate))
-        .routes(routes!(grant_rate_batch))
         .routes(routes!(grant_budget))
         .routes(routes!(use_approval))
         .routes(routes!(stream_proxy_state))
@@ -166,18 +165,6 @@ async fn grant_rate(
     ApiJson(request): ApiJson<rate_grants::RateGrantRequest>,
 ) -> ApiResult<Response> {
     let granted = rate_grants::grant(&state, request).await?;
-    Ok(envelope::ok(granted))
-}
-
-#[utoipa::path(post, path = "/internal/v1/rate-grant-batches", tag = "internal", request_body = rate_grants::RateGrantBatch,
-    security(("service_token" = [])),
-    responses((status = 200, description = "What each was granted, in the order asked", body = Envelope<rate_grants::RateGrants>)))]
-async fn grant_rate_batch(
-    _service: ServiceCaller,
-    State(state): State<AppState>,
-    ApiJson(batch): ApiJson<rate_grants::RateGrantBatch>,
-) -> ApiResult<Response> {
-    let granted = rate_grants::grant_batch(&state, batch).await?;
     Ok(envelope::ok(granted))
 }
 

@@ -4,18 +4,11 @@
 //! limit (`store::grant_rate`), so however many proxies serve an agent, together they
 //! admit at most the limit in a minute; the allowance they hold unused when it is
 //! reached is the bound below it (each grant is at most an eighth of what is left).
-//!
-//! A proxy asks for a bucket's next minute ahead, in its last seconds, for the buckets
-//! it served this minute: many at once (`grant_batch`, one transaction), so that a
-//! minute's first requests find their allowance in place instead of each asking (a
-//! per-key limit over thousands of keys would otherwise ask thousands of times at every
-//! minute's start, each request waiting on its write).
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::store;
-use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -53,81 +46,9 @@ pub struct RateGrant {
     pub granted: i64,
 }
 
-/// Most grants one batch may ask for.
-pub const MAX_BATCH: usize = 1000;
-
-/// A proxy's requests for several buckets at once (its asks ahead of a minute).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RateGrantBatch {
-    #[schema(min_items = 1, max_items = 1000)]
-    pub grants: Vec<RateGrantRequest>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RateGrants {
-    /// In the order asked.
-    pub grants: Vec<RateGrant>,
-}
-
 pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<RateGrant> {
-    check(&request, "")?;
-    let mut tx = state.db.begin_write().await?;
-    let granted = grant_in(&mut tx, &request).await?;
-    tx.commit().await?;
-    Ok(granted)
-}
-
-/// Grants each of `batch`'s requests, in one transaction; a request that is not valid
-/// refuses the whole batch, naming it.
-pub async fn grant_batch(state: &AppState, batch: RateGrantBatch) -> ApiResult<RateGrants> {
-    if batch.grants.is_empty() || batch.grants.len() > MAX_BATCH {
-        return Err(ApiError::validation(
-            "grants",
-            format!("grants: 1 to {MAX_BATCH}"),
-        ));
-    }
-    for (index, request) in batch.grants.iter().enumerate() {
-        check(request, &format!("grants[{index}]."))?;
-    }
-    let mut tx = state.db.begin_write().await?;
-    let mut grants = Vec::with_capacity(batch.grants.len());
-    for request in &batch.grants {
-        grants.push(grant_in(&mut tx, request).await?);
-    }
-    tx.commit().await?;
-    Ok(RateGrants { grants })
-}
-
-async fn grant_in(tx: &mut WriteTx, request: &RateGrantRequest) -> ApiResult<RateGrant> {
-    // A tenant deleted meanwhile gets nothing (and has no rows to write to).
-    let live = store::live_tenants(tx, [request.tenant_id.as_str()]).await?;
-    if live.is_empty() {
-        return Ok(RateGrant { granted: 0 });
-    }
-    let granted = store::grant_rate(
-        tx,
-        (
-            &request.tenant_id,
-            &request.limiter,
-            &request.bucket,
-            request.minute,
-        ),
-        request.limit,
-        request.want,
-    )
-    .await?;
-    Ok(RateGrant { granted })
-}
-
-/// `request`'s fields within their bounds; `at` prefixes the field named.
-fn check(request: &RateGrantRequest, at: &str) -> ApiResult<()> {
-    let field = |name: &str, message: &str| {
-        Err(ApiError::validation(
-            format!("{at}{name}"),
-            format!("{at}{name}: {message}"),
-        ))
-    };
+    let field =
+        |name: &str, message: &str| Err(ApiError::validation(name, format!("{name}: {message}")));
     if request.limiter.is_empty() || request.limiter.len() > MAX_NAME {
         return field("limiter", "1 to 200 characters");
     }
@@ -146,5 +67,24 @@ fn check(request: &RateGrantRequest, at: &str) -> ApiResult<()> {
     if request.minute < 0 {
         return field("minute", "a Unix minute");
     }
-    Ok(())
+    let mut tx = state.db.begin_write().await?;
+    // A tenant deleted meanwhile gets nothing (and has no rows to write to).
+    let live = store::live_tenants(&mut tx, [request.tenant_id.as_str()]).await?;
+    if live.is_empty() {
+        return Ok(RateGrant { granted: 0 });
+    }
+    let granted = store::grant_rate(
+        &mut tx,
+        (
+            &request.tenant_id,
+            &request.limiter,
+            &request.bucket,
+            request.minute,
+        ),
+        request.limit,
+        request.want,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(RateGrant { granted })
 }

@@ -25,7 +25,6 @@ mod moto;
 mod openai_client;
 mod outage;
 mod policies;
-mod rate_ahead;
 mod read_your_writes;
 mod replicas;
 mod responses_api;
