@@ -39,7 +39,7 @@ pub async fn forward(
     mut trace: Option<&mut RequestTrace>,
 ) -> Result<(), Refused> {
     let started = Instant::now();
-    if let Some(trace) = trace.as_deref() {
+    if let Some(trace) = trace.as_deref_mut() {
         trace.caller(&view);
     }
     admission::check_key(&view, shared.clock.now_ms())?;

@@ -138,7 +138,7 @@ fn attempt(
         server_address: host,
         server_port: port,
     };
-    let propagated = trace.attempt(&attempt, &ready.view);
+    let propagated = trace.attempt(&attempt);
     let header = |value: Option<String>| value.and_then(|v| HeaderValue::from_str(&v).ok());
     client.traceparent = header(propagated.traceparent);
     client.tracestate = header(propagated.tracestate);

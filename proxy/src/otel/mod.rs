@@ -1,10 +1,12 @@
 //! Traces in OpenTelemetry's GenAI conventions (semantic conventions v1.38.0, the GenAI
 //! and MCP pages; the attributes are listed in `deploy/README.md`).
 //!
-//! A model request is a SERVER span (`POST /v1/chat/completions`), child of the agent's
-//! `traceparent` when it sent one, with a CLIENT span per upstream attempt
-//! (`chat gpt-4o`) whose context goes to the provider in `traceparent`; an MCP tool call
-//! is an `execute_tool {tool}` span whose context goes to the MCP server in `_meta`.
+//! A forwarded model request is the CLIENT span of its upstream attempt (`chat gpt-4o`),
+//! child of the agent's `traceparent` when it sent one, whose context goes to the
+//! provider in `traceparent`; a request refused before any attempt is a SERVER span
+//! (`POST /v1/chat/completions`); an MCP tool call is an `execute_tool {tool}` span whose
+//! context goes to the MCP server in `_meta`. One span a request: the trace's cost is
+//! paid once.
 //! Warden's own facts (tenant, key, decision, policy, cost, approval) are `warden.`
 //! attributes; a refusal ends its span with an error status. Prompts and completions are
 //! never exported.
@@ -17,8 +19,8 @@ pub mod export;
 mod request;
 mod tool_call;
 
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanContext, TraceFlags, TracerProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -61,20 +63,20 @@ pub struct Propagated {
     pub tracestate: Option<String>,
 }
 
-impl Injector for Propagated {
-    fn set(&mut self, key: &str, value: String) {
-        match key {
-            "traceparent" => self.traceparent = Some(value),
-            "tracestate" => self.tracestate = Some(value).filter(|v| !v.is_empty()),
-            _ => {}
-        }
+/// The W3C trace context naming `span` as the parent, as `TraceContextPropagator`
+/// writes it.
+fn propagated(span: &SpanContext) -> Propagated {
+    let sampled = span.trace_flags() & TraceFlags::SAMPLED;
+    let state = span.trace_state().header();
+    Propagated {
+        traceparent: Some(format!(
+            "00-{}-{}-{:02x}",
+            span.trace_id(),
+            span.span_id(),
+            sampled.to_u8()
+        )),
+        tracestate: Some(state).filter(|s| !s.is_empty()),
     }
-}
-
-fn propagated(context: &Context) -> Propagated {
-    let mut out = Propagated::default();
-    TraceContextPropagator::new().inject_context(context, &mut out);
-    out
 }
 
 /// `gen_ai.provider.name` of a built-in provider, the conventions' name where they

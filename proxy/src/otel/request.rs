@@ -2,12 +2,12 @@
 //! of its upstream attempt.
 
 use std::borrow::Cow;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_http::HeaderExtractor;
-use opentelemetry_sdk::trace::SdkTracer;
+use opentelemetry_sdk::trace::{SdkTracer, Span};
 use warden_shared::registry::Provider;
 
 use super::answer::AnswerFacts;
@@ -19,7 +19,7 @@ use crate::state::KeyView;
 /// The routes a span may be named by, with the name of a `POST` to them (the agent
 /// APIs' method: no name is formatted for them); any other path is named by its method
 /// alone, so that scanners' paths do not become span names.
-const ROUTES: [(&str, &str); 6] = [
+static ROUTES: [(&str, &str); 6] = [
     ("/v1/chat/completions", "POST /v1/chat/completions"),
     ("/v1/embeddings", "POST /v1/embeddings"),
     ("/v1/responses", "POST /v1/responses"),
@@ -42,13 +42,25 @@ pub fn operation_name(endpoint: Endpoint) -> &'static str {
     }
 }
 
-/// One agent request's trace, from its arrival to its answer.
+/// One agent request's trace, from its arrival to its answer. A forwarded request is
+/// one span, the CLIENT span of its upstream attempt, under the agent's span; a request
+/// refused before any attempt is a SERVER span of its own, made when it is answered. A
+/// request neither forwarded nor refused (the model list) makes none.
 pub struct RequestTrace {
     tracer: SdkTracer,
-    /// The agent's context with the SERVER span in it.
-    server: Context,
-    /// The upstream attempt's CLIENT span, from its start to the answer's end.
-    client: Option<Context>,
+    /// The agent's trace context (empty when it sent none).
+    parent: Context,
+    /// When the request arrived: a refusal's span starts then.
+    arrived: SystemTime,
+    method: Value,
+    path: Value,
+    route: Option<&'static (&'static str, &'static str)>,
+    /// Tenant, key and agent, once the key is known.
+    caller: Vec<KeyValue>,
+    /// The approval the request waits on or was let through by.
+    approval_id: Option<i64>,
+    /// The upstream attempt's span, from its start to the answer's end.
+    client: Option<Span>,
     /// When the attempt started: the time to the first chunk is counted from it.
     attempt_started: Option<Instant>,
 }
@@ -80,73 +92,60 @@ pub struct Settled {
 }
 
 impl RequestTrace {
-    /// Starts the SERVER span of a request to `path`, under the agent's trace when its
-    /// headers carry one.
+    /// A request to `path`, under the agent's trace when its headers carry one.
     pub fn start(
         tracer: &Tracer,
         method: &str,
         path: &str,
         headers: &http::HeaderMap,
     ) -> RequestTrace {
-        let parent = extract(&HeaderExtractor(headers));
         let route = ROUTES.iter().find(|(route, _)| *route == path);
-        let name: Cow<'static, str> = match route {
-            Some((_, post)) if method == "POST" => Cow::Borrowed(post),
-            Some((route, _)) => Cow::Owned(format!("{method} {route}")),
-            None => Cow::Owned(method.to_owned()),
-        };
-        let method: Value = match method {
-            "POST" => Value::from("POST"),
-            other => Value::from(other.to_owned()),
-        };
-        let mut attributes = vec![KeyValue::new("http.request.method", method)];
-        match route {
-            Some((route, _)) => {
-                attributes.push(KeyValue::new("url.path", *route));
-                attributes.push(KeyValue::new("http.route", *route));
-            }
-            None => attributes.push(KeyValue::new("url.path", path.to_owned())),
-        }
-        let span = tracer
-            .inner
-            .span_builder(name)
-            .with_kind(SpanKind::Server)
-            .with_attributes(attributes)
-            .start_with_context(&tracer.inner, &parent);
         RequestTrace {
             tracer: tracer.inner.clone(),
-            server: parent.with_span(span),
+            parent: extract(&HeaderExtractor(headers)),
+            arrived: SystemTime::now(),
+            method: match method {
+                "POST" => Value::from("POST"),
+                other => Value::from(other.to_owned()),
+            },
+            path: match route {
+                Some((route, _)) => Value::from(*route),
+                None => Value::from(path.to_owned()),
+            },
+            route,
+            caller: Vec::new(),
+            approval_id: None,
             client: None,
             attempt_started: None,
         }
     }
 
-    /// Names the caller on the request's span: tenant, key and agent.
-    pub fn caller(&self, view: &KeyView) {
-        self.server.span().set_attributes(caller_attributes(view));
+    /// Names the caller: tenant, key and agent.
+    pub fn caller(&mut self, view: &KeyView) {
+        self.caller = caller_attributes(view);
     }
 
     /// Starts the CLIENT span of the upstream attempt; returns the context the provider
     /// is sent.
-    pub fn attempt(&mut self, attempt: &Attempt<'_>, view: &KeyView) -> Propagated {
-        let mut attributes = vec![
+    pub fn attempt(&mut self, attempt: &Attempt<'_>) -> Propagated {
+        let mut attributes = Vec::with_capacity(24);
+        attributes.extend([
             KeyValue::new("gen_ai.operation.name", attempt.operation),
             KeyValue::new("gen_ai.provider.name", provider_value(attempt.provider)),
             KeyValue::new("gen_ai.request.model", attempt.model.to_owned()),
             KeyValue::new("gen_ai.request.stream", attempt.streaming),
             KeyValue::new("server.address", attempt.server_address.to_owned()),
             KeyValue::new("server.port", i64::from(attempt.server_port)),
-        ];
-        attributes.extend(caller_attributes(view));
+        ]);
+        attributes.append(&mut self.caller);
         let span = self
             .tracer
             .span_builder(format!("{} {}", attempt.operation, attempt.model))
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
-            .start_with_context(&self.tracer, &self.server);
-        let client = self.server.with_span(span);
-        let out = propagated(&client);
-        self.client = Some(client);
+            .start_with_context(&self.tracer, &self.parent);
+        let out = propagated(span.span_context());
+        self.client = Some(span);
         self.attempt_started = Some(Instant::now());
         out
     }
@@ -156,33 +155,36 @@ impl RequestTrace {
     pub fn answer_facts(&self) -> Option<AnswerFacts> {
         let client = self.client.as_ref()?;
         let started = self.attempt_started?;
-        client
-            .span()
-            .is_recording()
-            .then(|| AnswerFacts::new(started))
+        client.is_recording().then(|| AnswerFacts::new(started))
     }
 
     /// Ends the upstream attempt's span with what the answer came to.
     pub fn settled(&mut self, settled: &Settled, facts: Option<AnswerFacts>) {
-        let Some(client) = self.client.take() else {
+        let Some(mut span) = self.client.take() else {
             return;
         };
-        let span = client.span();
-        let mut attributes = vec![
+        if !span.is_recording() {
+            return;
+        }
+        let approval_id = settled.approval_id.or(self.approval_id);
+        span.set_attributes([
+            KeyValue::new("warden.decision", "forwarded"),
             KeyValue::new("http.response.status_code", i64::from(settled.status)),
             KeyValue::new("gen_ai.usage.input_tokens", settled.input_tokens),
             KeyValue::new("gen_ai.usage.output_tokens", settled.output_tokens),
-        ];
+        ]);
         if settled.estimated {
-            attributes.push(KeyValue::new("warden.usage.estimated", true));
+            span.set_attribute(KeyValue::new("warden.usage.estimated", true));
         }
         if let Some(micros) = settled.cost_micros {
-            attributes.push(KeyValue::new("warden.cost_usd", micros as f64 / 1e6));
+            span.set_attribute(KeyValue::new("warden.cost_usd", micros as f64 / 1e6));
+        }
+        if let Some(approval_id) = approval_id {
+            span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
         }
         if let Some(facts) = facts {
-            attributes.extend(facts.attributes());
+            span.set_attributes(facts.attributes());
         }
-        span.set_attributes(attributes);
         if settled.status >= 400 {
             let kind = if settled.status == 499 {
                 "client_closed".to_owned()
@@ -193,52 +195,69 @@ impl RequestTrace {
             span.set_status(Status::error(kind));
         }
         span.end();
-        let server = self.server.span();
-        server.set_attribute(KeyValue::new("warden.decision", "forwarded"));
-        if let Some(approval_id) = settled.approval_id {
-            self.approval(approval_id);
-        }
-        if let Some(micros) = settled.cost_micros {
-            server.set_attribute(KeyValue::new("warden.cost_usd", micros as f64 / 1e6));
-        }
     }
 
     /// Names the approval a held request waits on, or that let it through.
-    pub fn approval(&self, approval_id: i64) {
-        let span = self.server.span();
-        span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
+    pub fn approval(&mut self, approval_id: i64) {
+        self.approval_id = Some(approval_id);
     }
 
-    /// Ends the request's span: `status` answered, `refused` when Warden refused it
-    /// (its code is the decision, its policy named), with an error status then.
+    /// Ends the request: `status` answered, `refused` when Warden refused it (its code
+    /// is the decision, its policy named), with an error status then.
     pub fn end(mut self, status: u16, refused: Option<&Refusal>) {
-        if let Some(client) = self.client.take() {
+        if let Some(mut span) = self.client.take() {
             // An attempt that ended in a refusal (no connection, no answer in time).
-            let span = client.span();
             if let Some(refusal) = refused {
-                span.set_attribute(KeyValue::new("error.type", refusal.code()));
+                span.set_attributes(refusal_attributes(refusal, status, self.approval_id));
                 span.set_status(Status::error(refusal.code()));
             }
             span.end();
+            return;
         }
-        let span = self.server.span();
-        span.set_attribute(KeyValue::new(
-            "http.response.status_code",
-            i64::from(status),
-        ));
-        if let Some(refusal) = refused {
-            let mut attributes = vec![
-                KeyValue::new("warden.decision", refusal.code()),
-                KeyValue::new("error.type", refusal.code()),
-            ];
-            if let Some(policy_id) = refusal.policy_id() {
-                attributes.push(KeyValue::new("warden.policy.id", policy_id));
-            }
-            span.set_attributes(attributes);
-            span.set_status(Status::error(refusal.code()));
+        let Some(refusal) = refused else {
+            return;
+        };
+        let name: Cow<'static, str> = match (self.route, self.method.as_str().as_ref()) {
+            (Some((_, post)), "POST") => Cow::Borrowed(post),
+            (Some((route, _)), method) => Cow::Owned(format!("{method} {route}")),
+            (None, method) => Cow::Owned(method.to_owned()),
+        };
+        let mut attributes = Vec::with_capacity(16);
+        attributes.extend([
+            KeyValue::new("http.request.method", self.method.clone()),
+            KeyValue::new("url.path", self.path.clone()),
+        ]);
+        if let Some((route, _)) = self.route {
+            attributes.push(KeyValue::new("http.route", *route));
         }
+        attributes.append(&mut self.caller);
+        attributes.extend(refusal_attributes(refusal, status, self.approval_id));
+        let mut span = self
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Server)
+            .with_start_time(self.arrived)
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &self.parent);
+        span.set_status(Status::error(refusal.code()));
         span.end();
     }
+}
+
+/// What a refusal says on its span: the answer's status, the decision and what made it.
+fn refusal_attributes(refusal: &Refusal, status: u16, approval_id: Option<i64>) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("http.response.status_code", i64::from(status)),
+        KeyValue::new("warden.decision", refusal.code()),
+        KeyValue::new("error.type", refusal.code()),
+    ];
+    if let Some(policy_id) = refusal.policy_id() {
+        attributes.push(KeyValue::new("warden.policy.id", policy_id));
+    }
+    if let Some(approval_id) = approval_id {
+        attributes.push(KeyValue::new("warden.approval.id", approval_id));
+    }
+    attributes
 }
 
 fn provider_value(provider: Provider) -> Value {

@@ -79,7 +79,7 @@ impl ToolCallTrace {
 
     /// The context the MCP server is sent.
     pub fn propagated(&self) -> Propagated {
-        propagated(&self.context)
+        propagated(self.context.span().span_context())
     }
 
     /// Names the approval a held call waits on, or that let it through.
