@@ -8,10 +8,13 @@
 //! makes no span at all.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+};
 use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
 use warden_shared::secret::Secret;
@@ -57,7 +60,24 @@ pub struct TraceExport {
     /// `None`: the SDK's choice, `OTEL_TRACES_SAMPLER` and its argument when set.
     sampling_ratio: Option<f64>,
     service_names: ServiceNames,
+    /// Warden's batch queue size and delay, where `OTEL_BSP_*` does not set them.
+    batch: BatchDefaults,
 }
+
+/// The batch processor's settings Warden chooses where the standard variables do not:
+/// the specification's defaults (a queue of 2,048 spans sent every 5 s) drop spans past
+/// about 400 a second, a proxy's rate of a few requests; these keep a proxy at tens of
+/// thousands of requests a second (about 64 MiB at most held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BatchDefaults {
+    max_queue_size: Option<usize>,
+    scheduled_delay: Option<Duration>,
+    max_export_batch_size: Option<usize>,
+}
+
+const MAX_QUEUE_SIZE: usize = 65_536;
+const SCHEDULED_DELAY: Duration = Duration::from_secs(1);
+const MAX_EXPORT_BATCH_SIZE: usize = 4_096;
 
 #[derive(Debug, Clone, PartialEq)]
 struct ServiceNames {
@@ -132,11 +152,19 @@ impl TracingConfig {
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| default.to_owned())
         };
+        let unset = |name: &str| env(name).is_none();
+        let batch = BatchDefaults {
+            max_queue_size: unset("OTEL_BSP_MAX_QUEUE_SIZE").then_some(MAX_QUEUE_SIZE),
+            scheduled_delay: unset("OTEL_BSP_SCHEDULE_DELAY").then_some(SCHEDULED_DELAY),
+            max_export_batch_size: unset("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+                .then_some(MAX_EXPORT_BATCH_SIZE),
+        };
         Ok(Some(TraceExport {
             url,
             protocol,
             headers,
             sampling_ratio,
+            batch,
             service_names: ServiceNames {
                 from_env: env("OTEL_SERVICE_NAME"),
                 proxy: name(&self.proxy_service_name, "warden-proxy"),
@@ -180,8 +208,23 @@ impl TraceExport {
             .with_service_name(self.service_name(plane).to_owned())
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
+        // The standard variables first (the builder's default reads them), then
+        // Warden's choices where they are unset.
+        let mut batch = BatchConfigBuilder::default();
+        if let Some(size) = self.batch.max_queue_size {
+            batch = batch.with_max_queue_size(size);
+        }
+        if let Some(delay) = self.batch.scheduled_delay {
+            batch = batch.with_scheduled_delay(delay);
+        }
+        if let Some(size) = self.batch.max_export_batch_size {
+            batch = batch.with_max_export_batch_size(size);
+        }
+        let processor = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(batch.build())
+            .build();
         let mut builder = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_span_processor(processor)
             .with_resource(resource);
         if let Some(ratio) = self.sampling_ratio {
             builder = builder.with_sampler(Sampler::ParentBased(Box::new(
@@ -275,6 +318,16 @@ mod tests {
             "the SDK reads OTEL_TRACES_SAMPLER"
         );
         assert_eq!(export.service_name(Plane::Proxy), "gateway");
+        assert_eq!(export.batch.max_queue_size, Some(MAX_QUEUE_SIZE));
+        let export = config
+            .resolve(env_of(&[("OTEL_BSP_MAX_QUEUE_SIZE", "100")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            export.batch.max_queue_size, None,
+            "the SDK reads OTEL_BSP_*"
+        );
+        assert_eq!(export.batch.scheduled_delay, Some(SCHEDULED_DELAY));
     }
 
     #[test]
