@@ -89,7 +89,7 @@ static EXPORTING: AtomicBool = AtomicBool::new(false);
 /// The span of one API request: its id and (recorded by `auth::Authorized` once the
 /// credential is known) its tenant, on every log line of the request. When traces are
 /// exported it is also a SERVER span in the HTTP conventions, under the caller's
-/// `traceparent` when it sent one, renamed for its route once matched
+/// `traceparent` when it sent one, named for its route once matched
 /// (`api::http_metrics`); the logs do not carry those fields otherwise.
 pub fn request_span<B>(request: &Request<B>, request_id: &str) -> tracing::Span {
     if !EXPORTING.load(Ordering::Relaxed) {
@@ -103,7 +103,6 @@ pub fn request_span<B>(request: &Request<B>, request_id: &str) -> tracing::Span 
         "request",
         request_id = %request_id,
         tenant_id = tracing::field::Empty,
-        otel.name = %request.method(),
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
         http.request.method = %request.method(),
