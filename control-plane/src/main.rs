@@ -5,12 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use opentelemetry_sdk::trace::SdkTracerProvider;
 use warden_control_plane::bootstrap::BootstrapOutcome;
 use warden_control_plane::changes::chain;
 use warden_control_plane::config::{Config, LogFormat, Secret};
 use warden_control_plane::startup::{self, Application};
-use warden_control_plane::telemetry;
+use warden_control_plane::telemetry::Traces;
 use warden_proxy::otel::Plane;
 use warden_proxy::{ProxyApp, ProxySettings};
 use warden_shared::clock::Clock;
@@ -471,54 +470,6 @@ async fn run_control_plane(file: Option<PathBuf>) -> Result<(), String> {
     let served = app.serve(shutdown).await.map_err(|e| e.to_string());
     traces.shut_down().await;
     served
-}
-
-/// The tracer providers of the planes this process runs, when tracing is on (the
-/// `tracing` settings, or the standard `OTEL_` variables).
-struct Traces {
-    providers: Vec<(Plane, SdkTracerProvider)>,
-}
-
-impl Traces {
-    fn start(config: &Config, planes: &[Plane]) -> Result<Traces, String> {
-        let export = config.trace_export()?;
-        let providers = match export {
-            None => Vec::new(),
-            Some(export) => planes
-                .iter()
-                .map(|plane| Ok((*plane, export.provider(*plane)?)))
-                .collect::<Result<_, String>>()?,
-        };
-        Ok(Traces { providers })
-    }
-
-    fn provider(&self, plane: Plane) -> Option<&SdkTracerProvider> {
-        self.providers
-            .iter()
-            .find(|(p, _)| *p == plane)
-            .map(|(_, provider)| provider)
-    }
-
-    fn tracer(&self, plane: Plane) -> Option<warden_proxy::otel::Tracer> {
-        self.provider(plane).map(warden_proxy::otel::Tracer::new)
-    }
-
-    /// Logs, and the control plane's spans when this process runs it with tracing on.
-    fn init_logs(&self, config: &Config) {
-        telemetry::init(
-            config.log_format,
-            &config.log_level,
-            self.provider(Plane::ControlPlane),
-            config.database_url.expose(),
-        );
-    }
-
-    /// Sends what is still buffered, at exit (blocking: on a thread of its own).
-    async fn shut_down(self) {
-        for (_, provider) in self.providers {
-            let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
-        }
-    }
 }
 
 /// Waits (up to 30 s) until `url` answers 2xx; a plane that is slower to be ready is

@@ -1,29 +1,78 @@
 //! Structured logging (JSON lines in production, readable lines for people) and, when
 //! an OTLP endpoint is configured (`warden_proxy::otel::export`), traces: each API
 //! request a SERVER span named by its route, each background round a span, and each
-//! database query inside them a CLIENT child span.
+//! database query inside them a CLIENT child span. [`Traces`] holds the tracer providers
+//! of the planes a process runs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use axum::http::Request;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-
 use opentelemetry::trace::{
     Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+use warden_proxy::otel::{Plane, Tracer};
 
-use crate::config::LogFormat;
+use crate::config::{Config, LogFormat};
+
+/// The tracer providers of the planes this process runs, when tracing is on (the
+/// `tracing` settings, or the standard `OTEL_` variables).
+pub struct Traces {
+    providers: Vec<(Plane, SdkTracerProvider)>,
+}
+
+impl Traces {
+    pub fn start(config: &Config, planes: &[Plane]) -> Result<Traces, String> {
+        let export = config.trace_export()?;
+        let providers = match export {
+            None => Vec::new(),
+            Some(export) => planes
+                .iter()
+                .map(|plane| Ok((*plane, export.provider(*plane)?)))
+                .collect::<Result<_, String>>()?,
+        };
+        Ok(Traces { providers })
+    }
+
+    fn provider(&self, plane: Plane) -> Option<&SdkTracerProvider> {
+        self.providers
+            .iter()
+            .find(|(p, _)| *p == plane)
+            .map(|(_, provider)| provider)
+    }
+
+    pub fn tracer(&self, plane: Plane) -> Option<Tracer> {
+        self.provider(plane).map(Tracer::new)
+    }
+
+    /// Logs, and the control plane's spans when this process runs it with tracing on.
+    pub fn init_logs(&self, config: &Config) {
+        init(
+            config.log_format,
+            &config.log_level,
+            self.provider(Plane::ControlPlane),
+            config.database_url.expose(),
+        );
+    }
+
+    /// Sends what is still buffered, at exit (blocking: on a thread of its own).
+    pub async fn shut_down(self) {
+        for (_, provider) in self.providers {
+            let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        }
+    }
+}
 
 /// Installs the global subscriber: logs at `level` (`log_level`: `error`, `warn`, `info`,
 /// `debug`, or any `tracing` filter; `RUST_LOG`, when set, overrides it), and spans to

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::helpers::{Backend, TestApp};
+use crate::helpers::{Backend, TestApp, TestTenant};
 use crate::otlp::Collector;
 use crate::replica_process::ControlPlaneProcess;
 
@@ -24,8 +24,10 @@ async fn list_agents(process: &ControlPlaneProcess, key: &str) -> u16 {
         .as_u16()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_and_rounds_are_spans_with_their_queries_as_children() {
+/// A `warden control-plane` process on PostgreSQL exporting to a receiver, with the
+/// `OTEL_` variable `more` besides the endpoint (and the test app whose database it
+/// shares); it has listed a tenant's agents in the trace [`TRACE`] when this returns.
+async fn exporting(more: (&str, &str)) -> (TestApp, TestTenant, Collector, ControlPlaneProcess) {
     let app = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
     let tenant = app.new_tenant("starter").await;
     let collector = Collector::start().await;
@@ -34,11 +36,18 @@ async fn requests_and_rounds_are_spans_with_their_queries_as_children() {
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str()),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ("OTEL_SERVICE_NAME", "governance-api"),
+            more,
         ],
     );
     process.wait_ready().await;
     assert_eq!(list_agents(&process, &tenant.admin_key).await, 200);
+    (app, tenant, collector, process)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_rounds_are_spans_with_their_queries_as_children() {
+    let (_app, tenant, collector, _process) =
+        exporting(("OTEL_SERVICE_NAME", "governance-api")).await;
 
     let server = collector
         .span("the request's span", |s| {
@@ -92,19 +101,7 @@ async fn requests_and_rounds_are_spans_with_their_queries_as_children() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_exported_when_the_sdk_is_switched_off() {
-    let app = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
-    let tenant = app.new_tenant("starter").await;
-    let collector = Collector::start().await;
-    let process = ControlPlaneProcess::start(
-        &app.database_url(),
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ("OTEL_TRACES_EXPORTER", "none"),
-        ],
-    );
-    process.wait_ready().await;
-    assert_eq!(list_agents(&process, &tenant.admin_key).await, 200);
+    let (_app, _tenant, collector, _process) = exporting(("OTEL_TRACES_EXPORTER", "none")).await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(collector.spans().is_empty(), "{:#?}", collector.spans());
     assert!(collector.content_types().is_empty());

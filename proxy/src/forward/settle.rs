@@ -54,8 +54,10 @@ pub(super) async fn settle(
             output_tokens: tokens.output,
             cost_micros: price.map(|_| cost_micros),
             estimated: relayed.usage.is_none() && tokens != Tokens::default(),
-            approval_id: policies.released_by,
         };
+        if let Some(approval_id) = policies.released_by {
+            trace.approval(approval_id);
+        }
         trace.settled(&settled, facts);
     }
     // The record carries the policies' decision too: one row and one post fewer.

@@ -31,7 +31,7 @@ use crate::admission::{self, Admitted};
 use crate::approval_claims::{ApprovalClaims, RE_EVALUATIONS};
 use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::guardrails::Guardrails;
-use crate::otel::{MetaContext, ToolCall, ToolCallTrace, Tracer};
+use crate::otel::{ToolCallTrace, Tracer};
 use crate::policy_gate::{Action, PolicyGate, Stopped};
 use crate::rate_limit::RateWindows;
 use crate::refusal::Refusal;
@@ -137,28 +137,11 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let started = Instant::now();
         let caller = self.caller(&context).map_err(|r| refused(&r))?;
-        let trace = self.shared.tracer.as_ref().map(|tracer| {
-            let parts = context.extensions.get::<http::request::Parts>();
-            let meta = request.meta.as_deref().unwrap_or(&context.meta.0);
-            let call = ToolCall {
-                tool: &request.name,
-                jsonrpc_id: context.id.to_string(),
-                session_id: parts
-                    .and_then(|p| p.headers.get("mcp-session-id"))
-                    .and_then(|v| v.to_str().ok()),
-            };
-            let carried = MetaContext {
-                traceparent: meta.get_traceparent(),
-                tracestate: meta.get_tracestate(),
-            };
-            ToolCallTrace::start(
-                tracer,
-                &call,
-                &carried,
-                parts.map(|p| &p.headers),
-                &caller.view,
-            )
-        });
+        let trace = self
+            .shared
+            .tracer
+            .as_ref()
+            .map(|tracer| ToolCallTrace::start(tracer, &request, &context, &caller.view));
         self.shared.call(&caller, request, started, trace).await
     }
 }
@@ -241,7 +224,7 @@ impl GatewayShared {
         caller: &Caller,
         request: CallToolRequestParams,
         started: Instant,
-        trace: Option<ToolCallTrace>,
+        mut trace: Option<ToolCallTrace>,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut call = CallFacts::resolve(caller, &request.name);
         let (server, redacted) = match self.decide(caller, &mut call, &request).await {
@@ -251,7 +234,7 @@ impl GatewayShared {
                     // Queued before the refusal is answered, as for model requests: a
                     // reviewer listing pending approvals right after finds it.
                     let approval_id = self.approvals.ask(*report).await;
-                    if let (Some(trace), Some(approval_id)) = (&trace, approval_id) {
+                    if let (Some(trace), Some(approval_id)) = (&mut trace, approval_id) {
                         trace.approval(approval_id);
                     }
                 }
@@ -275,19 +258,11 @@ impl GatewayShared {
         if let Some(Value::Object(arguments)) = redacted {
             params.arguments = Some(arguments);
         }
-        if let Some(trace) = &trace {
+        if let Some(trace) = &mut trace {
             if let Some(approval_id) = call.released_by {
                 trace.approval(approval_id);
             }
-            // The server continues the trace from the call's `_meta`, as MCP carries it.
-            let propagated = trace.propagated();
-            let meta = params.meta.get_or_insert_with(Default::default);
-            if let Some(parent) = propagated.traceparent {
-                meta.set_traceparent(parent);
-            }
-            if let Some(state) = propagated.tracestate {
-                meta.set_tracestate(state);
-            }
+            trace.pass_on(&mut params);
         }
         let answer = self
             .upstreams

@@ -32,7 +32,7 @@ use crate::state::KeyView;
 pub use answer::AnswerFacts;
 pub use export::{Plane, TraceExport, TracingConfig};
 pub use request::{operation_name, Attempt, RequestTrace, Settled};
-pub use tool_call::{MetaContext, ToolCall, ToolCallTrace};
+pub use tool_call::ToolCallTrace;
 
 /// The proxy's tracer: present only while tracing is on.
 #[derive(Clone, Debug)]

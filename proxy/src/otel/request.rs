@@ -87,8 +87,6 @@ pub struct Settled {
     pub cost_micros: Option<i64>,
     /// True when the tokens are Warden's estimate, not the provider's report.
     pub estimated: bool,
-    /// The approval that let the request through, by id.
-    pub approval_id: Option<i64>,
 }
 
 impl RequestTrace {
@@ -166,7 +164,6 @@ impl RequestTrace {
         if !span.is_recording() {
             return;
         }
-        let approval_id = settled.approval_id.or(self.approval_id);
         span.set_attributes([
             KeyValue::new("warden.decision", "forwarded"),
             KeyValue::new("http.response.status_code", i64::from(settled.status)),
@@ -179,7 +176,7 @@ impl RequestTrace {
         if let Some(micros) = settled.cost_micros {
             span.set_attribute(KeyValue::new("warden.cost_usd", micros as f64 / 1e6));
         }
-        if let Some(approval_id) = approval_id {
+        if let Some(approval_id) = self.approval_id {
             span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
         }
         if let Some(facts) = facts {

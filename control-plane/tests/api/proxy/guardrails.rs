@@ -242,15 +242,7 @@ db_test!(a_guardrail_that_cannot_scan_refuses_the_request, |app| {
         assert_eq!(answer["error"]["code"], json!("guardrail_unavailable"));
         assert_eq!(provider.requests().len(), before, "{path}: sent unscanned");
     }
-    let metrics = proxy
-        .client
-        .get(format!("{}/metrics", proxy.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = proxy.metrics().await;
     assert!(
         metrics.contains("warden_proxy_guardrail_failures_total 7"),
         "{metrics}"
