@@ -293,13 +293,15 @@ async fn a_streams_span_ends_after_its_last_chunk_with_its_tokens() {
     assert_eq!(client.int("gen_ai.usage.output_tokens"), COMPLETION_TOKENS);
     let first_chunk = client.float("gen_ai.response.time_to_first_chunk");
     assert!(first_chunk > 0.0 && first_chunk < 1.0, "{first_chunk}");
+    // It covers the whole stream and ends as the last chunk is relayed: the client may
+    // finish reading a moment before the proxy ends it, hence the margin after.
+    let margin = Duration::from_secs(1);
     let lasted = Duration::from_nanos(client.end_ns - client.start_ns);
     assert!(
-        lasted >= Duration::from_millis(2_400) && lasted <= streamed,
+        lasted >= Duration::from_millis(2_400) && lasted <= streamed + margin,
         "the span lasted {lasted:?}, the stream {streamed:?}"
     );
-    // Ended once the last chunk was relayed, not before: within the client's own reading.
-    assert!(u128::from(client.end_ns) <= read_at.as_nanos());
+    assert!(u128::from(client.end_ns) <= (read_at + margin).as_nanos());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
