@@ -12,14 +12,21 @@
 //! out as real providers send one: `Transfer-Encoding: chunked`, an HTTP chunk per
 //! event (all ready at once, so they may share a packet; nothing waits between them).
 //!
-//! Run: `mock-provider 127.0.0.1:9100 [--chunked]`
+//! With `--pace FIRST_MS,CHUNKS,GAP_MS` a streamed chat completion is paced as a model
+//! generates one: the answer starts after `FIRST_MS`, then `CHUNKS` content chunks go
+//! out `GAP_MS` apart (chunked), the usage chunk and `[DONE]` with the last. The stream
+//! load test (`streams.sh`) runs it with `100,50,10`: about 0.6 s a stream.
+//!
+//! Run: `mock-provider 127.0.0.1:9100 [--chunked] [--pace 100,50,10]`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -90,6 +97,59 @@ fn response_events() -> Vec<String> {
     events
 }
 
+/// A paced stream's events: `chunks` content chunks, the last one carrying the usage
+/// chunk (when asked) and `[DONE]`.
+fn paced_events(chunks: usize, with_usage: bool) -> Vec<Bytes> {
+    let chunk = "data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"finish_reason\":null}]}\n\n";
+    let mut events: Vec<String> = vec![chunk.to_owned(); chunks.max(1)];
+    let tail = stream_events(with_usage);
+    // The usage chunk (when asked) and [DONE], after the five fixed words.
+    for event in &tail[5..] {
+        events.last_mut().unwrap().push_str(event);
+    }
+    events.into_iter().map(Bytes::from).collect()
+}
+
+/// How a paced stream goes: its first byte after `first`, `chunks` chunks `gap` apart.
+#[derive(Clone, Copy)]
+struct Pace {
+    first: Duration,
+    chunks: usize,
+    gap: Duration,
+}
+
+impl Pace {
+    /// `FIRST_MS,CHUNKS,GAP_MS`.
+    fn parse(text: &str) -> Option<Pace> {
+        let mut parts = text.split(',').map(|part| part.trim().parse::<u64>().ok());
+        let (first, chunks, gap) = (parts.next()??, parts.next()??, parts.next()??);
+        Some(Pace {
+            first: Duration::from_millis(first),
+            chunks: usize::try_from(chunks).ok()?,
+            gap: Duration::from_millis(gap),
+        })
+    }
+}
+
+/// A paced stream's body: an event, then `gap`, then the next.
+struct Paced {
+    events: VecDeque<Bytes>,
+    gap: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    waiting: bool,
+}
+
+impl Paced {
+    fn new(events: Vec<Bytes>, gap: Duration) -> Paced {
+        Paced {
+            events: events.into(),
+            gap,
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            waiting: false,
+        }
+    }
+}
+
 #[cfg(test)]
 fn stream_body(with_usage: bool) -> String {
     stream_events(with_usage).concat()
@@ -100,6 +160,7 @@ fn stream_body(with_usage: bool) -> String {
 enum Answer {
     Whole(Option<Bytes>),
     Chunks(VecDeque<Bytes>),
+    Paced(Paced),
 }
 
 impl Body for Answer {
@@ -108,11 +169,24 @@ impl Body for Answer {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let next = match self.get_mut() {
             Answer::Whole(body) => body.take(),
             Answer::Chunks(chunks) => chunks.pop_front(),
+            Answer::Paced(paced) => {
+                if paced.waiting {
+                    ready!(paced.sleep.as_mut().poll(cx));
+                    paced.waiting = false;
+                }
+                let next = paced.events.pop_front();
+                if next.is_some() && !paced.events.is_empty() {
+                    let at = tokio::time::Instant::now() + paced.gap;
+                    paced.sleep.as_mut().reset(at);
+                    paced.waiting = true;
+                }
+                next
+            }
         };
         Poll::Ready(next.map(|data| Ok(Frame::data(data))))
     }
@@ -121,6 +195,7 @@ impl Body for Answer {
         match self {
             Answer::Whole(body) => body.is_none(),
             Answer::Chunks(chunks) => chunks.is_empty(),
+            Answer::Paced(paced) => paced.events.is_empty(),
         }
     }
 
@@ -129,7 +204,7 @@ impl Body for Answer {
             Answer::Whole(body) => {
                 SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }
-            Answer::Chunks(_) => SizeHint::default(),
+            Answer::Chunks(_) | Answer::Paced(_) => SizeHint::default(),
         }
     }
 }
@@ -184,7 +259,17 @@ async fn main() {
         .map_or("127.0.0.1:9100", String::as_str)
         .parse()
         .expect("an address such as 127.0.0.1:9100");
-    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let pace = args
+        .iter()
+        .position(|arg| arg == "--pace")
+        .map(|at| Pace::parse(args.get(at + 1).map_or("", String::as_str)))
+        .map(|pace| pace.expect("--pace FIRST_MS,CHUNKS,GAP_MS"));
+    // A backlog as large as the proxies' in front of it: a burst of their new upstream
+    // connections must not overflow the mock's queue and be counted against them.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind(addr).unwrap();
+    let listener = socket.listen(4096).unwrap();
     // Without and with the usage chunk; a streamed response.
     let streams = std::sync::Arc::new([
         Stream::new(false),
@@ -215,7 +300,16 @@ async fn main() {
                         .await
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
-                    let (content_type, payload) = if flag(&body, STREAM) {
+                    let (content_type, payload) = if let (Some(pace), true, false, false) =
+                        (pace, flag(&body, STREAM), responses_api, messages_api)
+                    {
+                        tokio::time::sleep(pace.first).await;
+                        let events = paced_events(pace.chunks, flag(&body, INCLUDE_USAGE));
+                        (
+                            "text/event-stream",
+                            Answer::Paced(Paced::new(events, pace.gap)),
+                        )
+                    } else if flag(&body, STREAM) {
                         let stream = if responses_api {
                             &streams[2]
                         } else if messages_api {
@@ -258,8 +352,8 @@ mod tests {
     use hyper::body::Body;
 
     use super::{
-        flag, message_events, response_events, stream_body, Stream, INCLUDE_USAGE, MESSAGE,
-        RESPONSE, STREAM,
+        flag, message_events, paced_events, response_events, stream_body, Answer, Pace, Paced,
+        Stream, INCLUDE_USAGE, MESSAGE, RESPONSE, STREAM,
     };
 
     #[test]
@@ -320,5 +414,22 @@ mod tests {
         }
         assert_eq!(frames.len(), 7, "five words, usage, [DONE]");
         assert_eq!(frames.concat(), stream.whole.to_vec());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_stream_sends_its_chunks_a_gap_apart_and_ends_with_done() {
+        let pace = Pace::parse("100,50,10").unwrap();
+        assert_eq!((pace.chunks, pace.gap.as_millis()), (50, 10));
+        assert!(Pace::parse("100,50").is_none());
+        let start = tokio::time::Instant::now();
+        let mut body = Answer::Paced(Paced::new(paced_events(pace.chunks, true), pace.gap));
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(frames.len(), 50);
+        assert_eq!(start.elapsed().as_millis(), 490, "49 gaps of 10 ms");
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert!(text.contains("\"usage\"") && text.ends_with("data: [DONE]\n\n"));
     }
 }

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The stream load test, one command: many long streams at once, as LLM traffic comes.
+# A paced mock provider (first byte after 100 ms, then 50 chunks 10 ms apart: about
+# 0.6 s a stream) is loaded with CONCURRENCY concurrent streaming chat completions
+# directly, through nginx and through Warden, side by side in one run; then a burst of
+# BURST new connections within BURST_MS, each a stream, against nginx and Warden.
+# Prints, per target: streams a second, first-byte p50/p99, whole-stream p99, errors,
+# CPU per stream and peak memory of the proxy process, and the kernel's listen-queue
+# overflows and SYN retransmissions during the run; then the ratios to nginx.
+#
+#   load-tests/streams.sh                        # 1,000 streams, 15 s after 3 s warm-up
+#   CONCURRENCY=2000 DURATION=30 load-tests/streams.sh
+#
+# Ends by checking that the proxy dropped no usage and holds none: the ledger kept up.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONCURRENCY=${CONCURRENCY:-1000}
+DURATION=${DURATION:-15}
+WARMUP=${WARMUP:-3}
+BURST=${BURST:-2000}
+BURST_MS=${BURST_MS:-100}
+KEYS_COUNT=${KEYS_COUNT:-1000}
+PACE=${PACE:-100,50,10}
+MOCK=127.0.0.1:19400
+NGINX=127.0.0.1:19480
+API=127.0.0.1:19380
+PROXY=127.0.0.1:19381
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx; then
+  apt-get update -qq && apt-get install -y -qq nginx >/dev/null
+fi
+# shellcheck source=load-tests/lib.sh
+source load-tests/lib.sh
+# Each connection is a file descriptor in the client, the proxy and its upstream pool.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+"$BIN/mock-provider" "$MOCK" --pace "$PACE" >/dev/null & MOCK_PID=$!; PIDS+=($MOCK_PID)
+wait_http "http://$MOCK/"
+
+# nginx as it would front a streaming API: 2 workers, a listener with the same backlog
+# as Warden's, accepting many connections per wakeup, a keep-alive pool to the mock large
+# enough for every stream, no buffering.
+cat >"$WORK/nginx.conf" <<NGINX
+worker_processes 2;
+worker_rlimit_nofile 65536;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log;
+events { worker_connections 16384; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path $WORK;
+  proxy_temp_path $WORK;
+  upstream mock { server $MOCK; keepalive 2048; }
+  server {
+    listen $NGINX backlog=4096;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & NGINX_PID=$!; PIDS+=($NGINX_PID)
+wait_http "http://$NGINX/"
+
+export WARDEN_SERVICE_TOKEN="load-test-service-token-0123456789"
+export WARDEN_BOOTSTRAP_PLATFORM_KEY="wdn_loadtest_platform_key_0123456789"
+export WARDEN_LOG_FORMAT=json RUST_LOG=error
+WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
+  "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & CP_PID=$!; PIDS+=($CP_PID)
+wait_http "http://$API/healthz"
+"$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt" >/dev/null
+WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool" WARDEN_PROXY__LISTEN=$PROXY \
+  WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
+  WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
+  "$BIN/warden" proxy >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
+last_key=$(tail -n 1 "$WORK/keys.txt")
+for _ in $(seq 1 300); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$PROXY/v1/models")" = 200 ] && break; sleep 0.1
+done
+
+# The kernel's TCP extended counter $1 (ListenOverflows, TCPSynRetrans, ...).
+tcpext() { awk -v name="$1" '$1 == "TcpExt:" { if (!n) { for (i = 2; i <= NF; i++) col[$i] = i; n = 1 } else print $(col[name]) }' /proc/net/netstat; }
+# The processes a target runs in: the proxy, or nginx's master and workers.
+procs_of() { if [ "$1" = "$NGINX_PID" ]; then echo "$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"; else echo "$1"; fi; }
+# CPU ticks of the processes $@ together.
+ticks_of() { local sum=0 pid; for pid in "$@"; do sum=$((sum + $(cpu_ticks "$pid"))); done; echo "$sum"; }
+# Proportional set size of the processes $@ together, KiB: a page shared by nginx's
+# workers counts once, split between them.
+pss_kib() { local pid; for pid in "$@"; do awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup"; done | awk '{s += $1} END {print s + 0}'; }
+# Samples pss_kib of $@ every 200 ms into $WORK/peak until that file is removed.
+sample_peak() { local peak=0 now; echo 0 >"$WORK/peak"; while [ -f "$WORK/peak" ]; do
+  now=$(pss_kib "$@"); [ "$now" -gt "$peak" ] && peak=$now && echo "$peak" >"$WORK/peak.max"; sleep 0.2; done; }
+# field NAME LINE: the value of NAME=... in stream-load's line.
+field() { tr ' ' '\n' <<<"$2" | awk -F= -v n="$1" '$1 == n {print $2}'; }
+
+declare -A LINE CPU PEAK OVERFLOWS RETRANS
+# measure NAME URL PID MODE ARGS...: stream-load against URL, with the kernel's counters,
+# the CPU of PID's processes and their peak memory around it.
+measure() {
+  local name=$1 url=$2 pid=$3 mode=$4; shift 4
+  local procs; read -r -a procs <<<"$(procs_of "$pid")"
+  local keys=-; [ "$pid" = "$PROXY_PID" ] && keys=$WORK/keys.txt
+  echo 0 >"$WORK/peak.max"; sample_peak "${procs[@]}" & local sampler=$!
+  local o0 r0 c0 c1 cp0 cp1 line
+  o0=$(tcpext ListenOverflows); r0=$(tcpext TCPSynRetrans); c0=$(ticks_of "${procs[@]}"); cp0=$(cpu_ticks "$CP_PID")
+  line=$("$BIN/stream-load" "$mode" "$url" "$keys" "$@" 2>"$WORK/stream-load.err")
+  c1=$(ticks_of "${procs[@]}"); cp1=$(cpu_ticks "$CP_PID")
+  OVERFLOWS[$name]=$(( $(tcpext ListenOverflows) - o0 )); RETRANS[$name]=$(( $(tcpext TCPSynRetrans) - r0 ))
+  rm -f "$WORK/peak"; wait "$sampler" 2>/dev/null || true
+  PEAK[$name]=$(awk '{printf "%.1f", $1 / 1024}' "$WORK/peak.max")
+  local streams; streams=$(field completed "$line"); [ -n "$streams" ] || streams=$(field streams "$line")
+  CPU[$name]=$(awk -v t=$((c1 - c0)) -v n="$streams" -v hz="$TICK" 'BEGIN {printf "%.3f", n ? t / hz / n * 1e3 : 0}')
+  CPU_CP[$name]=$(awk -v t=$((cp1 - cp0)) -v n="$streams" -v hz="$TICK" 'BEGIN {printf "%.3f", n ? t / hz / n * 1e3 : 0}')
+  LINE[$name]=$line
+  [ -s "$WORK/stream-load.err" ] && sed "s/^/  $name: /" "$WORK/stream-load.err" >&2
+  return 0
+}
+declare -A CPU_CP
+
+printf '\n%s concurrent streams (paced %s: first byte ms, chunks, gap ms), %s s after %s s warm-up, %s cores, %s proxy keys\n' \
+  "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP" "$(nproc)" "$KEYS_COUNT"
+for target in direct nginx warden; do
+  case $target in
+    direct) measure direct "http://$MOCK/v1/chat/completions" "$MOCK_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
+    nginx) measure nginx "http://$NGINX/v1/chat/completions" "$NGINX_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
+    warden) measure warden "http://$PROXY/v1/chat/completions" "$PROXY_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
+  esac
+  sleep 2 # the connections of one target close before the next starts
+done
+printf '%-8s %10s %9s %9s %9s %7s %12s %10s %10s %10s\n' target streams/s "fb p50" "fb p99" "end p99" errors "CPU ms/str" "peak MiB" overflows "SYN retr"
+for target in direct nginx warden; do
+  l=${LINE[$target]}
+  printf '%-8s %10s %9s %9s %9s %7s %12s %10s %10s %10s\n' "$target" "$(field streams_per_s "$l")" "$(field first_p50_ms "$l")" \
+    "$(field first_p99_ms "$l")" "$(field end_p99_ms "$l")" "$(field errors "$l")" "${CPU[$target]}" "${PEAK[$target]}" \
+    "${OVERFLOWS[$target]}" "${RETRANS[$target]}"
+done
+echo "  (direct: the mock's own CPU and memory; nginx: master and workers, memory as proportional set size)"
+awk -v wn="$(field streams_per_s "${LINE[warden]}")" -v nn="$(field streams_per_s "${LINE[nginx]}")" \
+    -v wf="$(field first_p99_ms "${LINE[warden]}")" -v nf="$(field first_p99_ms "${LINE[nginx]}")" \
+    -v wc="${CPU[warden]}" -v nc="${CPU[nginx]}" -v wm="${PEAK[warden]}" -v nm="${PEAK[nginx]}" -v cp="${CPU_CP[warden]}" 'BEGIN {
+  printf "warden / nginx: throughput %.2f (target >= 0.97), first-byte p99 %.2f (<= 1.05), CPU per stream %.2f (<= 1.15), peak memory %.2f (<= 2)\n",
+    wn / nn, wf / nf, wc / nc, wm / nm
+  printf "control plane CPU per stream (the ledger ingesting the proxy'"'"'s usage, its own process): %.3f ms\n", cp }'
+
+printf '\nburst: %s new connections within %s ms, each a stream\n' "$BURST" "$BURST_MS"
+measure nginx-burst "http://$NGINX/v1/chat/completions" "$NGINX_PID" burst "$BURST" "$BURST_MS"
+sleep 2
+measure warden-burst "http://$PROXY/v1/chat/completions" "$PROXY_PID" burst "$BURST" "$BURST_MS"
+printf '%-14s %9s %9s %9s %7s %16s %10s %10s\n' target "fb p50" "fb p99" "fb max" errors "fb over 1 s" overflows "SYN retr"
+for target in nginx-burst warden-burst; do
+  l=${LINE[$target]}
+  printf '%-14s %9s %9s %9s %7s %16s %10s %10s\n' "$target" "$(field first_p50_ms "$l")" "$(field first_p99_ms "$l")" \
+    "$(field first_max_ms "$l")" "$(field errors "$l")" "$(field first_byte_over_1s "$l")" "${OVERFLOWS[$target]}" "${RETRANS[$target]}"
+done
+
+metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+sleep 2 # the last batches' flush
+dropped=$(metric warden_proxy_usage_dropped_total); buffered=$(metric warden_proxy_usage_buffer_depth)
+echo "usage records dropped by the proxy: $dropped; still buffered: $buffered; flushed: $(metric warden_proxy_usage_flushed_total)"
+if [ "$dropped" != 0 ] || [ "$buffered" != 0 ]; then
+  echo "the control plane did not keep up with the proxy's usage" >&2
+  exit 1
+fi
