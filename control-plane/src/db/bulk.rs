@@ -80,6 +80,12 @@ pub fn placeholders(tx: &mut WriteTx, rows: usize, columns: usize, first: usize)
     }
 }
 
+/// `values` as one JSON array of strings: a list bound as one parameter on PostgreSQL
+/// (`json_array_elements_text($n::json)`), whose `Any` driver binds no arrays.
+pub fn json_array(values: &[&str]) -> String {
+    serde_json::to_string(values).unwrap_or_else(|_| "[]".to_owned())
+}
+
 /// `($1, $2, ...), ($n+1, ...)`, numbered from `first`.
 fn numbered_placeholders(rows: usize, columns: usize, first: usize) -> String {
     use std::fmt::Write;
