@@ -98,7 +98,7 @@ sample_peak() { local peak=0 now; echo 0 >"$WORK/peak"; while [ -f "$WORK/peak" 
 # field NAME LINE: the value of NAME=... in stream-load's line.
 field() { tr ' ' '\n' <<<"$2" | awk -F= -v n="$1" '$1 == n {print $2}'; }
 
-declare -A LINE CPU PEAK OVERFLOWS RETRANS
+declare -A LINE CPU CPU_CP PEAK OVERFLOWS RETRANS
 # measure NAME URL PID MODE ARGS...: stream-load against URL, with the kernel's counters,
 # the CPU of PID's processes and their peak memory around it.
 measure() {
@@ -120,7 +120,6 @@ measure() {
   [ -s "$WORK/stream-load.err" ] && sed "s/^/  $name: /" "$WORK/stream-load.err" >&2
   return 0
 }
-declare -A CPU_CP
 
 printf '\n%s concurrent streams (paced %s: first byte ms, chunks, gap ms), %s s after %s s warm-up, %s cores, %s proxy keys\n' \
   "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP" "$(nproc)" "$KEYS_COUNT"

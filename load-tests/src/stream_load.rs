@@ -35,7 +35,7 @@ struct Target {
     keys: Vec<String>,
 }
 
-/// One stream's timings from its start, or why it failed.
+/// One stream: when it began, its first body byte after that, and when it ended.
 struct Sample {
     started: Instant,
     first_byte: Duration,
