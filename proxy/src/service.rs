@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use pingora::modules::http::HttpModules;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
@@ -35,6 +36,12 @@ impl ProxyHttp for ProxyService {
     type CTX = ();
 
     fn new_ctx(&self) -> Self::CTX {}
+
+    /// No downstream modules. pingora's default adds its response-compression module
+    /// (disabled, level 0), which still costs a context per request and a call per
+    /// written chunk; Warden relays providers' bodies as they come and never
+    /// compresses them.
+    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
 
     /// Answers the request completely; `Ok(true)` tells pingora that the response is sent.
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> pingora::Result<bool> {

@@ -1,5 +1,8 @@
 //! An OTLP/HTTP receiver for the trace tests: `POST /v1/traces`, decoded with the
 //! official protobuf definitions (`opentelemetry-proto`), as a collector receives them.
+//! Like a tracing vendor's endpoint it takes only exports carrying its key (in
+//! [`KEY_HEADER`]): the tests' exporters are configured with it as operators configure
+//! theirs, in the settings file's headers or `OTEL_EXPORTER_OTLP_HEADERS`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +20,7 @@ use opentelemetry_proto::tonic::common::v1::AnyValue;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use prost::Message;
 use warden_proxy::otel::{Plane, TracingConfig};
+use warden_shared::secret::Secret;
 
 use crate::proxy::eventually;
 
@@ -105,15 +109,23 @@ impl ReceivedSpan {
     }
 }
 
+/// The header a collector's key comes in.
+pub const KEY_HEADER: &str = "x-collector-key";
+
 #[derive(Clone, Default)]
 struct Received {
+    key: String,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
     content_types: Arc<Mutex<Vec<String>>>,
+    /// Exports refused for want of the key.
+    refused: Arc<Mutex<usize>>,
 }
 
 pub struct Collector {
     /// The base URL to configure as the OTLP endpoint (`/v1/traces` is appended).
     pub endpoint: String,
+    /// The key exports must carry in [`KEY_HEADER`].
+    pub key: String,
     received: Received,
 }
 
@@ -121,7 +133,11 @@ impl Collector {
     pub async fn start() -> Collector {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let received = Received::default();
+        let key = format!("key-{}", rand::random::<u64>());
+        let received = Received {
+            key: key.clone(),
+            ..Received::default()
+        };
         #[allow(clippy::disallowed_methods)] // A test's receiver, not an API route.
         let router = Router::new()
             .route("/v1/traces", post(export))
@@ -129,12 +145,20 @@ impl Collector {
         tokio::spawn(async move { axum::serve(listener, router).await });
         Collector {
             endpoint: format!("http://{addr}"),
+            key,
             received,
         }
     }
 
     pub fn spans(&self) -> Vec<ReceivedSpan> {
+        let refused = *self.received.refused.lock().unwrap();
+        assert_eq!(refused, 0, "exports came without the collector's key");
         self.received.spans.lock().unwrap().clone()
+    }
+
+    /// `OTEL_EXPORTER_OTLP_HEADERS` for this collector.
+    pub fn headers_variable(&self) -> String {
+        format!("{KEY_HEADER}={}", self.key)
     }
 
     /// The content types exports came with.
@@ -157,6 +181,7 @@ impl Collector {
     pub fn provider(&self, plane: Plane) -> SdkTracerProvider {
         let settings = TracingConfig {
             endpoint: Some(self.endpoint.clone()),
+            headers: [(KEY_HEADER.to_owned(), Secret::new(self.key.clone()))].into(),
             ..TracingConfig::default()
         };
         let export = settings.resolve(|_| None).unwrap().unwrap();
@@ -194,6 +219,11 @@ impl Collector {
 }
 
 async fn export(State(received): State<Received>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let key = headers.get(KEY_HEADER).map(|v| v.as_bytes());
+    if key != Some(received.key.as_bytes()) {
+        *received.refused.lock().unwrap() += 1;
+        return StatusCode::UNAUTHORIZED;
+    }
     let content_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())

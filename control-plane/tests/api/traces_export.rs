@@ -35,6 +35,7 @@ async fn exporting(more: (&str, &str)) -> (TestApp, TestTenant, Collector, Contr
         &app.database_url(),
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_HEADERS", &collector.headers_variable()),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
             more,
         ],
@@ -97,6 +98,14 @@ async fn requests_and_rounds_are_spans_with_their_queries_as_children() {
         .await;
     assert_eq!(round.service, "governance-api");
     assert_eq!(round.parent_span_id, "", "a round starts its own trace");
+    assert!(
+        collector
+            .content_types()
+            .iter()
+            .all(|t| t == "application/x-protobuf"),
+        "{:?}",
+        collector.content_types()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

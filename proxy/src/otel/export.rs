@@ -13,11 +13,13 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+    BatchConfig, BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
 };
 use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
 use warden_shared::secret::Secret;
+
+use super::otlp_http::ProtobufExporter;
 
 /// The `[tracing]` section of the settings file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -54,9 +56,12 @@ pub struct TraceExport {
     /// Where spans are posted.
     pub url: String,
     pub protocol: Protocol,
-    /// The file's headers; the exporter adds `OTEL_EXPORTER_OTLP_HEADERS` and
-    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` itself, which win on a shared name.
-    headers: HashMap<String, String>,
+    /// The file's headers, then `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (or, without it,
+    /// `OTEL_EXPORTER_OTLP_HEADERS`), which win on a shared name.
+    headers: Vec<(String, String)>,
+    /// How long one export may take: `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` or
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), 10 s by default.
+    timeout: Duration,
     /// `None`: the SDK's choice, `OTEL_TRACES_SAMPLER` and its argument when set.
     sampling_ratio: Option<f64>,
     service_names: ServiceNames,
@@ -78,6 +83,8 @@ struct BatchDefaults {
 const MAX_QUEUE_SIZE: usize = 65_536;
 const SCHEDULED_DELAY: Duration = Duration::from_secs(1);
 const MAX_EXPORT_BATCH_SIZE: usize = 4_096;
+/// The specification's default export timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq)]
 struct ServiceNames {
@@ -141,11 +148,31 @@ impl TracingConfig {
             _ if env("OTEL_TRACES_SAMPLER").is_some() => None,
             ratio => ratio,
         };
-        let headers = self
+        let mut headers: Vec<(String, String)> = self
             .headers
             .iter()
             .map(|(name, value)| (name.clone(), value.expose().to_owned()))
             .collect();
+        let from_env = env("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_HEADERS"))
+            .unwrap_or_default();
+        for (name, value) in parse_headers(&from_env) {
+            headers.retain(|(existing, _)| !existing.eq_ignore_ascii_case(&name));
+            headers.push((name, value));
+        }
+        let timeout = match env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT"))
+        {
+            None => DEFAULT_TIMEOUT,
+            Some(millis) => match millis.trim().parse::<u64>() {
+                Ok(millis) if millis > 0 => Duration::from_millis(millis),
+                _ => {
+                    return Err(format!(
+                        "tracing: the OTLP timeout is a number of milliseconds, not `{millis}`"
+                    ))
+                }
+            },
+        };
         let name = |configured: &Option<String>, default: &str| {
             configured
                 .clone()
@@ -163,6 +190,7 @@ impl TracingConfig {
             url,
             protocol,
             headers,
+            timeout,
             sampling_ratio,
             batch,
             service_names: ServiceNames {
@@ -172,6 +200,37 @@ impl TracingConfig {
             },
         }))
     }
+}
+
+/// The headers of `OTEL_EXPORTER_OTLP_HEADERS`: `name=value` pairs separated by commas,
+/// values percent-encoded (the W3C Baggage format the specification names); a pair
+/// without a name or a value is skipped.
+fn parse_headers(list: &str) -> Vec<(String, String)> {
+    list.split(',')
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            let (name, value) = (name.trim(), value.trim());
+            let value = percent_decode(value).unwrap_or_else(|| value.to_owned());
+            (!name.is_empty() && !value.is_empty()).then(|| (name.to_owned(), value))
+        })
+        .collect()
+}
+
+/// `value` with its `%XX` escapes decoded; `None` when one is malformed or the result is
+/// not UTF-8.
+fn percent_decode(value: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut bytes = value.bytes();
+    while let Some(byte) = bytes.next() {
+        if byte == b'%' {
+            let high = char::from(bytes.next()?).to_digit(16)?;
+            let low = char::from(bytes.next()?).to_digit(16)?;
+            out.push((high * 16 + low) as u8);
+        } else {
+            out.push(byte);
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// `base` with the traces path, as the OTLP exporter specification appends it to
@@ -190,26 +249,9 @@ impl TraceExport {
         })
     }
 
-    /// A tracer provider exporting `plane`'s spans in batches, from a thread of its own
-    /// (`OTEL_BSP_SCHEDULE_DELAY` and the other batch variables apply). Shut it down at
-    /// exit, so that the last batch leaves.
-    pub fn provider(&self, plane: Plane) -> Result<SdkTracerProvider, String> {
-        // The exporter's client (reqwest 0.13, without a TLS provider of its own) uses
-        // the process default: ring, as everything else here.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let exporter = SpanExporter::builder()
-            .with_http()
-            .with_endpoint(self.url.clone())
-            .with_protocol(self.protocol)
-            .with_headers(self.headers.clone())
-            .build()
-            .map_err(|error| format!("tracing: {error}"))?;
-        let resource = Resource::builder()
-            .with_service_name(self.service_name(plane).to_owned())
-            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-            .build();
-        // The standard variables first (the builder's default reads them), then
-        // Warden's choices where they are unset.
+    /// The batch processor's settings: the standard variables first (the builder's
+    /// default reads them), then Warden's choices where they are unset.
+    fn batch_config(&self) -> BatchConfig {
         let mut batch = BatchConfigBuilder::default();
         if let Some(size) = self.batch.max_queue_size {
             batch = batch.with_max_queue_size(size);
@@ -220,8 +262,41 @@ impl TraceExport {
         if let Some(size) = self.batch.max_export_batch_size {
             batch = batch.with_max_export_batch_size(size);
         }
-        let processor = BatchSpanProcessor::builder(exporter)
-            .with_batch_config(batch.build())
+        batch.build()
+    }
+
+    /// A tracer provider exporting `plane`'s spans in batches, from a thread of its own
+    /// (`OTEL_BSP_SCHEDULE_DELAY` and the other batch variables apply). Shut it down at
+    /// exit, so that the last batch leaves.
+    pub fn provider(&self, plane: Plane) -> Result<SdkTracerProvider, String> {
+        // The exporters' client (reqwest 0.13, without a TLS provider of its own) uses
+        // the process default: ring, as everything else here.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let batch = self.batch_config();
+        let processor = match self.protocol {
+            Protocol::HttpJson => {
+                let exporter = SpanExporter::builder()
+                    .with_http()
+                    .with_endpoint(self.url.clone())
+                    .with_protocol(self.protocol)
+                    .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>())
+                    .with_timeout(self.timeout)
+                    .build()
+                    .map_err(|error| format!("tracing: {error}"))?;
+                BatchSpanProcessor::builder(exporter)
+                    .with_batch_config(batch)
+                    .build()
+            }
+            _ => {
+                let exporter = ProtobufExporter::new(&self.url, &self.headers, self.timeout)?;
+                BatchSpanProcessor::builder(exporter)
+                    .with_batch_config(batch)
+                    .build()
+            }
+        };
+        let resource = Resource::builder()
+            .with_service_name(self.service_name(plane).to_owned())
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
         let mut builder = SdkTracerProvider::builder()
             .with_span_processor(processor)
@@ -328,6 +403,66 @@ mod tests {
             "the SDK reads OTEL_BSP_*"
         );
         assert_eq!(export.batch.scheduled_delay, Some(SCHEDULED_DELAY));
+    }
+
+    #[test]
+    fn headers_and_timeout_come_from_the_file_and_the_variables() {
+        let mut config = TracingConfig {
+            endpoint: Some("http://c:4318".into()),
+            ..TracingConfig::default()
+        };
+        config
+            .headers
+            .insert("x-api-key".into(), Secret::new("from-file"));
+        config
+            .headers
+            .insert("x-team".into(), Secret::new("gateway"));
+        let export = config.resolve(env_of(&[])).unwrap().unwrap();
+        assert_eq!(export.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(export.headers.len(), 2);
+        let export = config
+            .resolve(env_of(&[
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "X-Api-Key=from%20env, dd-site = eu ,=nameless,empty=",
+                ),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            ]))
+            .unwrap()
+            .unwrap();
+        let mut headers = export.headers.clone();
+        headers.sort();
+        assert_eq!(
+            headers,
+            [
+                ("X-Api-Key".to_owned(), "from env".to_owned()),
+                ("dd-site".to_owned(), "eu".to_owned()),
+                ("x-team".to_owned(), "gateway".to_owned()),
+            ],
+            "the variable wins on a shared name, its values decoded"
+        );
+        assert_eq!(export.timeout, Duration::from_millis(2500));
+        let export = config
+            .resolve(env_of(&[
+                ("OTEL_EXPORTER_OTLP_HEADERS", "a=general"),
+                ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "b=traces"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "700"),
+            ]))
+            .unwrap()
+            .unwrap();
+        assert!(export
+            .headers
+            .contains(&("b".to_owned(), "traces".to_owned())));
+        assert!(
+            !export.headers.iter().any(|(name, _)| name == "a"),
+            "the signal's own wins"
+        );
+        assert_eq!(export.timeout, Duration::from_millis(700));
+        let refused = config
+            .resolve(env_of(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]))
+            .unwrap_err();
+        assert!(refused.contains("milliseconds"), "{refused}");
     }
 
     #[test]

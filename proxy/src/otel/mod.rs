@@ -16,6 +16,8 @@
 
 mod answer;
 pub mod export;
+mod otlp_http;
+mod protobuf;
 mod request;
 mod tool_call;
 
@@ -68,14 +70,27 @@ pub struct Propagated {
 fn propagated(span: &SpanContext) -> Propagated {
     let sampled = span.trace_flags() & TraceFlags::SAMPLED;
     let state = span.trace_state().header();
+    // Written byte by byte: formatting the ids through `Display` cost more than the rest
+    // of starting the span.
+    let mut traceparent = String::with_capacity(55);
+    traceparent.push_str("00-");
+    push_hex(&mut traceparent, &span.trace_id().to_bytes());
+    traceparent.push('-');
+    push_hex(&mut traceparent, &span.span_id().to_bytes());
+    traceparent.push('-');
+    push_hex(&mut traceparent, &[sampled.to_u8()]);
     Propagated {
-        traceparent: Some(format!(
-            "00-{}-{}-{:02x}",
-            span.trace_id(),
-            span.span_id(),
-            sampled.to_u8()
-        )),
+        traceparent: Some(traceparent),
         tracestate: Some(state).filter(|s| !s.is_empty()),
+    }
+}
+
+/// `bytes` in lowercase hexadecimal, as W3C trace context writes ids and flags.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
     }
 }
 
@@ -103,4 +118,45 @@ fn caller_attributes(view: &KeyView) -> Vec<KeyValue> {
         attributes.push(KeyValue::new("gen_ai.agent.name", agent.name.clone()));
     }
     attributes
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use opentelemetry::Context;
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+
+    use super::propagated;
+
+    #[test]
+    fn the_context_passed_on_is_what_the_reference_propagator_writes() {
+        for (flags, state) in [
+            (TraceFlags::SAMPLED, "vendor=a,other=b"),
+            (TraceFlags::default(), ""),
+        ] {
+            let span = SpanContext::new(
+                TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
+                SpanId::from(0x00f0_67aa_0ba9_02b7),
+                flags,
+                false,
+                state.parse::<TraceState>().unwrap(),
+            );
+            let mut reference = HashMap::new();
+            TraceContextPropagator::new().inject_context(
+                &Context::new().with_remote_span_context(span.clone()),
+                &mut reference,
+            );
+            let ours = propagated(&span);
+            assert_eq!(ours.traceparent.as_ref(), reference.get("traceparent"));
+            assert_eq!(
+                ours.tracestate.as_ref(),
+                reference.get("tracestate").filter(|s| !s.is_empty())
+            );
+        }
+    }
 }

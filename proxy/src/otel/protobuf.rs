@@ -1,0 +1,519 @@
+//! OTLP's protobuf encoding of finished spans (`ExportTraceServiceRequest`,
+//! opentelemetry-proto v1), written straight from the SDK's `SpanData` into one buffer.
+//!
+//! The reference exporter first converts every span into the generated message types (a
+//! `String` for each attribute's key and value, a `Vec` for each id) and then encodes
+//! those: at a proxy's rate that conversion and its frees were most of the exporting
+//! thread's time, a core's twelfth. Here each field is written once, borrowed. An
+//! attribute's length is counted before it is written; a span is written apart and
+//! copied behind its length; the few other nested messages are written in place and
+//! their length put in front of them afterwards (a move of the message's own bytes).
+//!
+//! The output decodes to exactly what the reference conversion builds (a test compares
+//! the two on spans of every shape).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceState};
+use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
+use opentelemetry_sdk::trace::SpanData;
+use opentelemetry_sdk::Resource;
+
+/// Protobuf wire types.
+const VARINT: u8 = 0;
+const FIXED64: u8 = 1;
+const LEN: u8 = 2;
+const FIXED32: u8 = 5;
+
+/// `SpanFlags`: the span says whether its parent is remote, and whether it is.
+const CONTEXT_HAS_IS_REMOTE: u32 = 0x100;
+const CONTEXT_IS_REMOTE: u32 = 0x200;
+
+/// A resource's part of every request, encoded once: its attributes and schema URL.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedResource {
+    /// The `Resource` message's body.
+    resource: Vec<u8>,
+    schema_url: String,
+}
+
+impl EncodedResource {
+    pub fn new(resource: &Resource) -> EncodedResource {
+        let mut body = Vec::new();
+        for (key, value) in resource.iter() {
+            message(&mut body, 1, |b| key_value(b, key.as_str(), value));
+        }
+        EncodedResource {
+            resource: body,
+            schema_url: resource.schema_url().unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+/// An `ExportTraceServiceRequest` of `spans` under `resource`, its spans grouped by
+/// instrumentation scope in the order the scopes first appear, into `out` (cleared).
+pub fn encode_request(out: &mut Vec<u8>, resource: &EncodedResource, spans: &[SpanData]) {
+    out.clear();
+    if spans.is_empty() {
+        return;
+    }
+    let mut scopes: Vec<&InstrumentationScope> = Vec::new();
+    for span in spans {
+        if !scopes.contains(&&span.instrumentation_scope) {
+            scopes.push(&span.instrumentation_scope);
+        }
+    }
+    let mut one = Vec::with_capacity(1024);
+    // ResourceSpans
+    message(out, 1, |b| {
+        message(b, 1, |b| b.extend_from_slice(&resource.resource));
+        for scope in &scopes {
+            // ScopeSpans
+            message(b, 2, |b| {
+                message(b, 1, |b| instrumentation_scope(b, scope));
+                for span in spans.iter().filter(|s| &&s.instrumentation_scope == scope) {
+                    // Written apart and copied behind its length: one copy of its
+                    // bytes, where a move into place would shift the rest of the batch.
+                    one.clear();
+                    encode_span(&mut one, span);
+                    bytes(b, 2, &one);
+                }
+                string(b, 3, scope.schema_url().unwrap_or_default());
+            });
+        }
+        string(b, 3, &resource.schema_url);
+    });
+}
+
+fn instrumentation_scope(b: &mut Vec<u8>, scope: &InstrumentationScope) {
+    string(b, 1, scope.name());
+    string(b, 2, scope.version().unwrap_or_default());
+    for attribute in scope.attributes() {
+        attribute_field(b, 3, attribute);
+    }
+}
+
+fn encode_span(b: &mut Vec<u8>, span: &SpanData) {
+    let context = &span.span_context;
+    bytes(b, 1, &context.trace_id().to_bytes());
+    bytes(b, 2, &context.span_id().to_bytes());
+    trace_state(b, 3, context);
+    if span.parent_span_id != SpanId::INVALID {
+        bytes(b, 4, &span.parent_span_id.to_bytes());
+    }
+    string(b, 5, &span.name);
+    uint(b, 6, span_kind(&span.span_kind));
+    fixed64(b, 7, nanos(span.start_time));
+    fixed64(b, 8, nanos(span.end_time));
+    for attribute in &span.attributes {
+        attribute_field(b, 9, attribute);
+    }
+    uint(b, 10, span.dropped_attributes_count.into());
+    for event in span.events.iter() {
+        message(b, 11, |b| {
+            fixed64(b, 1, nanos(event.timestamp));
+            string(b, 2, &event.name);
+            for attribute in &event.attributes {
+                attribute_field(b, 3, attribute);
+            }
+            uint(b, 4, event.dropped_attributes_count.into());
+        });
+    }
+    uint(b, 12, span.events.dropped_count.into());
+    for link in span.links.iter() {
+        message(b, 13, |b| {
+            let context = &link.span_context;
+            bytes(b, 1, &context.trace_id().to_bytes());
+            bytes(b, 2, &context.span_id().to_bytes());
+            trace_state(b, 3, context);
+            for attribute in &link.attributes {
+                attribute_field(b, 4, attribute);
+            }
+            uint(b, 5, link.dropped_attributes_count.into());
+            fixed32(b, 6, flags(context.is_remote(), context));
+        });
+    }
+    uint(b, 14, span.links.dropped_count.into());
+    // Status: always present, as the reference writes it.
+    message(b, 15, |b| {
+        if let Status::Error { description } = &span.status {
+            string(b, 2, description);
+        }
+        uint(
+            b,
+            3,
+            match span.status {
+                Status::Unset => 0,
+                Status::Ok => 1,
+                Status::Error { .. } => 2,
+            },
+        );
+    });
+    fixed32(b, 16, flags(span.parent_span_is_remote, context));
+}
+
+fn flags(remote: bool, context: &SpanContext) -> u32 {
+    let mut flags = u32::from(context.trace_flags().to_u8()) | CONTEXT_HAS_IS_REMOTE;
+    if remote {
+        flags |= CONTEXT_IS_REMOTE;
+    }
+    flags
+}
+
+fn trace_state(b: &mut Vec<u8>, field: u32, context: &SpanContext) {
+    let state = context.trace_state();
+    if *state != TraceState::NONE {
+        string(b, field, &state.header());
+    }
+}
+
+fn span_kind(kind: &SpanKind) -> u64 {
+    match kind {
+        SpanKind::Internal => 1,
+        SpanKind::Server => 2,
+        SpanKind::Client => 3,
+        SpanKind::Producer => 4,
+        SpanKind::Consumer => 5,
+    }
+}
+
+fn nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64)
+}
+
+/// A `KeyValue` message as field `field`. Of a single value (nearly every attribute) the
+/// lengths are counted, not measured after writing: nothing is moved.
+fn attribute_field(b: &mut Vec<u8>, field: u32, attribute: &KeyValue) {
+    let name = attribute.key.as_str();
+    let Some(value_len) = scalar_len(&attribute.value) else {
+        return message(b, field, |b| key_value(b, name, &attribute.value));
+    };
+    let name_len = if name.is_empty() {
+        0
+    } else {
+        1 + varint_len(name.len() as u64) + name.len()
+    };
+    key(b, field, LEN);
+    varint(
+        b,
+        (name_len + 1 + varint_len(value_len as u64) + value_len) as u64,
+    );
+    string(b, 1, name);
+    key(b, 2, LEN);
+    varint(b, value_len as u64);
+    any_value(b, &attribute.value);
+}
+
+/// The length of the `AnyValue` body of a single value; `None` for an array.
+fn scalar_len(value: &Value) -> Option<usize> {
+    Some(match value {
+        Value::String(s) => 1 + varint_len(s.as_str().len() as u64) + s.as_str().len(),
+        Value::Bool(_) => 2,
+        Value::I64(v) => 1 + varint_len(*v as u64),
+        Value::F64(_) => 9,
+        _ => return None,
+    })
+}
+
+fn varint_len(value: u64) -> usize {
+    // 7 bits a byte; 0 takes one.
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// A `KeyValue` message's body.
+fn key_value(b: &mut Vec<u8>, key: &str, value: &Value) {
+    string(b, 1, key);
+    message(b, 2, |b| any_value(b, value));
+}
+
+/// An `AnyValue` message's body.
+fn any_value(b: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::String(s) => string_always(b, 1, s.as_str()),
+        Value::Bool(v) => {
+            key(b, 2, VARINT);
+            varint(b, u64::from(*v));
+        }
+        Value::I64(v) => {
+            key(b, 3, VARINT);
+            varint(b, *v as u64);
+        }
+        Value::F64(v) => {
+            key(b, 4, FIXED64);
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        Value::Array(array) => message(b, 5, |b| match array {
+            Array::Bool(values) => array_values(b, values, |v| Value::Bool(*v)),
+            Array::I64(values) => array_values(b, values, |v| Value::I64(*v)),
+            Array::F64(values) => array_values(b, values, |v| Value::F64(*v)),
+            Array::String(values) => {
+                for value in values {
+                    message(b, 1, |b| string_always(b, 1, value.as_str()));
+                }
+            }
+            // A kind of array added to the API after this was written: written as its
+            // text, not lost.
+            other => message(b, 1, |b| string_always(b, 1, &other.to_string())),
+        }),
+        other => string_always(b, 1, other.as_str().as_ref()),
+    }
+}
+
+fn array_values<T>(b: &mut Vec<u8>, values: &[T], value: impl Fn(&T) -> Value) {
+    for v in values {
+        message(b, 1, |b| any_value(b, &value(v)));
+    }
+}
+
+/// A length-delimited field whose body `write` appends: the body is written where it
+/// goes and its length moved in front of it.
+fn message(b: &mut Vec<u8>, field: u32, write: impl FnOnce(&mut Vec<u8>)) {
+    key(b, field, LEN);
+    let start = b.len();
+    write(b);
+    let len = b.len() - start;
+    let mut prefix = [0u8; 10];
+    let n = varint_into(&mut prefix, len as u64);
+    b.extend_from_slice(&prefix[..n]);
+    b[start..].rotate_right(n);
+}
+
+fn key(b: &mut Vec<u8>, field: u32, wire_type: u8) {
+    varint(b, (u64::from(field) << 3) | u64::from(wire_type));
+}
+
+/// A string field, left out when empty (proto3's default).
+fn string(b: &mut Vec<u8>, field: u32, value: &str) {
+    if !value.is_empty() {
+        string_always(b, field, value);
+    }
+}
+
+/// A string field even when empty: a member of a `oneof` says which member it is.
+fn string_always(b: &mut Vec<u8>, field: u32, value: &str) {
+    bytes(b, field, value.as_bytes());
+}
+
+fn bytes(b: &mut Vec<u8>, field: u32, value: &[u8]) {
+    key(b, field, LEN);
+    varint(b, value.len() as u64);
+    b.extend_from_slice(value);
+}
+
+/// An unsigned integer (or enum) field, left out when zero.
+fn uint(b: &mut Vec<u8>, field: u32, value: u64) {
+    if value != 0 {
+        key(b, field, VARINT);
+        varint(b, value);
+    }
+}
+
+fn fixed64(b: &mut Vec<u8>, field: u32, value: u64) {
+    if value != 0 {
+        key(b, field, FIXED64);
+        b.extend_from_slice(&value.to_le_bytes());
+    }
+}
+
+fn fixed32(b: &mut Vec<u8>, field: u32, value: u32) {
+    if value != 0 {
+        key(b, field, FIXED32);
+        b.extend_from_slice(&value.to_le_bytes());
+    }
+}
+
+fn varint(b: &mut Vec<u8>, value: u64) {
+    let mut buf = [0u8; 10];
+    let n = varint_into(&mut buf, value);
+    b.extend_from_slice(&buf[..n]);
+}
+
+fn varint_into(buf: &mut [u8; 10], mut value: u64) -> usize {
+    let mut n = 0;
+    while value >= 0x80 {
+        buf[n] = (value as u8) | 0x80;
+        value >>= 7;
+        n += 1;
+    }
+    buf[n] = value as u8;
+    n + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    use opentelemetry::trace::{
+        Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    };
+    use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+    use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+    use opentelemetry_sdk::Resource;
+    use prost::Message;
+
+    use super::{encode_request, EncodedResource};
+
+    fn context(trace: u128, span: u64, remote: bool, state: &str) -> SpanContext {
+        SpanContext::new(
+            TraceId::from(trace),
+            SpanId::from(span),
+            TraceFlags::SAMPLED,
+            remote,
+            state.parse::<TraceState>().unwrap(),
+        )
+    }
+
+    fn span(scope: &InstrumentationScope, n: u64) -> SpanData {
+        let start = std::time::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789 + n);
+        SpanData {
+            span_context: context(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c, n, false, ""),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Client,
+            name: Cow::Owned(format!("chat gpt-4o {n}")),
+            start_time: start,
+            end_time: start + Duration::from_millis(250),
+            attributes: vec![
+                KeyValue::new("gen_ai.operation.name", "chat"),
+                KeyValue::new("gen_ai.request.model", "gpt-4o".to_owned()),
+                KeyValue::new("gen_ai.request.stream", true),
+                KeyValue::new("gen_ai.usage.input_tokens", 1_234_567_i64),
+                KeyValue::new("warden.budget.delta", -42_i64),
+                KeyValue::new("warden.cost_usd", 0.000_125),
+                KeyValue::new("warden.empty", ""),
+                KeyValue::new(
+                    "gen_ai.response.finish_reasons",
+                    Value::Array(Array::String(vec![
+                        StringValue::from("stop"),
+                        StringValue::from(""),
+                    ])),
+                ),
+                KeyValue::new("bools", Value::Array(Array::Bool(vec![true, false]))),
+                KeyValue::new("ints", Value::Array(Array::I64(vec![0, -1, i64::MAX]))),
+                KeyValue::new("floats", Value::Array(Array::F64(vec![0.0, -1.5]))),
+                KeyValue::new("zero", 0_i64),
+                KeyValue::new("false", false),
+            ],
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: scope.clone(),
+        }
+    }
+
+    /// What the reference conversion builds, and what Warden's bytes decode to.
+    fn both(
+        resource: &Resource,
+        spans: Vec<SpanData>,
+    ) -> (ExportTraceServiceRequest, ExportTraceServiceRequest) {
+        let mut bytes = Vec::new();
+        encode_request(&mut bytes, &EncodedResource::new(resource), &spans);
+        let ours = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decodes");
+        let reference = ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(
+                spans,
+                &ResourceAttributesWithSchema::from(resource),
+            ),
+        };
+        (ours, reference)
+    }
+
+    #[test]
+    fn spans_of_every_shape_decode_as_the_reference_converts_them() {
+        let resource = Resource::builder()
+            .with_service_name("warden-proxy")
+            .with_attribute(KeyValue::new("service.version", "1.2.3"))
+            .with_schema_url([], "https://opentelemetry.io/schemas/1.38.0")
+            .build();
+        let proxy = InstrumentationScope::builder("warden-proxy")
+            .with_version("1.2.3")
+            .build();
+        let other = InstrumentationScope::builder("warden-control-plane")
+            .with_schema_url("https://example.com/scope")
+            .with_attributes([KeyValue::new("scope.attribute", 7_i64)])
+            .build();
+        let plain = span(&proxy, 1);
+        let mut refused = span(&other, 2);
+        refused.span_kind = SpanKind::Server;
+        refused.status = Status::error("blocked_agent");
+        refused.parent_span_id = SpanId::from(0xb7ad_6b71_6920_3331);
+        refused.parent_span_is_remote = true;
+        refused.span_context = context(7, 2, false, "vendor=value,other=x");
+        refused.dropped_attributes_count = 3;
+        let mut eventful = span(&proxy, 3);
+        eventful.status = Status::Ok;
+        eventful.span_kind = SpanKind::Internal;
+        eventful.events = SpanEvents::default();
+        eventful.events.events.push(Event::new(
+            "retry",
+            std::time::UNIX_EPOCH + Duration::from_secs(1),
+            vec![KeyValue::new("attempt", 2_i64)],
+            1,
+        ));
+        eventful.events.dropped_count = 4;
+        eventful.links.links.push(Link::new(
+            context(9, 9, true, "k=v"),
+            vec![KeyValue::new("link.kind", "approval")],
+            2,
+        ));
+        eventful.links.dropped_count = 5;
+        let mut long_name = span(&proxy, 4);
+        long_name
+            .attributes
+            .push(KeyValue::new("a.long.value", "v".repeat(300)));
+        long_name
+            .attributes
+            .push(KeyValue::new("k".repeat(200), i64::MIN));
+        // Lengths past one varint byte, and 0 for the timestamps.
+        long_name.name = Cow::Owned("n".repeat(70_000));
+        long_name.start_time = std::time::UNIX_EPOCH;
+        long_name.span_kind = SpanKind::Producer;
+        let mut consumer = span(&other, 5);
+        consumer.span_kind = SpanKind::Consumer;
+        let (ours, reference) = both(
+            &resource,
+            vec![plain, refused, eventful, long_name, consumer],
+        );
+        assert_eq!(
+            ours.resource_spans[0].scope_spans.len(),
+            2,
+            "one group per scope"
+        );
+        assert_eq!(ours, reference);
+    }
+
+    #[test]
+    fn varint_lengths_are_counted_right() {
+        for value in [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            let mut written = Vec::new();
+            super::varint(&mut written, value);
+            assert_eq!(super::varint_len(value), written.len(), "{value}");
+        }
+    }
+
+    #[test]
+    fn a_resource_without_attributes_and_no_spans() {
+        let resource = Resource::builder_empty().build();
+        let scope = InstrumentationScope::builder("s").build();
+        let (ours, reference) = both(&resource, vec![span(&scope, 1)]);
+        assert_eq!(ours, reference);
+        let mut bytes = vec![1, 2, 3];
+        encode_request(&mut bytes, &EncodedResource::new(&resource), &[]);
+        assert!(bytes.is_empty(), "an empty request");
+    }
+}
