@@ -78,11 +78,16 @@ pub fn is_acceptable_supplied_key(key: &str) -> bool {
 /// `bytes` as lowercase hex: how Warden writes every hash, token and random id it shows.
 pub fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// Appends `bytes` to `out` as lowercase hex (W3C trace context's ids and flags too).
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
     for byte in bytes {
         out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
         out.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));
     }
-    out
 }
 
 /// The storage hash of a credential: lowercase hex SHA-256.

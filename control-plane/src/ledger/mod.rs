@@ -219,6 +219,11 @@ fn cost_of(entry: &UsageEntry<'_>) -> (i64, bool) {
 type Record<'e, 'a> = (&'e UsageEntry<'a>, String, Option<String>, i64, bool);
 
 /// Team id and deleted flag of every agent the entries name, by tenant, then agent.
+/// SQL (PostgreSQL): the agents of tenant `$1` among the ids of the JSON array `$2`.
+const AGENTS_OF_JSON_IDS: &str = "SELECT a.id, a.team_id, a.deleted_at \
+     FROM json_array_elements_text($2::json) AS wanted (id) \
+     JOIN agents a ON a.id = wanted.id WHERE a.tenant_id = $1";
+
 type AgentTeams<'e> = HashMap<&'e str, HashMap<String, (Option<String>, bool)>>;
 
 /// Team id and deleted flag of every agent the entries name, per tenant (looked up with
@@ -256,29 +261,25 @@ async fn agent_teams<'e>(
             rows_per_statement(tx, 1) - 1
         };
         for chunk in agents.chunks(chunk_len) {
-            let sql = if postgres {
-                "SELECT a.id, a.team_id, a.deleted_at \
-                 FROM json_array_elements_text($2::json) AS wanted (id) \
-                 JOIN agents a ON a.id = wanted.id WHERE a.tenant_id = $1"
-                    .to_owned()
+            let rows = if postgres {
+                sqlx::query(AGENTS_OF_JSON_IDS)
+                    .bind(tenant_id)
+                    .bind(json_array(chunk))
+                    .fetch_all(&mut **tx)
+                    .await?
             } else {
                 let values = placeholders(tx, 1, chunk.len(), 2);
-                for_backend(
+                let sql = for_backend(
                     tx,
                     format!(
                         "SELECT id, team_id, deleted_at FROM agents WHERE tenant_id = $1 AND id IN {values}"
                     ),
-                )
+                );
+                let query = sqlx::query(&sql).bind(tenant_id);
+                let query = chunk.iter().fold(query, |query, agent| query.bind(*agent));
+                query.fetch_all(&mut **tx).await?
             };
-            let mut query = sqlx::query(&sql).bind(tenant_id);
-            if postgres {
-                query = query.bind(json_array(chunk));
-            } else {
-                for agent in chunk {
-                    query = query.bind(*agent);
-                }
-            }
-            for row in query.fetch_all(&mut **tx).await? {
+            for row in rows {
                 let deleted = row.try_get::<Option<i64>, _>("deleted_at")?.is_some();
                 found.insert(
                     row.try_get::<String, _>("id")?,

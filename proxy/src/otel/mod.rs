@@ -27,6 +27,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use warden_shared::keys::push_hex;
 use warden_shared::registry::Provider;
 
 use crate::state::KeyView;
@@ -82,15 +83,6 @@ fn propagated(span: &SpanContext) -> Propagated {
     Propagated {
         traceparent: Some(traceparent),
         tracestate: Some(state).filter(|s| !s.is_empty()),
-    }
-}
-
-/// `bytes` in lowercase hexadecimal, as W3C trace context writes ids and flags.
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
     }
 }
 
