@@ -209,7 +209,7 @@ async fn run_dev(data_dir: PathBuf, port: u16, proxy_port: u16) -> Result<(), St
         service_token,
         allow_private,
         clock: Clock::system(),
-        tracer: traces.tracer(Plane::Proxy),
+        tracer: traces.proxy_tracer(),
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -443,7 +443,7 @@ async fn run_proxy(config: Config) -> Result<(), String> {
         service_token,
         allow_private: config.outbound.allow_private,
         clock: Clock::system(),
-        tracer: traces.tracer(Plane::Proxy),
+        tracer: traces.proxy_tracer(),
     })
     .await
     .map_err(|e| e.to_string())?;

@@ -26,34 +26,35 @@ use warden_proxy::otel::{Plane, Tracer};
 
 use crate::config::{Config, LogFormat};
 
-/// The tracer providers of the planes this process runs, when tracing is on (the
-/// `tracing` settings, or the standard `OTEL_` variables).
+/// The tracers of the planes this process runs, when tracing is on (the `tracing`
+/// settings, or the standard `OTEL_` variables): the proxy's own, the control plane's
+/// through the SDK.
 pub struct Traces {
-    providers: Vec<(Plane, SdkTracerProvider)>,
+    proxy: Option<Tracer>,
+    control_plane: Option<SdkTracerProvider>,
 }
 
 impl Traces {
     pub fn start(config: &Config, planes: &[Plane]) -> Result<Traces, String> {
-        let export = config.trace_export()?;
-        let providers = match export {
-            None => Vec::new(),
-            Some(export) => planes
-                .iter()
-                .map(|plane| Ok((*plane, export.provider(*plane)?)))
-                .collect::<Result<_, String>>()?,
+        let mut traces = Traces {
+            proxy: None,
+            control_plane: None,
         };
-        Ok(Traces { providers })
+        let Some(export) = config.trace_export()? else {
+            return Ok(traces);
+        };
+        if planes.contains(&Plane::Proxy) {
+            traces.proxy = Some(export.tracer()?);
+        }
+        if planes.contains(&Plane::ControlPlane) {
+            traces.control_plane = Some(export.provider()?);
+        }
+        Ok(traces)
     }
 
-    fn provider(&self, plane: Plane) -> Option<&SdkTracerProvider> {
-        self.providers
-            .iter()
-            .find(|(p, _)| *p == plane)
-            .map(|(_, provider)| provider)
-    }
-
-    pub fn tracer(&self, plane: Plane) -> Option<Tracer> {
-        self.provider(plane).map(Tracer::new)
+    /// The proxy's tracer, when this process runs the proxy with tracing on.
+    pub fn proxy_tracer(&self) -> Option<Tracer> {
+        self.proxy.clone()
     }
 
     /// Logs, and the control plane's spans when this process runs it with tracing on.
@@ -61,14 +62,18 @@ impl Traces {
         init(
             config.log_format,
             &config.log_level,
-            self.provider(Plane::ControlPlane),
+            self.control_plane.as_ref(),
             config.database_url.expose(),
         );
     }
 
     /// Sends what is still buffered, at exit (blocking: on a thread of its own).
     pub async fn shut_down(self) {
-        for (_, provider) in self.providers {
+        if let Some(tracer) = self.proxy {
+            let _ =
+                tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(10))).await;
+        }
+        if let Some(provider) = self.control_plane {
             let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
         }
     }

@@ -18,9 +18,8 @@ use axum::Router;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
-use opentelemetry_sdk::trace::SdkTracerProvider;
 use prost::Message;
-use warden_proxy::otel::{Plane, TracingConfig};
+use warden_proxy::otel::{Tracer, TracingConfig};
 use warden_shared::secret::Secret;
 
 use crate::proxy::eventually;
@@ -178,29 +177,29 @@ impl Collector {
         seen
     }
 
-    /// A tracer provider exporting to this receiver, as `[tracing] endpoint` makes one.
-    pub fn provider(&self, plane: Plane) -> SdkTracerProvider {
+    /// The proxy's tracer exporting to this receiver, as `[tracing] endpoint` makes it.
+    pub fn tracer(&self) -> Tracer {
         let settings = TracingConfig {
             endpoint: Some(self.endpoint.clone()),
             headers: [(KEY_HEADER.to_owned(), Secret::new(self.key.clone()))].into(),
             ..TracingConfig::default()
         };
         let export = settings.resolve(|_| None).unwrap().unwrap();
-        export.provider(plane).unwrap()
+        export.tracer().unwrap()
     }
 
-    /// Exports what `provider` holds and waits until trace `trace_id` has `count` spans.
+    /// Exports what `tracer` holds and waits until trace `trace_id` has `count` spans.
     pub async fn flushed(
         &self,
-        provider: &SdkTracerProvider,
+        tracer: &Tracer,
         trace_id: &str,
         count: usize,
     ) -> Vec<ReceivedSpan> {
-        let provider = provider.clone();
-        tokio::task::spawn_blocking(move || provider.force_flush())
+        let tracer = tracer.clone();
+        let flushed = tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(10)))
             .await
-            .unwrap()
             .unwrap();
+        assert!(flushed, "the exporting thread took the spans");
         let spans = eventually(Duration::from_secs(10), || {
             let spans = self.trace(trace_id);
             async move { (spans.len() >= count).then_some(spans) }

@@ -9,8 +9,9 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use memchr::memmem;
-use opentelemetry::{Array, KeyValue, StringValue, Value as OtelValue};
 use serde::Deserialize;
+
+use super::record::{Field, SpanRecord};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
@@ -207,24 +208,19 @@ impl AnswerFacts {
         self.reasoning_tokens = reasoning.or(self.reasoning_tokens);
     }
 
-    pub fn attributes(self) -> Vec<KeyValue> {
-        let mut attributes = Vec::new();
+    /// The facts as attributes of the attempt's span.
+    pub fn add_to(self, span: &mut SpanRecord) {
         if let Some(id) = self.id {
-            attributes.push(KeyValue::new("gen_ai.response.id", id));
+            span.push("gen_ai.response.id", Field::Text(id));
         }
         if let Some(model) = self.model {
-            attributes.push(KeyValue::new("gen_ai.response.model", model));
+            span.push("gen_ai.response.model", Field::Text(model));
         }
         if !self.finish_reasons.is_empty() {
-            let reasons: Vec<StringValue> = self
-                .finish_reasons
-                .into_iter()
-                .map(StringValue::from)
-                .collect();
-            attributes.push(KeyValue::new(
+            span.push(
                 "gen_ai.response.finish_reasons",
-                OtelValue::Array(Array::String(reasons)),
-            ));
+                Field::Texts(self.finish_reasons),
+            );
         }
         let counts = [
             (
@@ -242,16 +238,15 @@ impl AnswerFacts {
         ];
         for (name, count) in counts {
             if let Some(count) = count {
-                attributes.push(KeyValue::new(name, count));
+                span.push(name, Field::Int(count));
             }
         }
         if let Some(first) = self.first_chunk {
-            attributes.push(KeyValue::new(
+            span.push(
                 "gen_ai.response.time_to_first_chunk",
-                first.as_secs_f64(),
-            ));
+                Field::Float(first.as_secs_f64()),
+            );
         }
-        attributes
     }
 }
 
@@ -273,7 +268,38 @@ fn carries_a_fact(data: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
+    use opentelemetry::trace::{SpanId, SpanKind, TraceId};
+    use opentelemetry::{InstrumentationScope, KeyValue};
+
     use super::*;
+
+    /// The facts as the SDK's attributes, through a span's record.
+    trait Attributes {
+        fn attributes(self) -> Vec<KeyValue>;
+    }
+
+    impl Attributes for AnswerFacts {
+        fn attributes(self) -> Vec<KeyValue> {
+            let mut span = SpanRecord {
+                trace_id: TraceId::from(1),
+                span_id: SpanId::from(1),
+                parent: None,
+                trace_state: None,
+                name: "chat".into(),
+                kind: SpanKind::Client,
+                start: SystemTime::now(),
+                end: SystemTime::now(),
+                attributes: Vec::new(),
+                caller: None,
+                error: None,
+            };
+            self.add_to(&mut span);
+            span.to_span_data(&InstrumentationScope::builder("t").build())
+                .attributes
+        }
+    }
 
     fn facts_of(attributes: Vec<KeyValue>) -> Vec<(String, String)> {
         attributes

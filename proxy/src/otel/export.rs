@@ -10,16 +10,19 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use opentelemetry::KeyValue;
+use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{
-    BatchConfig, BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+    BatchConfig, BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider,
 };
 use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
 use warden_shared::secret::Secret;
 
-use super::otlp_http::ProtobufExporter;
+use super::batch::{BatchSettings, SpanQueue};
+use super::otlp_http::{JsonRecordExporter, ProtobufExporter};
+use super::sampler::Sampling;
+use super::Tracer;
 
 /// The `[tracing]` section of the settings file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -62,24 +65,18 @@ pub struct TraceExport {
     /// How long one export may take: `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` or
     /// `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), 10 s by default.
     timeout: Duration,
-    /// `None`: the SDK's choice, `OTEL_TRACES_SAMPLER` and its argument when set.
-    sampling_ratio: Option<f64>,
+    /// `OTEL_TRACES_SAMPLER` (and its argument), else the file's `sampling_ratio`, else
+    /// parent based, always on.
+    sampling: Sampling,
     service_names: ServiceNames,
-    /// Warden's batch queue size and delay, where `OTEL_BSP_*` does not set them.
-    batch: BatchDefaults,
+    /// `OTEL_BSP_*`, else Warden's defaults.
+    batch: BatchSettings,
 }
 
-/// The batch processor's settings Warden chooses where the standard variables do not:
-/// the specification's defaults (a queue of 2,048 spans sent every 5 s) drop spans past
+/// The batch settings Warden chooses where the standard variables do not: the
+/// specification's defaults (a queue of 2,048 spans sent every 5 s) drop spans past
 /// about 400 a second, a proxy's rate of a few requests; these keep a proxy at tens of
-/// thousands of requests a second (about 64 MiB at most held).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BatchDefaults {
-    max_queue_size: Option<usize>,
-    scheduled_delay: Option<Duration>,
-    max_export_batch_size: Option<usize>,
-}
-
+/// thousands of requests a second (a queue of 65,536 spans, about 20 MiB at most held).
 const MAX_QUEUE_SIZE: usize = 65_536;
 const SCHEDULED_DELAY: Duration = Duration::from_secs(1);
 const MAX_EXPORT_BATCH_SIZE: usize = 4_096;
@@ -138,15 +135,17 @@ impl TracingConfig {
                 ))
             }
         };
-        let sampling_ratio = match self.sampling_ratio {
-            Some(ratio) if !(0.0..=1.0).contains(&ratio) => {
-                return Err(format!(
-                    "tracing.sampling_ratio: between 0.0 and 1.0, not {ratio}"
-                ))
-            }
-            // The standard variable wins over the file, as every OTEL_ one does.
-            _ if env("OTEL_TRACES_SAMPLER").is_some() => None,
-            ratio => ratio,
+        if let Some(ratio) = self.sampling_ratio.filter(|r| !(0.0..=1.0).contains(r)) {
+            return Err(format!(
+                "tracing.sampling_ratio: between 0.0 and 1.0, not {ratio}"
+            ));
+        }
+        // The standard variable wins over the file, as every OTEL_ one does.
+        let sampling = match env("OTEL_TRACES_SAMPLER") {
+            Some(name) => Sampling::from_env(&name, env("OTEL_TRACES_SAMPLER_ARG").as_deref())?,
+            None => self
+                .sampling_ratio
+                .map_or_else(Sampling::default, Sampling::ratio),
         };
         let mut headers: Vec<(String, String)> = self
             .headers
@@ -179,19 +178,35 @@ impl TracingConfig {
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| default.to_owned())
         };
-        let unset = |name: &str| env(name).is_none();
-        let batch = BatchDefaults {
-            max_queue_size: unset("OTEL_BSP_MAX_QUEUE_SIZE").then_some(MAX_QUEUE_SIZE),
-            scheduled_delay: unset("OTEL_BSP_SCHEDULE_DELAY").then_some(SCHEDULED_DELAY),
-            max_export_batch_size: unset("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
-                .then_some(MAX_EXPORT_BATCH_SIZE),
+        let number = |name: &str, default: u64| match env(name) {
+            None => Ok(default),
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(value) if value > 0 => Ok(value),
+                _ => Err(format!(
+                    "tracing: {name} is a positive number, not `{text}`"
+                )),
+            },
+        };
+        let max_queue_size = number("OTEL_BSP_MAX_QUEUE_SIZE", MAX_QUEUE_SIZE as u64)? as usize;
+        let batch = BatchSettings {
+            max_queue_size,
+            scheduled_delay: Duration::from_millis(number(
+                "OTEL_BSP_SCHEDULE_DELAY",
+                SCHEDULED_DELAY.as_millis() as u64,
+            )?),
+            // The specification: a batch is never larger than the queue.
+            max_export_batch_size: (number(
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+                MAX_EXPORT_BATCH_SIZE as u64,
+            )? as usize)
+                .min(max_queue_size),
         };
         Ok(Some(TraceExport {
             url,
             protocol,
             headers,
             timeout,
-            sampling_ratio,
+            sampling,
             batch,
             service_names: ServiceNames {
                 from_env: env("OTEL_SERVICE_NAME"),
@@ -249,44 +264,68 @@ impl TraceExport {
         })
     }
 
-    /// The batch processor's settings: the standard variables first (the builder's
-    /// default reads them), then Warden's choices where they are unset.
+    /// The SDK batch processor's settings: the same as the proxy's queue.
     fn batch_config(&self) -> BatchConfig {
-        let mut batch = BatchConfigBuilder::default();
-        if let Some(size) = self.batch.max_queue_size {
-            batch = batch.with_max_queue_size(size);
-        }
-        if let Some(delay) = self.batch.scheduled_delay {
-            batch = batch.with_scheduled_delay(delay);
-        }
-        if let Some(size) = self.batch.max_export_batch_size {
-            batch = batch.with_max_export_batch_size(size);
-        }
-        batch.build()
+        BatchConfigBuilder::default()
+            .with_max_queue_size(self.batch.max_queue_size)
+            .with_scheduled_delay(self.batch.scheduled_delay)
+            .with_max_export_batch_size(self.batch.max_export_batch_size)
+            .build()
     }
 
-    /// A tracer provider exporting `plane`'s spans in batches, from a thread of its own
-    /// (`OTEL_BSP_SCHEDULE_DELAY` and the other batch variables apply). Shut it down at
-    /// exit, so that the last batch leaves.
-    pub fn provider(&self, plane: Plane) -> Result<SdkTracerProvider, String> {
+    fn resource(&self, plane: Plane) -> Resource {
+        Resource::builder()
+            .with_service_name(self.service_name(plane).to_owned())
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+            .build()
+    }
+
+    /// The reference exporter, for `http/json`.
+    fn json_exporter(&self) -> Result<SpanExporter, String> {
+        SpanExporter::builder()
+            .with_http()
+            .with_endpoint(self.url.clone())
+            .with_protocol(self.protocol)
+            .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>())
+            .with_timeout(self.timeout)
+            .build()
+            .map_err(|error| format!("tracing: {error}"))
+    }
+
+    /// The proxy's tracer: Warden's sampler, its span queue and exporting thread.
+    pub fn tracer(&self) -> Result<Tracer, String> {
         // The exporters' client (reqwest 0.13, without a TLS provider of its own) uses
         // the process default: ring, as everything else here.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let resource = self.resource(Plane::Proxy);
+        let scope = InstrumentationScope::builder("warden-proxy")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        let name = "warden-spans";
+        let queue = match self.protocol {
+            Protocol::HttpJson => {
+                let mut exporter = self.json_exporter()?;
+                opentelemetry_sdk::trace::SpanExporter::set_resource(&mut exporter, &resource);
+                SpanQueue::start(self.batch, JsonRecordExporter { exporter, scope }, name)?
+            }
+            _ => {
+                let exporter = ProtobufExporter::new(&self.url, &self.headers, self.timeout)?
+                    .for_records(&resource, scope);
+                SpanQueue::start(self.batch, exporter, name)?
+            }
+        };
+        Ok(Tracer::new(queue, self.sampling))
+    }
+
+    /// The control plane's tracer provider, exporting its spans in batches from a
+    /// thread of its own. Shut it down at exit, so that the last batch leaves.
+    pub fn provider(&self) -> Result<SdkTracerProvider, String> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let batch = self.batch_config();
         let processor = match self.protocol {
-            Protocol::HttpJson => {
-                let exporter = SpanExporter::builder()
-                    .with_http()
-                    .with_endpoint(self.url.clone())
-                    .with_protocol(self.protocol)
-                    .with_headers(self.headers.iter().cloned().collect::<HashMap<_, _>>())
-                    .with_timeout(self.timeout)
-                    .build()
-                    .map_err(|error| format!("tracing: {error}"))?;
-                BatchSpanProcessor::builder(exporter)
-                    .with_batch_config(batch)
-                    .build()
-            }
+            Protocol::HttpJson => BatchSpanProcessor::builder(self.json_exporter()?)
+                .with_batch_config(batch)
+                .build(),
             _ => {
                 let exporter = ProtobufExporter::new(&self.url, &self.headers, self.timeout)?;
                 BatchSpanProcessor::builder(exporter)
@@ -294,19 +333,11 @@ impl TraceExport {
                     .build()
             }
         };
-        let resource = Resource::builder()
-            .with_service_name(self.service_name(plane).to_owned())
-            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-            .build();
-        let mut builder = SdkTracerProvider::builder()
+        Ok(SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_resource(resource);
-        if let Some(ratio) = self.sampling_ratio {
-            builder = builder.with_sampler(Sampler::ParentBased(Box::new(
-                Sampler::TraceIdRatioBased(ratio),
-            )));
-        }
-        Ok(builder.build())
+            .with_resource(self.resource(Plane::ControlPlane))
+            .with_sampler(self.sampling.sdk())
+            .build())
     }
 }
 
@@ -371,7 +402,7 @@ mod tests {
         let export = config.resolve(env_of(&[])).unwrap().unwrap();
         assert_eq!(export.url, "http://file:4318/v1/traces");
         assert_eq!(export.protocol, Protocol::HttpJson);
-        assert_eq!(export.sampling_ratio, Some(0.25));
+        assert_eq!(export.sampling, Sampling::ratio(0.25));
         assert_eq!(export.service_name(Plane::Proxy), "edge");
         assert_eq!(
             export.service_name(Plane::ControlPlane),
@@ -389,20 +420,32 @@ mod tests {
         assert_eq!(export.url, "https://env:4318/v1/traces");
         assert_eq!(export.protocol, Protocol::HttpBinary);
         assert_eq!(
-            export.sampling_ratio, None,
-            "the SDK reads OTEL_TRACES_SAMPLER"
+            export.sampling,
+            Sampling::from_env("always_off", None).unwrap(),
+            "OTEL_TRACES_SAMPLER wins over the file"
         );
         assert_eq!(export.service_name(Plane::Proxy), "gateway");
-        assert_eq!(export.batch.max_queue_size, Some(MAX_QUEUE_SIZE));
+        assert_eq!(export.batch.max_queue_size, MAX_QUEUE_SIZE);
+        assert_eq!(export.batch.scheduled_delay, SCHEDULED_DELAY);
         let export = config
-            .resolve(env_of(&[("OTEL_BSP_MAX_QUEUE_SIZE", "100")]))
+            .resolve(env_of(&[
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "100"),
+                ("OTEL_BSP_SCHEDULE_DELAY", "250"),
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", "0.5"),
+            ]))
             .unwrap()
             .unwrap();
+        assert_eq!(export.batch.max_queue_size, 100);
+        assert_eq!(export.batch.scheduled_delay, Duration::from_millis(250));
         assert_eq!(
-            export.batch.max_queue_size, None,
-            "the SDK reads OTEL_BSP_*"
+            export.batch.max_export_batch_size, 100,
+            "a batch no larger than the queue"
         );
-        assert_eq!(export.batch.scheduled_delay, Some(SCHEDULED_DELAY));
+        assert_eq!(
+            export.sampling,
+            Sampling::from_env("traceidratio", Some("0.5")).unwrap()
+        );
     }
 
     #[test]
@@ -494,6 +537,13 @@ mod tests {
             ..on
         };
         assert!(with(ratio, &[]).contains("sampling_ratio"));
+        let on = TracingConfig {
+            endpoint: Some("http://c:4318".into()),
+            ..TracingConfig::default()
+        };
+        assert!(with(on.clone(), &[("OTEL_TRACES_SAMPLER", "xray")]).contains("xray"));
+        assert!(with(on.clone(), &[("OTEL_BSP_SCHEDULE_DELAY", "1s")]).contains("SCHEDULE"));
+        assert!(with(on, &[("OTEL_BSP_MAX_QUEUE_SIZE", "0")]).contains("QUEUE"));
         let scheme = TracingConfig {
             endpoint: Some("collector:4318".into()),
             ..TracingConfig::default()

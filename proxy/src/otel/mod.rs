@@ -11,79 +11,143 @@
 //! attributes; a refusal ends its span with an error status. Prompts and completions are
 //! never exported.
 //!
+//! The request path does not use the SDK's span objects: Warden samples (the same
+//! samplers, `sampler`), records a span as a compact [`record::SpanRecord`] and queues
+//! it to a thread of its own (`batch`), which encodes batches straight into OTLP
+//! (`protobuf`) and posts them (`otlp_http`). The control plane's spans go through the
+//! SDK, exported by the same encoder.
+//!
 //! With tracing off there is no [`Tracer`]: no span, no attribute, no clock read; the
 //! agent's `traceparent` and `tracestate` still pass through to the provider unchanged.
 
 mod answer;
+mod batch;
 pub mod export;
 mod otlp_http;
 mod protobuf;
+mod record;
 mod request;
+mod sampler;
 mod tool_call;
 
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{SpanContext, TraceFlags, TracerProvider as _};
-use opentelemetry::KeyValue;
-use opentelemetry::{Context, InstrumentationScope};
+use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceState};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use warden_shared::keys::push_hex;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use warden_shared::registry::Provider;
 
-use crate::state::KeyView;
+use record::{traceparent, SpanRecord};
 
 pub use answer::AnswerFacts;
+pub use batch::{BatchSettings, SpanQueue};
 pub use export::{Plane, TraceExport, TracingConfig};
 pub use request::{operation_name, Attempt, RequestTrace, Settled};
+pub use sampler::Sampling;
 pub use tool_call::ToolCallTrace;
 
-/// The proxy's tracer: present only while tracing is on.
+/// The proxy's tracer: present only while tracing is on. It samples, names new spans
+/// and queues finished ones for the exporting thread.
 #[derive(Clone, Debug)]
 pub struct Tracer {
-    inner: SdkTracer,
+    inner: Arc<TracerInner>,
+}
+
+#[derive(Debug)]
+struct TracerInner {
+    queue: SpanQueue,
+    sampling: Sampling,
+    ids: RandomIdGenerator,
+}
+
+/// A span just begun: the context its callee is told and, when sampled, its record.
+struct Begun {
+    propagated: Propagated,
+    record: Option<SpanRecord>,
 }
 
 impl Tracer {
-    pub fn new(provider: &SdkTracerProvider) -> Tracer {
-        let scope = InstrumentationScope::builder("warden-proxy")
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build();
+    pub fn new(queue: SpanQueue, sampling: Sampling) -> Tracer {
         Tracer {
-            inner: provider.tracer_with_scope(scope),
+            inner: Arc::new(TracerInner {
+                queue,
+                sampling,
+                ids: RandomIdGenerator::default(),
+            }),
         }
+    }
+
+    /// A new span of `kind` starting at `start`, child of the agent's `parent` (or the
+    /// root of a new trace); recorded when the sampler says so, named and described by
+    /// the caller then.
+    fn begin(&self, parent: Option<&SpanContext>, kind: SpanKind, start: SystemTime) -> Begun {
+        let inner = &self.inner;
+        let trace_id = match parent {
+            Some(parent) => parent.trace_id(),
+            None => inner.ids.new_trace_id(),
+        };
+        let span_id = inner.ids.new_span_id();
+        let sampled = inner.sampling.sampled(parent, trace_id);
+        let state = parent
+            .map(|p| p.trace_state())
+            .filter(|state| **state != TraceState::NONE)
+            .map(TraceState::header)
+            .filter(|header| !header.is_empty());
+        let record = sampled.then(|| SpanRecord {
+            trace_id,
+            span_id,
+            parent: parent.map(SpanContext::span_id),
+            trace_state: state.as_deref().map(Box::from),
+            name: "".into(),
+            kind,
+            start,
+            end: start,
+            attributes: Vec::new(),
+            caller: None,
+            error: None,
+        });
+        Begun {
+            propagated: Propagated {
+                traceparent: Some(traceparent(trace_id, span_id, sampled)),
+                tracestate: state,
+            },
+            record,
+        }
+    }
+
+    /// Ends `record` now and queues it for export.
+    fn finish(&self, mut record: SpanRecord) {
+        record.end = SystemTime::now();
+        self.inner.queue.push(record);
+    }
+
+    /// Sends the spans still queued, waiting at most `timeout` (blocking: at exit).
+    pub fn flush(&self, timeout: Duration) -> bool {
+        self.inner.queue.flush(timeout)
+    }
+
+    /// Spans dropped for a full queue, and spans whose export failed.
+    pub fn lost(&self) -> (u64, u64) {
+        self.inner.queue.lost()
     }
 }
 
-/// The trace context a carrier (headers, an MCP `_meta`) holds, or an empty one.
-fn extract(carrier: &dyn Extractor) -> Context {
-    TraceContextPropagator::new().extract(carrier)
+/// The agent's span a carrier (headers, an MCP `_meta`) names, when it names a valid
+/// one. Most requests carry none: nothing is parsed for them.
+fn parent_span(carrier: &dyn Extractor) -> Option<SpanContext> {
+    carrier.get("traceparent")?;
+    let context = TraceContextPropagator::new().extract(carrier);
+    let span = context.span().span_context().clone();
+    span.is_valid().then_some(span)
 }
 
-/// `traceparent` and `tracestate` of `context`'s span, as a callee is told them.
+/// `traceparent` and `tracestate` of a span, as a callee is told them.
 #[derive(Debug, Default)]
 pub struct Propagated {
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
-}
-
-/// The W3C trace context naming `span` as the parent, as `TraceContextPropagator`
-/// writes it.
-fn propagated(span: &SpanContext) -> Propagated {
-    let sampled = span.trace_flags() & TraceFlags::SAMPLED;
-    let state = span.trace_state().header();
-    // Written byte by byte: formatting the ids through `Display` cost more than the rest
-    // of starting the span.
-    let mut traceparent = String::with_capacity(55);
-    traceparent.push_str("00-");
-    push_hex(&mut traceparent, &span.trace_id().to_bytes());
-    traceparent.push('-');
-    push_hex(&mut traceparent, &span.span_id().to_bytes());
-    traceparent.push('-');
-    push_hex(&mut traceparent, &[sampled.to_u8()]);
-    Propagated {
-        traceparent: Some(traceparent),
-        tracestate: Some(state).filter(|s| !s.is_empty()),
-    }
 }
 
 /// `gen_ai.provider.name` of a built-in provider, the conventions' name where they
@@ -99,56 +163,96 @@ fn provider_name(provider: Provider) -> Option<&'static str> {
     })
 }
 
-/// The caller on a span: tenant, key and agent (`gen_ai.agent.*` from the registry).
-fn caller_attributes(view: &KeyView) -> Vec<KeyValue> {
-    let mut attributes = vec![
-        KeyValue::new("warden.tenant.id", view.key.tenant_id.clone()),
-        KeyValue::new("warden.key.id", view.key.id.clone()),
-        KeyValue::new("gen_ai.agent.id", view.key.agent_id.clone()),
-    ];
-    if let Some(agent) = view.agent.as_ref().filter(|a| !a.name.is_empty()) {
-        attributes.push(KeyValue::new("gen_ai.agent.name", agent.name.clone()));
-    }
-    attributes
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
 
     use opentelemetry::propagation::TextMapPropagator;
-    use opentelemetry::trace::{
-        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
-    };
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId};
     use opentelemetry::Context;
     use opentelemetry_sdk::propagation::TraceContextPropagator;
 
-    use super::propagated;
+    use super::*;
 
     #[test]
     fn the_context_passed_on_is_what_the_reference_propagator_writes() {
-        for (flags, state) in [
-            (TraceFlags::SAMPLED, "vendor=a,other=b"),
-            (TraceFlags::default(), ""),
-        ] {
-            let span = SpanContext::new(
-                TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
-                SpanId::from(0x00f0_67aa_0ba9_02b7),
-                flags,
-                false,
-                state.parse::<TraceState>().unwrap(),
-            );
+        for sampled in [true, false] {
+            let trace_id = TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c);
+            let span_id = SpanId::from(0x00f0_67aa_0ba9_02b7);
+            let flags = if sampled {
+                TraceFlags::SAMPLED
+            } else {
+                TraceFlags::default()
+            };
+            let span = SpanContext::new(trace_id, span_id, flags, false, TraceState::NONE);
             let mut reference = HashMap::new();
             TraceContextPropagator::new().inject_context(
-                &Context::new().with_remote_span_context(span.clone()),
+                &Context::new().with_remote_span_context(span),
                 &mut reference,
             );
-            let ours = propagated(&span);
-            assert_eq!(ours.traceparent.as_ref(), reference.get("traceparent"));
             assert_eq!(
-                ours.tracestate.as_ref(),
-                reference.get("tracestate").filter(|s| !s.is_empty())
+                Some(&traceparent(trace_id, span_id, sampled)),
+                reference.get("traceparent")
             );
         }
+    }
+
+    #[test]
+    fn a_child_continues_the_agents_trace_and_state() {
+        let queue = test_queue();
+        let tracer = Tracer::new(queue, Sampling::default());
+        let headers: HashMap<String, String> = [
+            (
+                "traceparent".to_owned(),
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+            ),
+            ("tracestate".to_owned(), "vendor=a,other=b".to_owned()),
+        ]
+        .into();
+        let parent = parent_span(&headers).expect("a valid parent");
+        let begun = tracer.begin(Some(&parent), SpanKind::Client, SystemTime::now());
+        let record = begun.record.expect("the agent sampled it");
+        assert_eq!(record.trace_id, parent.trace_id());
+        assert_eq!(record.parent, Some(parent.span_id()));
+        assert_eq!(record.trace_state.as_deref(), Some("vendor=a,other=b"));
+        let traceparent = begun.propagated.traceparent.unwrap();
+        assert!(traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"));
+        assert!(
+            !traceparent.contains("b7ad6b7169203331"),
+            "a span of its own"
+        );
+        assert_eq!(
+            begun.propagated.tracestate.as_deref(),
+            Some("vendor=a,other=b")
+        );
+        let unsampled: HashMap<String, String> = [(
+            "traceparent".to_owned(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00".to_owned(),
+        )]
+        .into();
+        let parent = parent_span(&unsampled).unwrap();
+        let begun = tracer.begin(Some(&parent), SpanKind::Client, SystemTime::now());
+        assert!(begun.record.is_none(), "the agent's decision is followed");
+        assert!(begun.propagated.traceparent.unwrap().ends_with("-00"));
+        let invalid: HashMap<String, String> =
+            [("traceparent".to_owned(), "00-zz-yy-01".to_owned())].into();
+        assert!(parent_span(&invalid).is_none());
+        assert!(parent_span(&HashMap::<String, String>::new()).is_none());
+    }
+
+    /// A queue whose spans go nowhere.
+    fn test_queue() -> SpanQueue {
+        struct Nowhere;
+        impl batch::Sink for Nowhere {
+            fn export(&mut self, _: &[SpanRecord]) -> Result<(), String> {
+                Ok(())
+            }
+        }
+        let settings = BatchSettings {
+            max_queue_size: 16,
+            scheduled_delay: Duration::from_secs(60),
+            max_export_batch_size: 16,
+        };
+        SpanQueue::start(settings, Nowhere, "test-spans").unwrap()
     }
 }

@@ -1,19 +1,23 @@
-//! The OTLP/HTTP exporter of `http/protobuf`: each batch the SDK's batch processor hands
-//! over is encoded by [`super::protobuf`] and posted to the collector, on the
-//! processor's own thread, with a blocking client (a connection kept alive between
-//! batches). `http/json`, a debugging format, goes through the reference exporter.
+//! The OTLP/HTTP exporters. `http/protobuf`: each batch (the proxy's records from its
+//! span queue, or the SDK's spans from the control plane's batch processor) is encoded
+//! by [`super::protobuf`] and posted to the collector on the exporting thread, with a
+//! blocking client (a connection kept alive between batches). `http/json`, a debugging
+//! format, goes through the reference exporter.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 use reqwest_mcp::blocking::Client;
 
-use super::protobuf::{encode_request, EncodedResource};
+use super::batch::Sink;
+use super::protobuf::{encode_records, encode_request, EncodedResource};
+use super::record::SpanRecord;
 
 pub struct ProtobufExporter {
     client: Client,
@@ -70,10 +74,12 @@ impl ProtobufExporter {
         })
     }
 
-    fn post(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let mut body = Vec::with_capacity(self.last_size.load(Ordering::Relaxed));
-        encode_request(&mut body, &self.resource, &batch);
-        drop(batch);
+    /// A buffer for the next request: as large as the last one was.
+    fn buffer(&self) -> Vec<u8> {
+        Vec::with_capacity(self.last_size.load(Ordering::Relaxed))
+    }
+
+    fn post(&self, body: Vec<u8>) -> Result<(), String> {
         self.last_size.store(body.len(), Ordering::Relaxed);
         let response = self
             .client
@@ -81,21 +87,62 @@ impl ProtobufExporter {
             .headers(self.headers.clone())
             .body(body)
             .send()
-            .map_err(|error| {
-                OTelSdkError::InternalFailure(format!(
-                    "OTLP export to {}: {}",
-                    self.url,
-                    error.without_url()
-                ))
-            })?;
+            .map_err(|error| format!("OTLP export to {}: {}", self.url, error.without_url()))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
         }
-        Err(OTelSdkError::InternalFailure(format!(
+        Err(format!(
             "OTLP export to {}: the collector answered {status}",
             self.url
-        )))
+        ))
+    }
+
+    /// The proxy's exporter: its records, of `scope`, under `resource`.
+    pub fn for_records(
+        mut self,
+        resource: &Resource,
+        scope: InstrumentationScope,
+    ) -> RecordExporter {
+        self.resource = EncodedResource::new(resource);
+        RecordExporter {
+            exporter: self,
+            scope,
+        }
+    }
+}
+
+/// The proxy's records posted as OTLP/HTTP protobuf.
+#[derive(Debug)]
+pub struct RecordExporter {
+    exporter: ProtobufExporter,
+    scope: InstrumentationScope,
+}
+
+impl Sink for RecordExporter {
+    fn export(&mut self, batch: &[SpanRecord]) -> Result<(), String> {
+        let exporter = &self.exporter;
+        let mut body = exporter.buffer();
+        encode_records(&mut body, &exporter.resource, &self.scope, batch);
+        exporter.post(body)
+    }
+}
+
+/// The proxy's records posted by the reference exporter (`http/json`), converted to
+/// the SDK's spans first.
+#[derive(Debug)]
+pub struct JsonRecordExporter {
+    pub exporter: opentelemetry_otlp::SpanExporter,
+    pub scope: InstrumentationScope,
+}
+
+impl Sink for JsonRecordExporter {
+    fn export(&mut self, batch: &[SpanRecord]) -> Result<(), String> {
+        let spans = batch
+            .iter()
+            .map(|record| record.to_span_data(&self.scope))
+            .collect();
+        futures_executor::block_on(self.exporter.export(spans)).map_err(|error| error.to_string())
     }
 }
 
@@ -107,7 +154,10 @@ impl SpanExporter for ProtobufExporter {
         if batch.is_empty() {
             return Ok(());
         }
-        self.post(batch)
+        let mut body = self.buffer();
+        encode_request(&mut body, &self.resource, &batch);
+        drop(batch);
+        self.post(body).map_err(OTelSdkError::InternalFailure)
     }
 
     fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {

@@ -1,5 +1,6 @@
 //! OTLP's protobuf encoding of finished spans (`ExportTraceServiceRequest`,
-//! opentelemetry-proto v1), written straight from the SDK's `SpanData` into one buffer.
+//! opentelemetry-proto v1), written straight from the proxy's records (`SpanRecord`) and
+//! the SDK's `SpanData` (the control plane's spans) into one buffer.
 //!
 //! The reference exporter first converts every span into the generated message types (a
 //! `String` for each attribute's key and value, a `Vec` for each id) and then encodes
@@ -14,10 +15,12 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceState};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
+
+use super::record::{FieldRef, SpanRecord};
 
 /// Protobuf wire types.
 const VARINT: u8 = 0;
@@ -83,6 +86,60 @@ pub fn encode_request(out: &mut Vec<u8>, resource: &EncodedResource, spans: &[Sp
         }
         string(b, 3, &resource.schema_url);
     });
+}
+
+/// An `ExportTraceServiceRequest` of the proxy's `records`, all of `scope`, into `out`
+/// (cleared).
+pub fn encode_records(
+    out: &mut Vec<u8>,
+    resource: &EncodedResource,
+    scope: &InstrumentationScope,
+    records: &[SpanRecord],
+) {
+    out.clear();
+    if records.is_empty() {
+        return;
+    }
+    let mut one = Vec::with_capacity(1024);
+    message(out, 1, |b| {
+        message(b, 1, |b| b.extend_from_slice(&resource.resource));
+        message(b, 2, |b| {
+            message(b, 1, |b| instrumentation_scope(b, scope));
+            for record in records {
+                one.clear();
+                encode_record(&mut one, record);
+                bytes(b, 2, &one);
+            }
+            string(b, 3, scope.schema_url().unwrap_or_default());
+        });
+        string(b, 3, &resource.schema_url);
+    });
+}
+
+fn encode_record(b: &mut Vec<u8>, record: &SpanRecord) {
+    bytes(b, 1, &record.trace_id.to_bytes());
+    bytes(b, 2, &record.span_id.to_bytes());
+    string(b, 3, record.trace_state.as_deref().unwrap_or_default());
+    if let Some(parent) = record.parent {
+        bytes(b, 4, &parent.to_bytes());
+    }
+    string(b, 5, &record.name);
+    uint(b, 6, span_kind(&record.kind));
+    fixed64(b, 7, nanos(record.start));
+    fixed64(b, 8, nanos(record.end));
+    record.for_each_attribute(|name, value| field_attribute(b, 9, name, value));
+    // Status: always present, as the reference writes it.
+    message(b, 15, |b| {
+        if let Some(description) = &record.error {
+            string(b, 2, description);
+            uint(b, 3, 2);
+        }
+    });
+    let mut flags = u32::from(TraceFlags::SAMPLED.to_u8()) | CONTEXT_HAS_IS_REMOTE;
+    if record.parent.is_some() {
+        flags |= CONTEXT_IS_REMOTE;
+    }
+    fixed32(b, 16, flags);
 }
 
 fn instrumentation_scope(b: &mut Vec<u8>, scope: &InstrumentationScope) {
@@ -182,12 +239,60 @@ fn nanos(time: SystemTime) -> u64 {
         .map_or(0, |since| since.as_nanos() as u64)
 }
 
-/// A `KeyValue` message as field `field`. Of a single value (nearly every attribute) the
-/// lengths are counted, not measured after writing: nothing is moved.
+/// A `KeyValue` message as field `field`.
 fn attribute_field(b: &mut Vec<u8>, field: u32, attribute: &KeyValue) {
     let name = attribute.key.as_str();
-    let Some(value_len) = scalar_len(&attribute.value) else {
-        return message(b, field, |b| key_value(b, name, &attribute.value));
+    let scalar = match &attribute.value {
+        Value::String(s) => Scalar::Str(s.as_str()),
+        Value::Bool(v) => Scalar::Bool(*v),
+        Value::I64(v) => Scalar::Int(*v),
+        Value::F64(v) => Scalar::Float(*v),
+        value => return message(b, field, |b| key_value(b, name, value)),
+    };
+    scalar_attribute(b, field, name, scalar);
+}
+
+/// A record's attribute as field `field`.
+fn field_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: FieldRef<'_>) {
+    let scalar = match value {
+        FieldRef::Str(s) => Scalar::Str(s),
+        FieldRef::Bool(v) => Scalar::Bool(v),
+        FieldRef::Int(v) => Scalar::Int(v),
+        FieldRef::Float(v) => Scalar::Float(v),
+        FieldRef::Strs(values) => {
+            return message(b, field, |b| {
+                string(b, 1, name);
+                // AnyValue { array_value: ArrayValue { values: [AnyValue { string }] } }
+                message(b, 2, |b| {
+                    message(b, 5, |b| {
+                        for value in values {
+                            message(b, 1, |b| string_always(b, 1, value));
+                        }
+                    })
+                });
+            });
+        }
+    };
+    scalar_attribute(b, field, name, scalar);
+}
+
+/// A single attribute value.
+#[derive(Clone, Copy)]
+enum Scalar<'a> {
+    Str(&'a str),
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+/// A `KeyValue` message of a single value as field `field`: the lengths are counted,
+/// not measured after writing, so nothing is moved.
+fn scalar_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: Scalar<'_>) {
+    let value_len = match value {
+        Scalar::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
+        Scalar::Bool(_) => 2,
+        Scalar::Int(v) => 1 + varint_len(v as u64),
+        Scalar::Float(_) => 9,
     };
     let name_len = if name.is_empty() {
         0
@@ -202,18 +307,21 @@ fn attribute_field(b: &mut Vec<u8>, field: u32, attribute: &KeyValue) {
     string(b, 1, name);
     key(b, 2, LEN);
     varint(b, value_len as u64);
-    any_value(b, &attribute.value);
-}
-
-/// The length of the `AnyValue` body of a single value; `None` for an array.
-fn scalar_len(value: &Value) -> Option<usize> {
-    Some(match value {
-        Value::String(s) => 1 + varint_len(s.as_str().len() as u64) + s.as_str().len(),
-        Value::Bool(_) => 2,
-        Value::I64(v) => 1 + varint_len(*v as u64),
-        Value::F64(_) => 9,
-        _ => return None,
-    })
+    match value {
+        Scalar::Str(s) => string_always(b, 1, s),
+        Scalar::Bool(v) => {
+            key(b, 2, VARINT);
+            varint(b, u64::from(v));
+        }
+        Scalar::Int(v) => {
+            key(b, 3, VARINT);
+            varint(b, v as u64);
+        }
+        Scalar::Float(v) => {
+            key(b, 4, FIXED64);
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
 }
 
 fn varint_len(value: u64) -> usize {
@@ -356,7 +464,13 @@ mod tests {
     use opentelemetry_sdk::Resource;
     use prost::Message;
 
-    use super::{encode_request, EncodedResource};
+    use std::sync::Arc;
+
+    use warden_shared::snapshot::AgentState;
+
+    use super::super::record::{Caller, Field, SpanRecord};
+    use super::{encode_records, encode_request, EncodedResource};
+    use crate::test_fixtures;
 
     fn context(trace: u128, span: u64, remote: bool, state: &str) -> SpanContext {
         SpanContext::new(
@@ -486,6 +600,129 @@ mod tests {
             "one group per scope"
         );
         assert_eq!(ours, reference);
+    }
+
+    /// A record of each shape the proxy makes: a forwarded attempt under an agent's
+    /// span with its state, a refusal at the root, a tool call without a caller.
+    fn records() -> Vec<SpanRecord> {
+        let start = std::time::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+        let agent = AgentState {
+            id: "agent-1".into(),
+            tenant_id: "tenant-1".into(),
+            name: "support-bot".into(),
+            team_id: None,
+            environment: "production".into(),
+            blocked: false,
+            quarantined: false,
+            expires_at: None,
+        };
+        let forwarded = SpanRecord {
+            trace_id: TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
+            span_id: SpanId::from(0x1234),
+            parent: Some(SpanId::from(0x00f0_67aa_0ba9_02b7)),
+            trace_state: Some("agent=1,vendor=x".into()),
+            name: Cow::Owned("chat gpt-4o".into()),
+            kind: SpanKind::Client,
+            start,
+            end: start + Duration::from_millis(250),
+            attributes: vec![
+                ("gen_ai.operation.name", Field::Static("chat")),
+                ("gen_ai.request.model", Field::Text("gpt-4o".into())),
+                ("gen_ai.request.stream", Field::Bool(true)),
+                ("server.port", Field::Int(443)),
+                ("warden.budget.delta", Field::Int(-42)),
+                ("warden.cost_usd", Field::Float(0.000_125)),
+                ("warden.empty", Field::Static("")),
+                (
+                    "gen_ai.response.finish_reasons",
+                    Field::Texts(vec!["stop".into(), "".into()]),
+                ),
+                ("a.long.value", Field::Text("v".repeat(300))),
+            ],
+            caller: Some(Caller {
+                key: test_fixtures::key("key-1", "tenant-1", "agent-1"),
+                agent: Some(Arc::new(agent)),
+            }),
+            error: None,
+        };
+        let refused = SpanRecord {
+            trace_id: TraceId::from(7),
+            span_id: SpanId::from(8),
+            parent: None,
+            trace_state: None,
+            name: Cow::Borrowed("POST /v1/chat/completions"),
+            kind: SpanKind::Server,
+            start: std::time::UNIX_EPOCH,
+            end: start,
+            attributes: vec![
+                ("warden.decision", Field::Static("blocked_agent")),
+                ("warden.policy.id", Field::Int(0)),
+            ],
+            caller: Some(Caller {
+                key: test_fixtures::key("key-2", "tenant-1", "agent-2"),
+                agent: None,
+            }),
+            error: Some(Cow::Borrowed("blocked_agent")),
+        };
+        let tool_call = SpanRecord {
+            trace_id: TraceId::from(9),
+            span_id: SpanId::from(10),
+            parent: Some(SpanId::from(11)),
+            trace_state: None,
+            name: Cow::Owned("execute_tool ".to_owned() + &"n".repeat(70_000)),
+            kind: SpanKind::Internal,
+            start,
+            end: start,
+            attributes: Vec::new(),
+            caller: None,
+            error: Some(Cow::Borrowed("")),
+        };
+        vec![forwarded, refused, tool_call]
+    }
+
+    #[test]
+    fn records_decode_as_the_reference_converts_their_sdk_form() {
+        let resource = Resource::builder()
+            .with_service_name("warden-proxy")
+            .with_schema_url([], "https://opentelemetry.io/schemas/1.38.0")
+            .build();
+        let scope = InstrumentationScope::builder("warden-proxy")
+            .with_version("1.2.3")
+            .build();
+        let records = records();
+        let mut bytes = Vec::new();
+        encode_records(
+            &mut bytes,
+            &EncodedResource::new(&resource),
+            &scope,
+            &records,
+        );
+        let ours = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decodes");
+        let spans = records.iter().map(|r| r.to_span_data(&scope)).collect();
+        let reference = ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(
+                spans,
+                &ResourceAttributesWithSchema::from(&resource),
+            ),
+        };
+        assert_eq!(ours, reference);
+        let forwarded = &ours.resource_spans[0].scope_spans[0].spans[0];
+        let names: Vec<&str> = forwarded
+            .attributes
+            .iter()
+            .map(|a| a.key.as_str())
+            .collect();
+        assert!(
+            names.ends_with(&[
+                "warden.tenant.id",
+                "warden.key.id",
+                "gen_ai.agent.id",
+                "gen_ai.agent.name"
+            ]),
+            "the caller's attributes: {names:?}"
+        );
+        encode_records(&mut bytes, &EncodedResource::new(&resource), &scope, &[]);
+        assert!(bytes.is_empty(), "an empty request");
     }
 
     #[test]

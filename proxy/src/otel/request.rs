@@ -4,14 +4,13 @@
 use std::borrow::Cow;
 use std::time::{Instant, SystemTime};
 
-use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _};
-use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry::trace::{SpanContext, SpanKind};
 use opentelemetry_http::HeaderExtractor;
-use opentelemetry_sdk::trace::{SdkTracer, Span};
 use warden_shared::registry::Provider;
 
 use super::answer::AnswerFacts;
-use super::{caller_attributes, extract, propagated, provider_name, Propagated, Tracer};
+use super::record::{Caller, Field, SpanRecord};
+use super::{parent_span, provider_name, Propagated, Tracer};
 use crate::endpoint::Endpoint;
 use crate::refusal::Refusal;
 use crate::state::KeyView;
@@ -47,22 +46,25 @@ pub fn operation_name(endpoint: Endpoint) -> &'static str {
 /// refused before any attempt is a SERVER span of its own, made when it is answered. A
 /// request neither forwarded nor refused (the model list) makes none.
 pub struct RequestTrace {
-    tracer: SdkTracer,
-    /// The agent's trace context (empty when it sent none).
-    parent: Context,
+    tracer: Tracer,
+    /// The agent's span (none when it sent no valid `traceparent`).
+    parent: Option<SpanContext>,
     /// When the request arrived: a refusal's span starts then.
     arrived: SystemTime,
-    method: Value,
-    path: Value,
+    method: Field,
+    path: Field,
     route: Option<&'static (&'static str, &'static str)>,
     /// Tenant, key and agent, once the key is known.
-    caller: Vec<KeyValue>,
+    caller: Option<Caller>,
     /// The approval the request waits on or was let through by.
     approval_id: Option<i64>,
-    /// The upstream attempt's span, from its start to the answer's end.
-    client: Option<Span>,
+    /// The upstream attempt's span, from its start to the answer's end (`None` too when
+    /// the trace is sampled out).
+    client: Option<SpanRecord>,
     /// When the attempt started: the time to the first chunk is counted from it.
     attempt_started: Option<Instant>,
+    /// Whether an upstream attempt began, sampled or not: its span is the request's.
+    attempted: bool,
 }
 
 /// What the CLIENT span of an upstream attempt is named and described by.
@@ -99,61 +101,75 @@ impl RequestTrace {
     ) -> RequestTrace {
         let route = ROUTES.iter().find(|(route, _)| *route == path);
         RequestTrace {
-            tracer: tracer.inner.clone(),
-            parent: extract(&HeaderExtractor(headers)),
+            tracer: tracer.clone(),
+            parent: parent_span(&HeaderExtractor(headers)),
             arrived: SystemTime::now(),
             method: match method {
-                "POST" => Value::from("POST"),
-                other => Value::from(other.to_owned()),
+                "POST" => Field::Static("POST"),
+                other => Field::Text(other.to_owned()),
             },
             path: match route {
-                Some((route, _)) => Value::from(*route),
-                None => Value::from(path.to_owned()),
+                Some((route, _)) => Field::Static(route),
+                None => Field::Text(path.to_owned()),
             },
             route,
-            caller: Vec::new(),
+            caller: None,
             approval_id: None,
             client: None,
             attempt_started: None,
+            attempted: false,
         }
     }
 
     /// Names the caller: tenant, key and agent.
     pub fn caller(&mut self, view: &KeyView) {
-        self.caller = caller_attributes(view);
+        self.caller = Some(Caller {
+            key: view.key.clone(),
+            agent: view.agent.clone(),
+        });
     }
 
     /// Starts the CLIENT span of the upstream attempt; returns the context the provider
     /// is sent.
     pub fn attempt(&mut self, attempt: &Attempt<'_>) -> Propagated {
-        let mut attributes = Vec::with_capacity(24);
-        attributes.extend([
-            KeyValue::new("gen_ai.operation.name", attempt.operation),
-            KeyValue::new("gen_ai.provider.name", provider_value(attempt.provider)),
-            KeyValue::new("gen_ai.request.model", attempt.model.to_owned()),
-            KeyValue::new("gen_ai.request.stream", attempt.streaming),
-            KeyValue::new("server.address", attempt.server_address.to_owned()),
-            KeyValue::new("server.port", i64::from(attempt.server_port)),
-        ]);
-        attributes.append(&mut self.caller);
-        let span = self
+        self.attempted = true;
+        let now = SystemTime::now();
+        let begun = self
             .tracer
-            .span_builder(format!("{} {}", attempt.operation, attempt.model))
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, &self.parent);
-        let out = propagated(span.span_context());
-        self.client = Some(span);
-        self.attempt_started = Some(Instant::now());
-        out
+            .begin(self.parent.as_ref(), SpanKind::Client, now);
+        if let Some(mut span) = begun.record {
+            let mut name = String::with_capacity(attempt.operation.len() + 1 + attempt.model.len());
+            name.push_str(attempt.operation);
+            name.push(' ');
+            name.push_str(attempt.model);
+            span.name = Cow::Owned(name);
+            span.attributes.reserve_exact(20);
+            span.attributes.extend([
+                ("gen_ai.operation.name", Field::Static(attempt.operation)),
+                ("gen_ai.provider.name", provider_field(attempt.provider)),
+                (
+                    "gen_ai.request.model",
+                    Field::Text(attempt.model.to_owned()),
+                ),
+                ("gen_ai.request.stream", Field::Bool(attempt.streaming)),
+                (
+                    "server.address",
+                    Field::Text(attempt.server_address.to_owned()),
+                ),
+                ("server.port", Field::Int(i64::from(attempt.server_port))),
+            ]);
+            span.caller = self.caller.take();
+            self.client = Some(span);
+            self.attempt_started = Some(Instant::now());
+        }
+        begun.propagated
     }
 
     /// Facts to gather from the provider's answer: only while the attempt's span
     /// records (a trace sampled out reads nothing of the answer).
     pub fn answer_facts(&self) -> Option<AnswerFacts> {
-        let client = self.client.as_ref()?;
-        let started = self.attempt_started?;
-        client.is_recording().then(|| AnswerFacts::new(started))
+        self.client.as_ref()?;
+        self.attempt_started.map(AnswerFacts::new)
     }
 
     /// Ends the upstream attempt's span with what the answer came to.
@@ -161,37 +177,43 @@ impl RequestTrace {
         let Some(mut span) = self.client.take() else {
             return;
         };
-        if !span.is_recording() {
-            return;
-        }
-        span.set_attributes([
-            KeyValue::new("warden.decision", "forwarded"),
-            KeyValue::new("http.response.status_code", i64::from(settled.status)),
-            KeyValue::new("gen_ai.usage.input_tokens", settled.input_tokens),
-            KeyValue::new("gen_ai.usage.output_tokens", settled.output_tokens),
+        span.attributes.extend([
+            ("warden.decision", Field::Static("forwarded")),
+            (
+                "http.response.status_code",
+                Field::Int(i64::from(settled.status)),
+            ),
+            (
+                "gen_ai.usage.input_tokens",
+                Field::Int(settled.input_tokens),
+            ),
+            (
+                "gen_ai.usage.output_tokens",
+                Field::Int(settled.output_tokens),
+            ),
         ]);
         if settled.estimated {
-            span.set_attribute(KeyValue::new("warden.usage.estimated", true));
+            span.push("warden.usage.estimated", Field::Bool(true));
         }
         if let Some(micros) = settled.cost_micros {
-            span.set_attribute(KeyValue::new("warden.cost_usd", micros as f64 / 1e6));
+            span.push("warden.cost_usd", Field::Float(micros as f64 / 1e6));
         }
         if let Some(approval_id) = self.approval_id {
-            span.set_attribute(KeyValue::new("warden.approval.id", approval_id));
+            span.push("warden.approval.id", Field::Int(approval_id));
         }
         if let Some(facts) = facts {
-            span.set_attributes(facts.attributes());
+            facts.add_to(&mut span);
         }
         if settled.status >= 400 {
-            let kind = if settled.status == 499 {
-                "client_closed".to_owned()
+            let kind: Cow<'static, str> = if settled.status == 499 {
+                Cow::Borrowed("client_closed")
             } else {
-                settled.status.to_string()
+                Cow::Owned(settled.status.to_string())
             };
-            span.set_attribute(KeyValue::new("error.type", kind.clone()));
-            span.set_status(Status::error(kind));
+            span.push("error.type", Field::Text(kind.to_string()));
+            span.error = Some(kind);
         }
-        span.end();
+        self.tracer.finish(span);
     }
 
     /// Names the approval a held request waits on, or that let it through.
@@ -205,61 +227,73 @@ impl RequestTrace {
         if let Some(mut span) = self.client.take() {
             // An attempt that ended in a refusal (no connection, no answer in time).
             if let Some(refusal) = refused {
-                span.set_attributes(refusal_attributes(refusal, status, self.approval_id));
-                span.set_status(Status::error(refusal.code()));
+                refusal_attributes(&mut span, refusal, status, self.approval_id);
             }
-            span.end();
+            self.tracer.finish(span);
             return;
         }
         let Some(refusal) = refused else {
             return;
         };
-        let name: Cow<'static, str> = match (self.route, self.method.as_str().as_ref()) {
+        // An attempt sampled out: the request is not traced.
+        if self.attempted {
+            return;
+        }
+        let begun = self
+            .tracer
+            .begin(self.parent.as_ref(), SpanKind::Server, self.arrived);
+        let Some(mut span) = begun.record else {
+            return;
+        };
+        let method = match &self.method {
+            Field::Static(method) => *method,
+            Field::Text(method) => method.as_str(),
+            _ => "",
+        };
+        span.name = match (self.route, method) {
             (Some((_, post)), "POST") => Cow::Borrowed(post),
             (Some((route, _)), method) => Cow::Owned(format!("{method} {route}")),
             (None, method) => Cow::Owned(method.to_owned()),
         };
-        let mut attributes = Vec::with_capacity(16);
-        attributes.extend([
-            KeyValue::new("http.request.method", self.method.clone()),
-            KeyValue::new("url.path", self.path.clone()),
+        span.attributes.reserve_exact(10);
+        span.attributes.extend([
+            ("http.request.method", self.method),
+            ("url.path", self.path),
         ]);
         if let Some((route, _)) = self.route {
-            attributes.push(KeyValue::new("http.route", *route));
+            span.push("http.route", Field::Static(route));
         }
-        attributes.append(&mut self.caller);
-        attributes.extend(refusal_attributes(refusal, status, self.approval_id));
-        let mut span = self
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Server)
-            .with_start_time(self.arrived)
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, &self.parent);
-        span.set_status(Status::error(refusal.code()));
-        span.end();
+        span.caller = self.caller.take();
+        refusal_attributes(&mut span, refusal, status, self.approval_id);
+        self.tracer.finish(span);
     }
 }
 
-/// What a refusal says on its span: the answer's status, the decision and what made it.
-fn refusal_attributes(refusal: &Refusal, status: u16, approval_id: Option<i64>) -> Vec<KeyValue> {
-    let mut attributes = vec![
-        KeyValue::new("http.response.status_code", i64::from(status)),
-        KeyValue::new("warden.decision", refusal.code()),
-        KeyValue::new("error.type", refusal.code()),
-    ];
+/// What a refusal says on its span (the answer's status, the decision and what made
+/// it), and its error status.
+fn refusal_attributes(
+    span: &mut SpanRecord,
+    refusal: &Refusal,
+    status: u16,
+    approval_id: Option<i64>,
+) {
+    span.attributes.extend([
+        ("http.response.status_code", Field::Int(i64::from(status))),
+        ("warden.decision", Field::Static(refusal.code())),
+        ("error.type", Field::Static(refusal.code())),
+    ]);
     if let Some(policy_id) = refusal.policy_id() {
-        attributes.push(KeyValue::new("warden.policy.id", policy_id));
+        span.push("warden.policy.id", Field::Int(policy_id));
     }
     if let Some(approval_id) = approval_id {
-        attributes.push(KeyValue::new("warden.approval.id", approval_id));
+        span.push("warden.approval.id", Field::Int(approval_id));
     }
-    attributes
+    span.error = Some(Cow::Borrowed(refusal.code()));
 }
 
-fn provider_value(provider: Provider) -> Value {
+fn provider_field(provider: Provider) -> Field {
     match provider_name(provider) {
-        Some(name) => Value::from(name),
-        None => Value::from(provider.as_str().to_owned()),
+        Some(name) => Field::Static(name),
+        None => Field::Text(provider.as_str().to_owned()),
     }
 }

@@ -2,16 +2,18 @@
 //! request's `_meta`, as MCP carries it, or the HTTP request's headers), its context
 //! passed on to the MCP server in the call's `_meta`.
 
+use std::borrow::Cow;
+use std::time::SystemTime;
+
 use opentelemetry::propagation::Extractor;
-use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _};
-use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 use opentelemetry_http::HeaderExtractor;
-use opentelemetry_sdk::trace::Span;
 use rmcp::model::{CallToolRequestParams, MetaObject};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
-use super::{caller_attributes, extract, propagated, Tracer};
+use super::record::{Caller, Field, SpanRecord};
+use super::{parent_span, Propagated, Tracer};
 use crate::refusal::Refusal;
 use crate::state::KeyView;
 
@@ -32,8 +34,11 @@ impl Extractor for MetaContext<'_> {
     }
 }
 
+/// An MCP tool call's span; `span` is `None` when the trace is sampled out.
 pub struct ToolCallTrace {
-    span: Span,
+    tracer: Tracer,
+    span: Option<SpanRecord>,
+    propagated: Propagated,
 }
 
 impl ToolCallTrace {
@@ -49,68 +54,76 @@ impl ToolCallTrace {
         let meta = request.meta.as_deref().unwrap_or(&context.meta.0);
         let parent = match parts {
             Some(parts) if meta.get_traceparent().is_none() => {
-                extract(&HeaderExtractor(&parts.headers))
+                parent_span(&HeaderExtractor(&parts.headers))
             }
-            _ => extract(&MetaContext(meta)),
+            _ => parent_span(&MetaContext(meta)),
         };
-        let mut attributes = vec![
-            KeyValue::new("gen_ai.operation.name", "execute_tool"),
-            KeyValue::new("gen_ai.tool.name", request.name.to_string()),
-            KeyValue::new("mcp.method.name", "tools/call"),
-            KeyValue::new("jsonrpc.request.id", context.id.to_string()),
-        ];
-        let session = parts
-            .and_then(|p| p.headers.get("mcp-session-id"))
-            .and_then(|v| v.to_str().ok());
-        if let Some(session) = session {
-            attributes.push(KeyValue::new("mcp.session.id", session.to_owned()));
+        let begun = tracer.begin(parent.as_ref(), SpanKind::Internal, SystemTime::now());
+        let span = begun.record.map(|mut span| {
+            span.name = Cow::Owned(format!("execute_tool {}", request.name));
+            span.attributes.extend([
+                ("gen_ai.operation.name", Field::Static("execute_tool")),
+                ("gen_ai.tool.name", Field::Text(request.name.to_string())),
+                ("mcp.method.name", Field::Static("tools/call")),
+                ("jsonrpc.request.id", Field::Text(context.id.to_string())),
+            ]);
+            let session = parts
+                .and_then(|p| p.headers.get("mcp-session-id"))
+                .and_then(|v| v.to_str().ok());
+            if let Some(session) = session {
+                span.push("mcp.session.id", Field::Text(session.to_owned()));
+            }
+            span.caller = Some(Caller {
+                key: view.key.clone(),
+                agent: view.agent.clone(),
+            });
+            span
+        });
+        ToolCallTrace {
+            tracer: tracer.clone(),
+            span,
+            propagated: begun.propagated,
         }
-        attributes.extend(caller_attributes(view));
-        let span = tracer
-            .inner
-            .span_builder(format!("execute_tool {}", request.name))
-            .with_kind(SpanKind::Internal)
-            .with_attributes(attributes)
-            .start_with_context(&tracer.inner, &parent);
-        ToolCallTrace { span }
     }
 
     /// Puts the span's context in `params`' `_meta`, from which the MCP server continues
     /// the trace.
     pub fn pass_on(&self, params: &mut CallToolRequestParams) {
-        let propagated = propagated(self.span.span_context());
         let meta = params.meta.get_or_insert_with(Default::default);
-        if let Some(parent) = propagated.traceparent {
-            meta.set_traceparent(parent);
+        if let Some(parent) = &self.propagated.traceparent {
+            meta.set_traceparent(parent.clone());
         }
-        if let Some(state) = propagated.tracestate {
-            meta.set_tracestate(state);
+        if let Some(state) = &self.propagated.tracestate {
+            meta.set_tracestate(state.clone());
         }
     }
 
     /// Names the approval a held call waits on, or that let it through.
     pub fn approval(&mut self, approval_id: i64) {
-        self.span
-            .set_attribute(KeyValue::new("warden.approval.id", approval_id));
+        if let Some(span) = &mut self.span {
+            span.push("warden.approval.id", Field::Int(approval_id));
+        }
     }
 
     /// Ends the span: `outcome` is the tool-call record's (`ok`, `tool_error`,
     /// `upstream_error`, `refused`), `refusal` Warden's when it refused.
-    pub fn end(mut self, outcome: &'static str, server: Option<&str>, refusal: Option<&Refusal>) {
-        let span = &mut self.span;
+    pub fn end(self, outcome: &'static str, server: Option<&str>, refusal: Option<&Refusal>) {
+        let Some(mut span) = self.span else {
+            return;
+        };
         if let Some(server) = server {
-            span.set_attribute(KeyValue::new("warden.mcp.server", server.to_owned()));
+            span.push("warden.mcp.server", Field::Text(server.to_owned()));
         }
         let decision = refusal.map_or("allowed", Refusal::code);
-        span.set_attribute(KeyValue::new("warden.decision", decision));
+        span.push("warden.decision", Field::Static(decision));
         if let Some(policy_id) = refusal.and_then(Refusal::policy_id) {
-            span.set_attribute(KeyValue::new("warden.policy.id", policy_id));
+            span.push("warden.policy.id", Field::Int(policy_id));
         }
         if outcome != "ok" {
             let kind = refusal.map_or(outcome, Refusal::code);
-            span.set_attribute(KeyValue::new("error.type", kind));
-            span.set_status(Status::error(kind));
+            span.push("error.type", Field::Static(kind));
+            span.error = Some(Cow::Borrowed(kind));
         }
-        span.end();
+        self.tracer.finish(span);
     }
 }

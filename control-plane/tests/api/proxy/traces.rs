@@ -6,9 +6,8 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::{json, Value};
-use warden_proxy::otel::{Plane, Tracer};
+use warden_proxy::otel::Tracer;
 
 use super::mock::{COMPLETION_TOKENS, MESSAGE_TOKENS, PROMPT_TOKENS, RESPONSE_TOKENS};
 use super::{eventually, simple_chat, MockProvider, TestProxy};
@@ -24,7 +23,7 @@ struct Traced {
     mock: MockProvider,
     proxy: TestProxy,
     collector: Collector,
-    provider: SdkTracerProvider,
+    tracer: Tracer,
     tenant: TestTenant,
     key: String,
     agent_id: String,
@@ -36,8 +35,8 @@ impl Traced {
         let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
         let mock = MockProvider::start().await;
         let collector = Collector::start().await;
-        let provider = collector.provider(Plane::Proxy);
-        let proxy = TestProxy::start_traced(&app, &mock, Tracer::new(&provider)).await;
+        let tracer = collector.tracer();
+        let proxy = TestProxy::start_traced(&app, &mock, tracer.clone()).await;
         let tenant = app.new_tenant("enterprise").await;
         let agent = app
             .register_agent(&tenant.admin_key, json!({ "name": "support-bot" }))
@@ -56,7 +55,7 @@ impl Traced {
             mock,
             proxy,
             collector,
-            provider,
+            tracer,
             tenant,
             key,
             agent_id,
@@ -81,9 +80,7 @@ impl Traced {
 
     /// Exports what the proxy has ended and returns trace `trace_id`'s `count` spans.
     async fn spans(&self, trace_id: &str, count: usize) -> Vec<ReceivedSpan> {
-        self.collector
-            .flushed(&self.provider, trace_id, count)
-            .await
+        self.collector.flushed(&self.tracer, trace_id, count).await
     }
 
     /// The `traceparent` the provider received with the latest request to `path`.

@@ -3,7 +3,6 @@
 //! `_meta`; a refused call ends its span with an error and the decision.
 
 use serde_json::json;
-use warden_proxy::otel::{Plane, Tracer};
 
 use super::{register, Upstream, MCP_SDK};
 use crate::helpers::{create_policy, Backend, TestApp};
@@ -21,8 +20,8 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
     let upstream = Upstream::start().await;
     let mock = MockProvider::start().await;
     let collector = Collector::start().await;
-    let provider = collector.provider(Plane::Proxy);
-    let proxy = TestProxy::start_traced(&app, &mock, Tracer::new(&provider)).await;
+    let tracer = collector.tracer();
+    let proxy = TestProxy::start_traced(&app, &mock, tracer.clone()).await;
     let (tenant, key, created) = proxy
         .tenant_with_key(&app, json!({ "developer_label": "toolbot" }))
         .await;
@@ -49,7 +48,7 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
     let trace = "5bf92f3577b34da6a3ce929d0e0e4736";
     let answer = call("docs__add", json!({ "a": 2, "b": 3 }), trace).await;
     assert_eq!(answer["text"], json!("5"), "{answer}");
-    let spans = collector.flushed(&provider, trace, 1).await;
+    let spans = collector.flushed(&tracer, trace, 1).await;
     let span = &spans[0];
     assert_eq!(span.name, "execute_tool docs__add");
     assert_eq!(span.kind, "INTERNAL");
@@ -83,7 +82,7 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
         json!("policy_violation"),
         "{answer}"
     );
-    let spans = collector.flushed(&provider, trace, 1).await;
+    let spans = collector.flushed(&tracer, trace, 1).await;
     let span = &spans[0];
     assert_eq!(span.name, "execute_tool docs__delete_repo");
     assert_eq!(span.status, "ERROR");
