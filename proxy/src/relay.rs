@@ -179,11 +179,10 @@ pub async fn relay_whole(
             };
         }
     };
-    if let Some(facts) = facts {
-        facts.whole(&body);
-    }
+    // A traced answer is parsed once, for its facts and its usage.
+    let read = facts.and_then(|facts| facts.whole(&body).ok());
     let usage = if (200..300).contains(&status) {
-        extract::from_json(&body)
+        read.unwrap_or_else(|| extract::from_json(&body))
     } else {
         None
     };

@@ -12,6 +12,7 @@ use memchr::memmem;
 use serde::Deserialize;
 
 use super::record::{Field, SpanRecord};
+use crate::usage::extract::{TokenDetails, Tokens, UsageField};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
@@ -52,7 +53,7 @@ struct Event<'a> {
     object: Option<Cow<'a, str>>,
     #[serde(borrow)]
     status: Option<Cow<'a, str>>,
-    usage: Option<UsageFacts>,
+    usage: Option<UsageField>,
     #[serde(borrow)]
     response: Option<Box<Event<'a>>>,
     #[serde(borrow)]
@@ -75,24 +76,6 @@ struct Delta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct UsageFacts {
-    prompt_tokens_details: Option<Details>,
-    input_tokens_details: Option<Details>,
-    completion_tokens_details: Option<Details>,
-    output_tokens_details: Option<Details>,
-    cache_read_input_tokens: Option<i64>,
-    cache_creation_input_tokens: Option<i64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Details {
-    cached_tokens: Option<i64>,
-    reasoning_tokens: Option<i64>,
-}
-
 impl AnswerFacts {
     pub fn new(attempt_started: Instant) -> AnswerFacts {
         AnswerFacts {
@@ -109,11 +92,13 @@ impl AnswerFacts {
         }
     }
 
-    /// A whole (not streamed) answer's body.
-    pub fn whole(&mut self, body: &[u8]) {
-        if let Ok(event) = serde_json::from_slice::<Event<'_>>(body) {
-            self.read(&event);
-        }
+    /// A whole (not streamed) answer's body; its usage (`Ok(None)`: the answer has
+    /// none) read in the same pass. `Err`: the body is not an answer's JSON, which the
+    /// usage's own reading may still take.
+    pub fn whole(&mut self, body: &[u8]) -> Result<Option<Tokens>, serde_json::Error> {
+        let event = serde_json::from_slice::<Event<'_>>(body)?;
+        self.read(&event);
+        Ok(event.usage.as_ref().map(UsageField::tokens))
     }
 
     /// A stream's next bytes as the provider sent them.
@@ -192,8 +177,8 @@ impl AnswerFacts {
         }
     }
 
-    fn usage(&mut self, usage: &UsageFacts) {
-        let detail = |details: &Option<Details>, of: fn(&Details) -> Option<i64>| {
+    fn usage(&mut self, usage: &UsageField) {
+        let detail = |details: &Option<TokenDetails>, of: fn(&TokenDetails) -> Option<i64>| {
             details.as_ref().and_then(of)
         };
         let cached = detail(&usage.prompt_tokens_details, |d| d.cached_tokens)
@@ -319,8 +304,15 @@ mod tests {
     #[test]
     fn a_chat_completion() {
         let mut facts = AnswerFacts::new(Instant::now());
-        facts.whole(br#"{"id":"chatcmpl-1","model":"gpt-4o-2024-08-06","choices":[{"finish_reason":"stop"},{"finish_reason":"length"}],
+        let usage = facts.whole(br#"{"id":"chatcmpl-1","model":"gpt-4o-2024-08-06","choices":[{"finish_reason":"stop"},{"finish_reason":"length"}],
             "usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}"#);
+        assert_eq!(
+            usage.unwrap(),
+            Some(Tokens {
+                input: 9,
+                output: 0
+            })
+        );
         assert_eq!(
             facts_of(facts.attributes()),
             pairs(&[
@@ -404,8 +396,29 @@ mod tests {
     #[test]
     fn what_is_not_json_says_nothing() {
         let mut facts = AnswerFacts::new(Instant::now());
-        facts.whole(b"<html>bad gateway</html>");
+        assert!(facts.whole(b"<html>bad gateway</html>").is_err());
         facts.chunk(b"data: {not json\n\n: comment\n");
         assert_eq!(facts_of(facts.attributes()), pairs(&[]));
+    }
+
+    #[test]
+    fn a_whole_answers_usage_is_the_usage_reading_of_it() {
+        let answers: [&[u8]; 6] = [
+            br#"{"object":"chat.completion","usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}"#,
+            br#"{"object":"list","data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}"#,
+            br#"{"object":"response","status":"completed","usage":{"input_tokens":7,"output_tokens":3,"output_tokens_details":{"reasoning_tokens":1}}}"#,
+            br#"{"type":"message","stop_reason":"end_turn","usage":{"input_tokens":5,"cache_read_input_tokens":3,"cache_creation_input_tokens":2,"output_tokens":4}}"#,
+            br#"{"id":"no-usage","choices":[]}"#,
+            br#"{"usage":{"prompt_tokens":-3,"completion_tokens":null}}"#,
+        ];
+        for answer in answers {
+            let mut facts = AnswerFacts::new(Instant::now());
+            assert_eq!(
+                facts.whole(answer).unwrap(),
+                crate::usage::extract::from_json(answer),
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
     }
 }

@@ -21,8 +21,10 @@ pub struct Tokens {
     pub output: i64,
 }
 
+/// A `usage` object as providers write it: the token counts, and the details a trace
+/// reports (`crate::otel`, which reads a whole answer once for both).
 #[derive(Deserialize)]
-struct UsageField {
+pub(crate) struct UsageField {
     #[serde(default)]
     prompt_tokens: Option<i64>,
     #[serde(default)]
@@ -35,9 +37,25 @@ struct UsageField {
     /// Anthropic: input written to and read from the prompt cache, beside
     /// `input_tokens`.
     #[serde(default)]
-    cache_creation_input_tokens: Option<i64>,
+    pub cache_creation_input_tokens: Option<i64>,
     #[serde(default)]
-    cache_read_input_tokens: Option<i64>,
+    pub cache_read_input_tokens: Option<i64>,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    pub input_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    pub output_tokens_details: Option<TokenDetails>,
+}
+
+/// Cached and reasoning tokens within a usage's counts (OpenAI's `*_tokens_details`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct TokenDetails {
+    pub cached_tokens: Option<i64>,
+    pub reasoning_tokens: Option<i64>,
 }
 
 /// The parts of usage one event reports.
@@ -78,7 +96,7 @@ impl UsageField {
         }
     }
 
-    fn tokens(&self) -> Tokens {
+    pub fn tokens(&self) -> Tokens {
         self.parts().tokens()
     }
 }
