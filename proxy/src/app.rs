@@ -38,7 +38,7 @@ use crate::mcp::metrics::GatewayMetrics;
 use crate::mcp::upstream::UpstreamClients;
 use crate::mcp::{GatewayShared, McpGateway};
 use crate::metrics::ProxyMetrics;
-use crate::otel::Tracer;
+use crate::otel::{LostSpans, Tracer};
 use crate::rate_grants::RateGrants;
 use crate::rate_limit::RateWindows;
 use crate::resources::Resources;
@@ -137,6 +137,9 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
     let _ = rustls::crypto::ring::default_provider().install_default();
     let catalog = Arc::new(providers.catalog().map_err(ProxyStartupError::Providers)?);
     let metrics = ProxyMetrics::new(providers.all())?;
+    if let Some(tracer) = &tracer {
+        metrics.register(Box::new(LostSpans::new(tracer.clone())?))?;
+    }
     let state = Arc::new(EnforcementState::default());
     if config.event_loops > MAX_EVENT_LOOPS {
         return Err(ProxyStartupError::EventLoops(config.event_loops));

@@ -179,9 +179,15 @@ impl Collector {
 
     /// The proxy's tracer exporting to this receiver, as `[tracing] endpoint` makes it.
     pub fn tracer(&self) -> Tracer {
+        self.tracer_with_key(&self.key)
+    }
+
+    /// The proxy's tracer sending `key`: this receiver refuses its exports unless it is
+    /// the receiver's own.
+    pub fn tracer_with_key(&self, key: &str) -> Tracer {
         let settings = TracingConfig {
             endpoint: Some(self.endpoint.clone()),
-            headers: [(KEY_HEADER.to_owned(), Secret::new(self.key.clone()))].into(),
+            headers: [(KEY_HEADER.to_owned(), Secret::new(key))].into(),
             ..TracingConfig::default()
         };
         let export = settings.resolve(|_| None).unwrap().unwrap();

@@ -23,6 +23,7 @@
 mod answer;
 mod batch;
 pub mod export;
+mod lost;
 mod otlp_http;
 mod protobuf;
 mod record;
@@ -44,6 +45,7 @@ use record::{traceparent, SpanRecord};
 pub use answer::AnswerFacts;
 pub use batch::{BatchSettings, SpanQueue};
 pub use export::{Plane, TraceExport, TracingConfig};
+pub use lost::LostSpans;
 pub use request::{operation_name, Attempt, RequestTrace, Settled};
 pub use sampler::Sampling;
 pub use tool_call::ToolCallTrace;

@@ -434,3 +434,50 @@ async fn with_tracing_off_the_agents_trace_context_passes_through_untouched() {
     assert_eq!(headers["traceparent"], traceparent.as_str());
     assert_eq!(headers["tracestate"], "agent=1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_the_collector_refuses_are_counted_lost_in_the_metrics() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
+    let mock = MockProvider::start().await;
+    let collector = Collector::start().await;
+    let tracer = collector.tracer_with_key("not-the-collectors-key");
+    let proxy = TestProxy::start_traced(&app, &mock, tracer.clone()).await;
+    let (_, key, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "lost" }))
+        .await;
+    for _ in 0..3 {
+        let answer = proxy.chat(&key, simple_chat("gpt-4o-mini")).await;
+        assert_eq!(
+            answer.status(),
+            200,
+            "a collector refusing loses spans, never requests"
+        );
+    }
+    let flushed = tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(flushed);
+    let text = proxy.metrics().await;
+    let exposition = openmetrics_parser::prometheus::parse_prometheus(&text).unwrap();
+    let lost = &exposition.families["warden_proxy_trace_spans_lost_total"];
+    let mut by_reason = std::collections::HashMap::new();
+    for sample in lost.iter_samples() {
+        let reason = sample
+            .get_labelset()
+            .unwrap()
+            .iter()
+            .find(|(name, _)| name.as_str() == "reason")
+            .map(|(_, value)| value.clone())
+            .unwrap();
+        if let openmetrics_parser::PrometheusValue::Counter(counter) = &sample.value {
+            let value = match counter.value {
+                openmetrics_parser::MetricNumber::Float(v) => v,
+                openmetrics_parser::MetricNumber::Int(v) => v as f64,
+            };
+            by_reason.insert(reason, value);
+        }
+    }
+    // The three answered requests, and the refusals made while the key was on its way.
+    assert!(by_reason["export_failed"] >= 3.0, "{by_reason:?}");
+    assert_eq!(by_reason["queue_full"], 0.0, "{by_reason:?}");
+}
