@@ -139,7 +139,8 @@ fn attempt(
         server_port: port,
     };
     let propagated = trace.attempt(&attempt);
-    let header = |value: Option<String>| value.and_then(|v| HeaderValue::from_str(&v).ok());
+    // The value's own buffer becomes the header's: not copied.
+    let header = |value: Option<String>| value.and_then(|v| HeaderValue::try_from(v).ok());
     client.traceparent = header(propagated.traceparent);
     client.tracestate = header(propagated.tracestate);
     trace.answer_facts()
