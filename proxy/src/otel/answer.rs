@@ -6,9 +6,10 @@
 //! text deltas in between are not parsed at all).
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use memchr::memmem;
+use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use super::record::{Field, SpanRecord};
@@ -238,17 +239,24 @@ impl AnswerFacts {
 /// Whether a stream's event can carry a fact past its first: a finish reason or a
 /// status (a string, not `null`) or a usage object.
 fn carries_a_fact(data: &[u8]) -> bool {
-    let valued = |name: &[u8], starts: u8| {
-        memmem::find_iter(data, name).any(|at| {
-            let after = &data[at + name.len()..];
+    // Built once: building a searcher cost more than searching a short event with it.
+    static NAMES: LazyLock<[(Finder<'static>, u8); 3]> = LazyLock::new(|| {
+        [
+            (Finder::new(b"_reason\""), b'"'),
+            (Finder::new(b"\"status\""), b'"'),
+            (Finder::new(b"\"usage\""), b'{'),
+        ]
+    });
+    NAMES.iter().any(|(name, starts)| {
+        name.find_iter(data).any(|at| {
+            let after = &data[at + name.needle().len()..];
             let value = after
                 .iter()
                 .position(|b| !matches!(b, b' ' | b':' | b'\t'))
                 .map(|i| after[i]);
-            value == Some(starts)
+            value == Some(*starts)
         })
-    };
-    valued(b"_reason\"", b'"') || valued(b"\"status\"", b'"') || valued(b"\"usage\"", b'{')
+    })
 }
 
 #[cfg(test)]
