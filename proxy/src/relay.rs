@@ -73,12 +73,20 @@ pub async fn relay_stream(
         return outcome(&relay, false);
     }
     let mut in_hand = BytesMut::new();
-    let events = relay_events(session, exchange, &mut relay, &mut in_hand, &cork, facts);
+    let mut facts = facts;
+    let events = relay_events(
+        session,
+        exchange,
+        &mut relay,
+        &mut in_hand,
+        &cork,
+        facts.as_deref_mut(),
+    );
     let Some(complete) = events.await else {
         return outcome(&relay, false);
     };
     // The rest and the end, in one write: corked while the rest goes in.
-    in_hand.extend_from_slice(&relay.finish());
+    in_hand.extend_from_slice(&relay.finish(facts));
     let rest = session
         .write_response_body(Some(in_hand.freeze()), false)
         .await
@@ -116,9 +124,9 @@ async fn relay_events(
         match next {
             Ok(Some(chunk)) => {
                 if let Some(facts) = facts.as_deref_mut() {
-                    facts.chunk(&chunk);
+                    facts.received(&chunk);
                 }
-                in_hand.extend_from_slice(&relay.push(&chunk));
+                in_hand.extend_from_slice(&relay.push(&chunk, facts.as_deref_mut()));
                 // A provider that sends faster than the client reads still goes out as
                 // it comes, under the client's backpressure, not gathered whole.
                 if in_hand.len() >= MAX_BURST && !write_in_hand(session, in_hand, cork).await {

@@ -1,80 +1,26 @@
 //! What a provider's answer says of itself (its id, model, finish reasons, cached and
-//! reasoning tokens, and when its first chunk came), read for a sampled trace only:
-//! whole answers once, streams event by event as they are relayed. Only the fields read
-//! are taken (the rest is skipped, not built), and of a stream's events only the first
-//! and those that can carry a fact: a finish reason, a status or a usage object (the
-//! text deltas in between are not parsed at all).
+//! reasoning tokens, and when its first chunk came), read for a sampled trace only, in
+//! the same parse as the answer's usage (`crate::usage::extract::Event`): a whole answer
+//! once, a stream event by event as the relay reads them.
 
-use std::borrow::Cow;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use memchr::memmem::Finder;
-use serde::Deserialize;
-
 use super::record::{Field, SpanRecord};
-use crate::usage::extract::{TokenDetails, Tokens, UsageField};
+use crate::usage::extract::{Event, EventDelta, TokenDetails, Tokens, UsageField};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
-/// A stream's line longer than this is not read (the facts are in short events).
-const MAX_LINE: usize = 1 << 20;
 
 #[derive(Debug)]
 pub struct AnswerFacts {
     attempt_started: Instant,
     first_chunk: Option<Duration>,
-    /// Whether a stream's first event was read.
-    first_event_read: bool,
     id: Option<String>,
     model: Option<String>,
     finish_reasons: Vec<String>,
     cache_read_tokens: Option<i64>,
     cache_creation_tokens: Option<i64>,
     reasoning_tokens: Option<i64>,
-    /// The start of a stream's line whose end has not come yet.
-    partial: Vec<u8>,
-}
-
-/// One JSON answer or event: a chat completion (or chunk), a Responses API object (or an
-/// event carrying one under `response`), an Anthropic message (or an event carrying one
-/// under `message`, or a `message_delta`).
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Event<'a> {
-    #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    model: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    choices: Option<Vec<Choice<'a>>>,
-    #[serde(borrow)]
-    stop_reason: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    object: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    status: Option<Cow<'a, str>>,
-    usage: Option<UsageField>,
-    #[serde(borrow)]
-    response: Option<Box<Event<'a>>>,
-    #[serde(borrow)]
-    message: Option<Box<Event<'a>>>,
-    #[serde(borrow)]
-    delta: Option<Delta<'a>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Choice<'a> {
-    #[serde(borrow)]
-    finish_reason: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Delta<'a> {
-    #[serde(borrow)]
-    stop_reason: Option<Cow<'a, str>>,
 }
 
 impl AnswerFacts {
@@ -82,14 +28,12 @@ impl AnswerFacts {
         AnswerFacts {
             attempt_started,
             first_chunk: None,
-            first_event_read: false,
             id: None,
             model: None,
             finish_reasons: Vec::new(),
             cache_read_tokens: None,
             cache_creation_tokens: None,
             reasoning_tokens: None,
-            partial: Vec::new(),
         }
     }
 
@@ -98,75 +42,62 @@ impl AnswerFacts {
     /// usage's own reading may still take.
     pub fn whole(&mut self, body: &[u8]) -> Result<Option<Tokens>, serde_json::Error> {
         let event = serde_json::from_slice::<Event<'_>>(body)?;
-        self.read(&event);
+        self.event(&event);
         Ok(event.usage.as_ref().map(UsageField::tokens))
     }
 
-    /// A stream's next bytes as the provider sent them.
-    pub fn chunk(&mut self, bytes: &[u8]) {
+    /// A stream's next bytes arrived: the first says when the first chunk came.
+    pub fn received(&mut self, bytes: &[u8]) {
         if self.first_chunk.is_none() && !bytes.is_empty() {
             self.first_chunk = Some(self.attempt_started.elapsed());
         }
-        let mut rest = bytes;
-        while let Some(end) = memchr::memchr(b'\n', rest) {
-            let (line, after) = rest.split_at(end);
-            rest = &after[1..];
-            if self.partial.is_empty() {
-                self.line(line);
-            } else {
-                let mut whole = std::mem::take(&mut self.partial);
-                whole.extend_from_slice(line);
-                self.line(&whole);
-            }
-        }
-        if self.partial.len() + rest.len() <= MAX_LINE {
-            self.partial.extend_from_slice(rest);
-        } else {
-            self.partial.clear();
-        }
     }
 
-    fn line(&mut self, line: &[u8]) {
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return;
-        };
-        let data = data.trim_ascii();
-        if data.first() != Some(&b'{') {
-            return;
-        }
-        let first = !self.first_event_read;
-        self.first_event_read = true;
-        if !(first || carries_a_fact(data)) {
-            return;
-        }
-        if let Ok(event) = serde_json::from_slice::<Event<'_>>(data) {
-            self.read(&event);
-        }
-    }
-
-    fn read(&mut self, event: &Event<'_>) {
-        let nested = [event.response.as_deref(), event.message.as_deref()];
-        for object in std::iter::once(event).chain(nested.into_iter().flatten()) {
+    /// One event of a stream (or a whole answer), as the usage's reading parsed it.
+    pub(crate) fn event(&mut self, event: &Event<'_>) {
+        let objects = [
+            (
+                &event.id,
+                &event.model,
+                &event.object,
+                &event.status,
+                &event.stop_reason,
+                event.usage.as_ref(),
+            ),
+            // The Responses API's events carry the response, Anthropic's `message_start`
+            // the message.
+        ];
+        let nested = [event.response.as_ref(), event.message.as_ref()];
+        let nested = nested.into_iter().flatten().map(|n| {
+            (
+                &n.id,
+                &n.model,
+                &n.object,
+                &n.status,
+                &n.stop_reason,
+                n.usage.as_ref(),
+            )
+        });
+        for (id, model, object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
             if self.id.is_none() {
-                self.id = object.id.as_deref().map(str::to_owned);
+                self.id = id.get().map(str::to_owned);
             }
             if self.model.is_none() {
-                self.model = object.model.as_deref().map(str::to_owned);
+                self.model = model.get().map(str::to_owned);
             }
-            for choice in object.choices.iter().flatten() {
-                self.finished(choice.finish_reason.as_deref());
+            self.finished(stop_reason.get());
+            if object.get() == Some("response") {
+                self.finished(status.get().filter(|s| *s != "in_progress"));
             }
-            self.finished(object.stop_reason.as_deref());
-            if object.object.as_deref() == Some("response") {
-                // The Responses API's end: `completed`, `incomplete`, `failed`.
-                self.finished(object.status.as_deref().filter(|s| *s != "in_progress"));
-            }
-            if let Some(usage) = &object.usage {
+            if let Some(usage) = usage {
                 self.usage(usage);
             }
         }
-        if let Some(delta) = &event.delta {
-            self.finished(delta.stop_reason.as_deref());
+        for choice in event.choices.iter().flatten() {
+            self.finished(choice.finish_reason.get());
+        }
+        if let Some(EventDelta::Stop { stop_reason }) = &event.delta {
+            self.finished(Some(stop_reason));
         }
     }
 
@@ -236,37 +167,16 @@ impl AnswerFacts {
     }
 }
 
-/// Whether a stream's event can carry a fact past its first: a finish reason or a
-/// status (a string, not `null`) or a usage object.
-fn carries_a_fact(data: &[u8]) -> bool {
-    // Built once: building a searcher cost more than searching a short event with it.
-    static NAMES: LazyLock<[(Finder<'static>, u8); 3]> = LazyLock::new(|| {
-        [
-            (Finder::new(b"_reason\""), b'"'),
-            (Finder::new(b"\"status\""), b'"'),
-            (Finder::new(b"\"usage\""), b'{'),
-        ]
-    });
-    NAMES.iter().any(|(name, starts)| {
-        name.find_iter(data).any(|at| {
-            let after = &data[at + name.needle().len()..];
-            let value = after
-                .iter()
-                .position(|b| !matches!(b, b' ' | b':' | b'\t'))
-                .map(|i| after[i]);
-            value == Some(*starts)
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;
 
+    use bytes::Bytes;
     use opentelemetry::trace::{SpanId, SpanKind, TraceId};
     use opentelemetry::{InstrumentationScope, KeyValue};
 
     use super::*;
+    use crate::usage::sse::SseRelay;
 
     /// The facts as the SDK's attributes, through a span's record.
     trait Attributes {
@@ -291,6 +201,32 @@ mod tests {
             self.add_to(&mut span);
             span.to_span_data(&InstrumentationScope::builder("t").build())
                 .attributes
+        }
+    }
+
+    /// A stream relayed to a client, its facts read from the relay's events.
+    struct Relayed {
+        relay: SseRelay,
+        facts: AnswerFacts,
+    }
+
+    impl Relayed {
+        fn new() -> Relayed {
+            Relayed {
+                relay: SseRelay::new(false),
+                facts: AnswerFacts::new(Instant::now()),
+            }
+        }
+
+        fn chunk(&mut self, bytes: &[u8]) {
+            self.facts.received(bytes);
+            self.relay
+                .push(&Bytes::copy_from_slice(bytes), Some(&mut self.facts));
+        }
+
+        fn attributes(mut self) -> Vec<KeyValue> {
+            self.relay.finish(Some(&mut self.facts));
+            self.facts.attributes()
         }
     }
 
@@ -335,7 +271,7 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_split_across_chunks() {
-        let mut facts = AnswerFacts::new(Instant::now());
+        let mut facts = Relayed::new();
         let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":1}}}\n\n\
              event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7}}\n\n";
         for piece in stream.as_bytes().chunks(7) {
@@ -359,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_responses_stream_ends_with_its_status() {
-        let mut facts = AnswerFacts::new(Instant::now());
+        let mut facts = Relayed::new();
         facts.chunk(b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"model\":\"gpt-4o\",\"status\":\"in_progress\"}}\n\n");
         facts.chunk(b"data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"usage\":{\"output_tokens_details\":{\"reasoning_tokens\":6}}}}\n\ndata: [DONE]\n\n");
         assert_eq!(
@@ -375,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_chat_stream_is_read_at_its_first_and_last_chunks() {
-        let mut facts = AnswerFacts::new(Instant::now());
+        let mut facts = Relayed::new();
         let chunk = |delta: &str, finish: &str, usage: &str| {
             format!("data: {{\"id\":\"chatcmpl-9\",\"model\":\"gpt-4o\",\"choices\":[{{\"delta\":{{\"content\":\"{delta}\"}},\"finish_reason\":{finish}}}],\"usage\":{usage}}}\n\n")
         };
@@ -393,19 +329,31 @@ mod tests {
                 ("gen_ai.usage.cache_read.input_tokens", "2"),
             ])
         );
-        assert!(!carries_a_fact(
-            br#"{"choices":[{"delta":{"content":"x"},"finish_reason":null}],"usage":null}"#
-        ));
-        assert!(carries_a_fact(
-            br#"{"choices":[{"finish_reason": "length"}]}"#
-        ));
     }
 
     #[test]
     fn what_is_not_json_says_nothing() {
         let mut facts = AnswerFacts::new(Instant::now());
         assert!(facts.whole(b"<html>bad gateway</html>").is_err());
+        assert_eq!(facts_of(facts.attributes()), pairs(&[]));
+        let mut facts = Relayed::new();
         facts.chunk(b"data: {not json\n\n: comment\n");
+        assert_eq!(facts_of(facts.attributes()), pairs(&[]));
+    }
+
+    #[test]
+    fn odd_fields_are_absent_facts_and_the_usage_stays() {
+        let mut facts = AnswerFacts::new(Instant::now());
+        let usage = facts.whole(
+            br#"{"id":7,"model":{"name":"x"},"object":["chat"],"choices":[{"finish_reason":1}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+        );
+        assert_eq!(
+            usage.unwrap(),
+            Some(Tokens {
+                input: 3,
+                output: 2
+            })
+        );
         assert_eq!(facts_of(facts.attributes()), pairs(&[]));
     }
 

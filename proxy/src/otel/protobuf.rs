@@ -287,6 +287,7 @@ enum Scalar<'a> {
 
 /// A `KeyValue` message of a single value as field `field`: the lengths are counted,
 /// not measured after writing, so nothing is moved.
+#[inline]
 fn scalar_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: Scalar<'_>) {
     let value_len = match value {
         Scalar::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
@@ -387,6 +388,7 @@ fn message(b: &mut Vec<u8>, field: u32, write: impl FnOnce(&mut Vec<u8>)) {
     b[start..].rotate_right(n);
 }
 
+#[inline]
 fn key(b: &mut Vec<u8>, field: u32, wire_type: u8) {
     varint(b, (u64::from(field) << 3) | u64::from(wire_type));
 }
@@ -431,7 +433,13 @@ fn fixed32(b: &mut Vec<u8>, field: u32, value: u32) {
     }
 }
 
+#[inline]
 fn varint(b: &mut Vec<u8>, value: u64) {
+    // Tags and most lengths take one byte.
+    if value < 0x80 {
+        b.push(value as u8);
+        return;
+    }
     let mut buf = [0u8; 10];
     let n = varint_into(&mut buf, value);
     b.extend_from_slice(&buf[..n]);

@@ -115,44 +115,81 @@ pub fn from_json(body: &[u8]) -> Option<Tokens> {
         .map(|usage| usage.tokens())
 }
 
-/// A stream chunk, read only as far as usage and the text it carries (borrowed from
-/// the event unless it has escapes).
+/// A stream event (or a whole answer), read as far as its usage, the text it carries
+/// and what a trace reports of it (`crate::otel::AnswerFacts`): one parse serves all.
+/// Text is borrowed from the event unless it has escapes. A field a trace reads that
+/// is not a string is taken as absent, never as an unreadable event: the usage must
+/// not be lost for a provider's odd id.
 #[derive(Deserialize)]
-struct Chunk<'a> {
+pub(crate) struct Event<'a> {
     #[serde(default)]
-    usage: Option<UsageField>,
+    pub usage: Option<UsageField>,
     #[serde(borrow, default)]
-    choices: Option<Vec<Choice<'a>>>,
+    pub choices: Option<Vec<Choice<'a>>>,
     /// The Responses API: the response, with its usage once completed (or incomplete,
     /// or failed).
-    #[serde(default)]
-    response: Option<WithUsage>,
-    /// Anthropic's `message_start`: the message, with the input's usage.
-    #[serde(default)]
-    message: Option<WithUsage>,
-    /// The text of a Responses `response.output_text.delta` event, or of an Anthropic
-    /// `content_block_delta`.
     #[serde(borrow, default)]
-    delta: Option<EventDelta<'a>>,
+    pub response: Option<Nested<'a>>,
+    /// Anthropic's `message_start`: the message, with the input's usage.
+    #[serde(borrow, default)]
+    pub message: Option<Nested<'a>>,
+    /// The text of a Responses `response.output_text.delta` event, or of an Anthropic
+    /// `content_block_delta`; Anthropic's `message_delta` carries the stop reason.
+    #[serde(borrow, default)]
+    pub delta: Option<EventDelta<'a>>,
+    #[serde(borrow, default)]
+    pub id: Text<'a>,
+    #[serde(borrow, default)]
+    pub model: Text<'a>,
+    #[serde(borrow, default)]
+    pub object: Text<'a>,
+    #[serde(borrow, default)]
+    pub status: Text<'a>,
+    #[serde(borrow, default)]
+    pub stop_reason: Text<'a>,
+}
+
+/// The object a Responses or Anthropic event carries.
+#[derive(Deserialize)]
+pub(crate) struct Nested<'a> {
+    #[serde(default)]
+    pub usage: Option<UsageField>,
+    #[serde(borrow, default)]
+    pub id: Text<'a>,
+    #[serde(borrow, default)]
+    pub model: Text<'a>,
+    #[serde(borrow, default)]
+    pub object: Text<'a>,
+    #[serde(borrow, default)]
+    pub status: Text<'a>,
+    #[serde(borrow, default)]
+    pub stop_reason: Text<'a>,
 }
 
 /// An event's `delta`: text (Responses' output text), an object with text (Anthropic's
-/// text deltas), or anything else, ignored.
+/// text deltas) or with the stop reason (its `message_delta`), or anything else,
+/// ignored.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum EventDelta<'a> {
+pub(crate) enum EventDelta<'a> {
     Text(#[serde(borrow)] Cow<'a, str>),
     Block {
         #[serde(borrow)]
         text: Cow<'a, str>,
     },
+    Stop {
+        #[serde(borrow)]
+        stop_reason: Cow<'a, str>,
+    },
     Other(serde::de::IgnoredAny),
 }
 
 #[derive(Deserialize)]
-struct Choice<'a> {
+pub(crate) struct Choice<'a> {
     #[serde(borrow, default)]
     delta: Option<ChoiceDelta<'a>>,
+    #[serde(borrow, default)]
+    pub finish_reason: Text<'a>,
 }
 
 #[derive(Deserialize)]
@@ -161,7 +198,82 @@ struct ChoiceDelta<'a> {
     content: Option<Cow<'a, str>>,
 }
 
-/// What one stream event says.
+/// A string field a trace reads: `None` when absent, `null` or not a string.
+#[derive(Default)]
+pub(crate) struct Text<'a>(pub Option<Cow<'a, str>>);
+
+impl<'a> Text<'a> {
+    pub fn get(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any value")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+        Ok(Text(Some(Cow::Borrowed(v))))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+        Ok(Text(Some(Cow::Owned(v.to_owned()))))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
+        Ok(Text(Some(Cow::Owned(v))))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_none<E>(self) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Text<'de>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Text(None))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Text<'de>, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Text(None))
+    }
+}
+
+/// What one stream event says of usage.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ChunkFacts {
     pub usage: Option<UsageParts>,
@@ -172,30 +284,44 @@ pub struct ChunkFacts {
 }
 
 /// Reads an event's `data:` payload (JSON); `None` for `[DONE]` or anything unparsable.
+pub(crate) fn read_event(data: &[u8]) -> Option<Event<'_>> {
+    serde_json::from_slice(data).ok()
+}
+
+impl Event<'_> {
+    /// The usage and text of the event.
+    pub fn chunk_facts(&self) -> ChunkFacts {
+        let delta_chars = match &self.delta {
+            Some(EventDelta::Text(text) | EventDelta::Block { text }) => text.chars().count(),
+            _ => 0,
+        };
+        let content_chars = self
+            .choices
+            .iter()
+            .flatten()
+            .filter_map(|c| c.delta.as_ref()?.content.as_ref())
+            .map(|text| text.chars().count())
+            .sum::<usize>()
+            + delta_chars;
+        let usage = self
+            .usage
+            .as_ref()
+            .or_else(|| self.response.as_ref()?.usage.as_ref())
+            .or_else(|| self.message.as_ref()?.usage.as_ref())
+            .map(UsageField::parts);
+        ChunkFacts {
+            usage_only: usage.is_some() && self.choices.as_ref().is_none_or(Vec::is_empty),
+            usage,
+            content_chars,
+        }
+    }
+}
+
+/// The usage and text of an event's `data:` payload; `None` for `[DONE]` or anything
+/// unparsable.
+#[cfg(test)]
 pub fn chunk_facts(data: &[u8]) -> Option<ChunkFacts> {
-    let chunk: Chunk = serde_json::from_slice(data).ok()?;
-    let delta_chars = match &chunk.delta {
-        Some(EventDelta::Text(text) | EventDelta::Block { text }) => text.chars().count(),
-        _ => 0,
-    };
-    let content_chars = chunk
-        .choices
-        .iter()
-        .flatten()
-        .filter_map(|c| c.delta.as_ref()?.content.as_ref())
-        .map(|text| text.chars().count())
-        .sum::<usize>()
-        + delta_chars;
-    let usage = chunk
-        .usage
-        .or_else(|| chunk.response?.usage)
-        .or_else(|| chunk.message?.usage)
-        .map(|u| u.parts());
-    Some(ChunkFacts {
-        usage_only: usage.is_some() && chunk.choices.as_ref().is_none_or(Vec::is_empty),
-        usage,
-        content_chars,
-    })
+    read_event(data).map(|event| event.chunk_facts())
 }
 
 /// A rough token count for text that was never metered (about four characters a token),

@@ -4,7 +4,8 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::extract::{chunk_facts, Tokens, UsageParts};
+use super::extract::{read_event, Tokens, UsageParts};
+use crate::otel::AnswerFacts;
 
 /// Holds the unfinished tail of the stream between reads.
 #[derive(Debug, Default)]
@@ -29,8 +30,9 @@ impl SseRelay {
     /// Takes bytes from the provider and returns what to send on: every complete event,
     /// byte for byte, except a stripped usage chunk. An incomplete event waits. When the
     /// chunk holds whole events that all pass (the usual case), the provider's own bytes
-    /// are passed on without a copy.
-    pub fn push(&mut self, chunk: &Bytes) -> Bytes {
+    /// are passed on without a copy. Each event is read once, for usage and, when the
+    /// request is traced, for its `facts`.
+    pub fn push(&mut self, chunk: &Bytes, mut facts: Option<&mut AnswerFacts>) -> Bytes {
         let input = if self.pending.is_empty() {
             chunk.clone()
         } else {
@@ -42,7 +44,7 @@ impl SseRelay {
         let mut gathered: Option<BytesMut> = None;
         while let Some(end) = event_end(&input[at..]) {
             let event = &input[at..at + end];
-            let keep = self.keep(event);
+            let keep = self.keep(event, facts.as_deref_mut());
             match (&mut gathered, keep) {
                 (Some(out), true) => out.extend_from_slice(event),
                 (None, false) => gathered = Some(BytesMut::from(&input[..at])),
@@ -60,24 +62,28 @@ impl SseRelay {
     }
 
     /// The rest at the end of the stream (an event without its final blank line).
-    pub fn finish(&mut self) -> Bytes {
+    pub fn finish(&mut self, facts: Option<&mut AnswerFacts>) -> Bytes {
         let rest = self.pending.split();
-        if !rest.is_empty() && self.keep(&rest) {
+        if !rest.is_empty() && self.keep(&rest, facts) {
             return rest.freeze();
         }
         Bytes::new()
     }
 
-    fn keep(&mut self, event: &[u8]) -> bool {
+    fn keep(&mut self, event: &[u8], mut answer: Option<&mut AnswerFacts>) -> bool {
         let mut keep = true;
         for line in event.split(|b| *b == b'\n') {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             let Some(data) = line.strip_prefix(b"data:") else {
                 continue;
             };
-            let Some(facts) = chunk_facts(data.trim_ascii()) else {
+            let Some(event) = read_event(data.trim_ascii()) else {
                 continue;
             };
+            if let Some(answer) = answer.as_deref_mut() {
+                answer.event(&event);
+            }
+            let facts = event.chunk_facts();
             self.content_chars += facts.content_chars;
             if let Some(usage) = facts.usage {
                 self.usage_parts = Some(self.usage_parts.unwrap_or_default().merged(usage));
@@ -119,9 +125,9 @@ mod tests {
     fn relay_in_pieces(relay: &mut SseRelay, size: usize) -> Vec<u8> {
         let mut out = Vec::new();
         for piece in STREAM.as_bytes().chunks(size) {
-            out.extend_from_slice(&relay.push(&Bytes::copy_from_slice(piece)));
+            out.extend_from_slice(&relay.push(&Bytes::copy_from_slice(piece), None));
         }
-        out.extend_from_slice(&relay.finish());
+        out.extend_from_slice(&relay.finish(None));
         out
     }
 
@@ -166,14 +172,16 @@ mod tests {
     fn whole_events_that_all_pass_are_relayed_without_a_copy() {
         let mut relay = SseRelay::new(false);
         let chunk = Bytes::from_static(STREAM.as_bytes());
-        let out = relay.push(&chunk);
+        let out = relay.push(&chunk, None);
         assert_eq!(out.as_ptr(), chunk.as_ptr());
         assert_eq!(out.len(), chunk.len());
         // An event cut in two waits for its end, then goes on whole.
         let mut relay = SseRelay::new(false);
-        assert!(relay.push(&Bytes::from_static(b"data: [DO")).is_empty());
+        assert!(relay
+            .push(&Bytes::from_static(b"data: [DO"), None)
+            .is_empty());
         assert_eq!(
-            &relay.push(&Bytes::from_static(b"NE]\n\n"))[..],
+            &relay.push(&Bytes::from_static(b"NE]\n\n"), None)[..],
             b"data: [DONE]\n\n"
         );
     }
@@ -183,7 +191,7 @@ mod tests {
         let mut relay = SseRelay::new(true);
         let out = relay.push(&Bytes::from_static(
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\r\n\r\ndata: [DONE]\r\n\r\n",
-        ));
+        ), None);
         assert_eq!(&out[..], b"data: [DONE]\r\n\r\n");
         assert!(relay.usage().is_some());
     }
