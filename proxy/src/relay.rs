@@ -18,7 +18,7 @@ use crate::refusal::Refusal;
 use crate::respond::respond;
 use crate::upstream::{refusal_of, Exchange};
 use crate::usage::extract::{self, Tokens};
-use crate::usage::sse::SseRelay;
+use crate::usage::sse::{EventReader, SseRelay};
 
 /// A stream's events gathered beyond this are written without waiting for a pause.
 const MAX_BURST: usize = 64 * 1024;
@@ -86,7 +86,7 @@ pub async fn relay_stream(
         return outcome(&relay, false);
     };
     // The rest and the end, in one write: corked while the rest goes in.
-    in_hand.extend_from_slice(&relay.finish(facts));
+    in_hand.extend_from_slice(&relay.finish(facts.map(|f| f as &mut dyn EventReader)));
     let rest = session
         .write_response_body(Some(in_hand.freeze()), false)
         .await
@@ -126,7 +126,8 @@ async fn relay_events(
                 if let Some(facts) = facts.as_deref_mut() {
                     facts.received(&chunk);
                 }
-                in_hand.extend_from_slice(&relay.push(&chunk, facts.as_deref_mut()));
+                let reader = facts.as_deref_mut().map(|f| f as &mut dyn EventReader);
+                in_hand.extend_from_slice(&relay.push(&chunk, reader));
                 // A provider that sends faster than the client reads still goes out as
                 // it comes, under the client's backpressure, not gathered whole.
                 if in_hand.len() >= MAX_BURST && !write_in_hand(session, in_hand, cork).await {

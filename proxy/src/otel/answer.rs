@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::record::{Field, SpanRecord};
 use crate::usage::extract::{Event, EventDelta, TokenDetails, Tokens, UsageField};
+use crate::usage::sse::EventReader;
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
@@ -42,7 +43,7 @@ impl AnswerFacts {
     /// usage's own reading may still take.
     pub fn whole(&mut self, body: &[u8]) -> Result<Option<Tokens>, serde_json::Error> {
         let event = serde_json::from_slice::<Event<'_>>(body)?;
-        self.event(&event);
+        EventReader::event(self, &event);
         Ok(event.usage.as_ref().map(UsageField::tokens))
     }
 
@@ -50,54 +51,6 @@ impl AnswerFacts {
     pub fn received(&mut self, bytes: &[u8]) {
         if self.first_chunk.is_none() && !bytes.is_empty() {
             self.first_chunk = Some(self.attempt_started.elapsed());
-        }
-    }
-
-    /// One event of a stream (or a whole answer), as the usage's reading parsed it.
-    pub(crate) fn event(&mut self, event: &Event<'_>) {
-        let objects = [
-            (
-                &event.id,
-                &event.model,
-                &event.object,
-                &event.status,
-                &event.stop_reason,
-                event.usage.as_ref(),
-            ),
-            // The Responses API's events carry the response, Anthropic's `message_start`
-            // the message.
-        ];
-        let nested = [event.response.as_ref(), event.message.as_ref()];
-        let nested = nested.into_iter().flatten().map(|n| {
-            (
-                &n.id,
-                &n.model,
-                &n.object,
-                &n.status,
-                &n.stop_reason,
-                n.usage.as_ref(),
-            )
-        });
-        for (id, model, object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
-            if self.id.is_none() {
-                self.id = id.get().map(str::to_owned);
-            }
-            if self.model.is_none() {
-                self.model = model.get().map(str::to_owned);
-            }
-            self.finished(stop_reason.get());
-            if object.get() == Some("response") {
-                self.finished(status.get().filter(|s| *s != "in_progress"));
-            }
-            if let Some(usage) = usage {
-                self.usage(usage);
-            }
-        }
-        for choice in event.choices.iter().flatten() {
-            self.finished(choice.finish_reason.get());
-        }
-        if let Some(EventDelta::Stop { stop_reason }) = &event.delta {
-            self.finished(Some(stop_reason));
         }
     }
 
@@ -167,6 +120,56 @@ impl AnswerFacts {
     }
 }
 
+impl EventReader for AnswerFacts {
+    /// One event of a stream (or a whole answer), as the usage's reading parsed it.
+    fn event(&mut self, event: &Event<'_>) {
+        let objects = [
+            (
+                &event.id,
+                &event.model,
+                &event.object,
+                &event.status,
+                &event.stop_reason,
+                event.usage.as_ref(),
+            ),
+            // The Responses API's events carry the response, Anthropic's `message_start`
+            // the message.
+        ];
+        let nested = [event.response.as_ref(), event.message.as_ref()];
+        let nested = nested.into_iter().flatten().map(|n| {
+            (
+                &n.id,
+                &n.model,
+                &n.object,
+                &n.status,
+                &n.stop_reason,
+                n.usage.as_ref(),
+            )
+        });
+        for (id, model, object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
+            if self.id.is_none() {
+                self.id = id.get().map(str::to_owned);
+            }
+            if self.model.is_none() {
+                self.model = model.get().map(str::to_owned);
+            }
+            self.finished(stop_reason.get());
+            if object.get() == Some("response") {
+                self.finished(status.get().filter(|s| *s != "in_progress"));
+            }
+            if let Some(usage) = usage {
+                self.usage(usage);
+            }
+        }
+        for choice in event.choices.iter().flatten() {
+            self.finished(choice.finish_reason.get());
+        }
+        if let Some(EventDelta::Stop { stop_reason }) = &event.delta {
+            self.finished(Some(stop_reason));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;
@@ -221,11 +224,11 @@ mod tests {
         fn chunk(&mut self, bytes: &[u8]) {
             self.facts.received(bytes);
             self.relay
-                .push(&Bytes::copy_from_slice(bytes), Some(&mut self.facts));
+                .push(&Bytes::copy_from_slice(bytes), Some(&mut self.facts as _));
         }
 
         fn attributes(mut self) -> Vec<KeyValue> {
-            self.relay.finish(Some(&mut self.facts));
+            self.relay.finish(Some(&mut self.facts as _));
             self.facts.attributes()
         }
     }

@@ -40,10 +40,10 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use warden_shared::registry::Provider;
 
+use batch::SpanQueue;
 use record::{traceparent, SpanRecord};
 
 pub use answer::AnswerFacts;
-pub use batch::{BatchSettings, SpanQueue};
 pub use export::{Plane, TraceExport, TracingConfig};
 pub use lost::LostSpans;
 pub use request::{operation_name, Attempt, RequestTrace, Settled};
@@ -71,7 +71,7 @@ struct Begun {
 }
 
 impl Tracer {
-    pub fn new(queue: SpanQueue, sampling: Sampling) -> Tracer {
+    pub(crate) fn new(queue: SpanQueue, sampling: Sampling) -> Tracer {
         Tracer {
             inner: Arc::new(TracerInner {
                 queue,
@@ -250,7 +250,7 @@ mod tests {
                 Ok(())
             }
         }
-        let settings = BatchSettings {
+        let settings = batch::BatchSettings {
             max_queue_size: 16,
             scheduled_delay: Duration::from_secs(60),
             max_export_batch_size: 16,

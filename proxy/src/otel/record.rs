@@ -109,8 +109,8 @@ impl SpanRecord {
         }
     }
 
-    /// The span's own context, as a callee is told it.
-    pub fn context(&self) -> SpanContext {
+    /// The span's own context, in the SDK's form.
+    fn context(&self) -> SpanContext {
         let state = self
             .trace_state
             .as_deref()
@@ -123,11 +123,6 @@ impl SpanRecord {
             false,
             state,
         )
-    }
-
-    /// `traceparent` naming this span as the parent.
-    pub fn traceparent(&self) -> String {
-        traceparent(self.trace_id, self.span_id, true)
     }
 
     /// The SDK's form of this span, for the reference exporter (`http/json`) and tests.

@@ -4,8 +4,13 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::extract::{read_event, Tokens, UsageParts};
-use crate::otel::AnswerFacts;
+use super::extract::{read_event, Event, Tokens, UsageParts};
+
+/// What else reads a stream's events as the relay parses them (a trace's facts of the
+/// answer): each event is parsed once for all.
+pub(crate) trait EventReader {
+    fn event(&mut self, event: &Event<'_>);
+}
 
 /// Holds the unfinished tail of the stream between reads.
 #[derive(Debug, Default)]
@@ -31,8 +36,12 @@ impl SseRelay {
     /// byte for byte, except a stripped usage chunk. An incomplete event waits. When the
     /// chunk holds whole events that all pass (the usual case), the provider's own bytes
     /// are passed on without a copy. Each event is read once, for usage and, when the
-    /// request is traced, for its `facts`.
-    pub fn push(&mut self, chunk: &Bytes, mut facts: Option<&mut AnswerFacts>) -> Bytes {
+    /// request is traced, by `reader`.
+    pub(crate) fn push(
+        &mut self,
+        chunk: &Bytes,
+        mut reader: Option<&mut (dyn EventReader + '_)>,
+    ) -> Bytes {
         let input = if self.pending.is_empty() {
             chunk.clone()
         } else {
@@ -44,7 +53,7 @@ impl SseRelay {
         let mut gathered: Option<BytesMut> = None;
         while let Some(end) = event_end(&input[at..]) {
             let event = &input[at..at + end];
-            let keep = self.keep(event, facts.as_deref_mut());
+            let keep = self.keep(event, reader.as_deref_mut());
             match (&mut gathered, keep) {
                 (Some(out), true) => out.extend_from_slice(event),
                 (None, false) => gathered = Some(BytesMut::from(&input[..at])),
@@ -62,15 +71,15 @@ impl SseRelay {
     }
 
     /// The rest at the end of the stream (an event without its final blank line).
-    pub fn finish(&mut self, facts: Option<&mut AnswerFacts>) -> Bytes {
+    pub(crate) fn finish(&mut self, reader: Option<&mut (dyn EventReader + '_)>) -> Bytes {
         let rest = self.pending.split();
-        if !rest.is_empty() && self.keep(&rest, facts) {
+        if !rest.is_empty() && self.keep(&rest, reader) {
             return rest.freeze();
         }
         Bytes::new()
     }
 
-    fn keep(&mut self, event: &[u8], mut answer: Option<&mut AnswerFacts>) -> bool {
+    fn keep(&mut self, event: &[u8], mut reader: Option<&mut (dyn EventReader + '_)>) -> bool {
         let mut keep = true;
         for line in event.split(|b| *b == b'\n') {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -80,8 +89,8 @@ impl SseRelay {
             let Some(event) = read_event(data.trim_ascii()) else {
                 continue;
             };
-            if let Some(answer) = answer.as_deref_mut() {
-                answer.event(&event);
+            if let Some(reader) = reader.as_deref_mut() {
+                reader.event(&event);
             }
             let facts = event.chunk_facts();
             self.content_chars += facts.content_chars;
