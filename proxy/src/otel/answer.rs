@@ -188,19 +188,12 @@ mod tests {
 
     impl Attributes for AnswerFacts {
         fn attributes(self) -> Vec<KeyValue> {
-            let mut span = SpanRecord {
-                trace_id: TraceId::from(1),
-                span_id: SpanId::from(1),
-                parent: None,
-                trace_state: None,
-                name: "chat".into(),
-                kind: SpanKind::Client,
-                start: SystemTime::now(),
-                end: SystemTime::now(),
-                attributes: Vec::new(),
-                caller: None,
-                error: None,
-            };
+            let mut span = SpanRecord::new(
+                TraceId::from(1),
+                SpanId::from(1),
+                SpanKind::Client,
+                SystemTime::now(),
+            );
             self.add_to(&mut span);
             span.to_span_data(&InstrumentationScope::builder("t").build())
                 .attributes

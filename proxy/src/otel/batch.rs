@@ -235,17 +235,13 @@ mod tests {
 
     fn record(n: u64) -> SpanRecord {
         SpanRecord {
-            trace_id: TraceId::from(u128::from(n) + 1),
-            span_id: SpanId::from(n + 1),
-            parent: None,
-            trace_state: None,
             name: Cow::Borrowed("chat gpt-4o"),
-            kind: SpanKind::Client,
-            start: SystemTime::now(),
-            end: SystemTime::now(),
-            attributes: Vec::new(),
-            caller: None,
-            error: None,
+            ..SpanRecord::new(
+                TraceId::from(u128::from(n) + 1),
+                SpanId::from(n + 1),
+                SpanKind::Client,
+                SystemTime::now(),
+            )
         }
     }
 

@@ -98,17 +98,9 @@ impl Tracer {
             .map(TraceState::header)
             .filter(|header| !header.is_empty());
         let record = sampled.then(|| SpanRecord {
-            trace_id,
-            span_id,
             parent: parent.map(SpanContext::span_id),
             trace_state: state.as_deref().map(Box::from),
-            name: "".into(),
-            kind,
-            start,
-            end: start,
-            attributes: Vec::new(),
-            caller: None,
-            error: None,
+            ..SpanRecord::new(trace_id, span_id, kind, start)
         });
         Begun {
             propagated: Propagated {

@@ -95,6 +95,28 @@ impl Caller {
 }
 
 impl SpanRecord {
+    /// A span of `kind` starting at `start`, without a name, attributes or parent yet.
+    pub fn new(
+        trace_id: TraceId,
+        span_id: SpanId,
+        kind: SpanKind,
+        start: SystemTime,
+    ) -> SpanRecord {
+        SpanRecord {
+            trace_id,
+            span_id,
+            parent: None,
+            trace_state: None,
+            name: Cow::Borrowed(""),
+            kind,
+            start,
+            end: start,
+            attributes: Vec::new(),
+            caller: None,
+            error: None,
+        }
+    }
+
     pub fn push(&mut self, key: &'static str, value: Field) {
         self.attributes.push((key, value));
     }
