@@ -61,7 +61,7 @@ async fn main() {
         Timestamp::from_millis(now)
     );
     println!(
-        "ingest through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH}, {senders} in flight)",
+        "ingest of replayed history through /internal/v1/usage-batches: {:.0} records/s ({:.1} s, batches of {BATCH}, {senders} in flight; nearly every record a new hourly row)",
         records as f64 / ingest.as_secs_f64(),
         ingest.as_secs_f64()
     );
@@ -75,6 +75,31 @@ async fn main() {
     println!(
         "closing the last {closed} days into the daily rollup: {:.0} ms",
         ms(closing.elapsed())
+    );
+
+    // Live usage, as proxies at full speed send it: every record of the present hour,
+    // so each batch adds to rollup rows that exist (a second tenant, fresh tables of
+    // its own rows).
+    let (live_tenant, live_key) = server.create_tenant("enterprise_plus", agents).await;
+    let live_agents = server.register_agents(&live_key, agents, 20).await;
+    let at = clock.now().as_millis();
+    let live = warden_benches::ingest_usage(
+        &server,
+        &live_tenant,
+        &live_agents,
+        records,
+        (at, at),
+        &clock,
+        warden_benches::Seeding {
+            senders,
+            close_each_day: false,
+        },
+    )
+    .await;
+    println!(
+        "ingest of live usage (the present hour, as proxies send it): {:.0} records/s ({:.1} s, batches of {BATCH}, {senders} in flight)",
+        records as f64 / live.as_secs_f64(),
+        live.as_secs_f64()
     );
 
     let from = Timestamp::from_millis(now - 30 * 86_400_000).to_string();

@@ -44,6 +44,10 @@ const BACKEND_SPECIFIC: &[(&str, &str)] = &[
         "0035_usage_monthly.sql",
         "a day's month: strftime on SQLite, date_trunc on PostgreSQL",
     ),
+    (
+        "0039_ledger_rows_without_foreign_keys.sql",
+        "PostgreSQL drops per-row tenant keys; SQLite would rebuild the tables",
+    ),
 ];
 
 /// A migration's statements: comments dropped, white space folded, SQLite's spellings.

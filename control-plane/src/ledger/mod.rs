@@ -148,10 +148,11 @@ pub async fn record_batch(
     entries: &[UsageEntry<'_>],
     now: Timestamp,
 ) -> Result<Recorded, sqlx::Error> {
-    // First, before the batch holds any other row: see `days`.
     let mut tenants: Vec<&str> = entries.iter().map(|entry| entry.tenant_id).collect();
     tenants.sort_unstable();
     tenants.dedup();
+    hold_tenants(tx, &tenants).await?;
+    // Then, before the batch holds any other row: see `days`.
     let marks = days::lock_marks_for_batch(tx, &tenants).await?;
     let teams = agent_teams(tx, entries).await?;
     let mut outcomes = Vec::with_capacity(entries.len());
@@ -203,6 +204,26 @@ pub async fn record_batch(
     rollups::add(tx, &recorded, &marks).await?;
     let spend = spend::add(tx, &recorded, now).await?;
     Ok(Recorded { outcomes, spend })
+}
+
+/// Locks the rows of `tenants` (sorted) against deletion until `tx` ends (PostgreSQL;
+/// SQLite runs one write transaction at a time). This is what a foreign key to
+/// `tenants` would do for every row the batch writes, once per tenant instead: the
+/// tables written per record have no such key (migration 0039). A tenant deleted
+/// before the lock has no agents left, so its entries come out `UnknownAgent`; a
+/// deletion that comes after waits, then deletes what the batch wrote.
+async fn hold_tenants(tx: &mut WriteTx, tenants: &[&str]) -> Result<(), sqlx::Error> {
+    if !is_postgres(tx) {
+        return Ok(());
+    }
+    sqlx::query(
+        "SELECT id FROM tenants WHERE id IN (SELECT json_array_elements_text($1::json)) \
+         ORDER BY id FOR KEY SHARE",
+    )
+    .bind(json_array(tenants))
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// A record about to be inserted and the position of its entry.
@@ -363,20 +384,40 @@ async fn insert_records(
 }
 
 /// Which of the ids given to `chunk`'s records are in the ledger: each id is new, so
-/// those present are the rows just inserted.
+/// those present are the rows just inserted. Only a record with a record id can have
+/// been skipped; they are found by the tenant's unique index of record ids (`id` has
+/// no index of its own on PostgreSQL, migration 0039).
 async fn present_ids(
     tx: &mut WriteTx,
     chunk: &[Candidate<'_, '_>],
 ) -> Result<HashSet<String>, sqlx::Error> {
-    let ids = placeholders(tx, chunk.len(), 1, 1);
-    let sql = format!("SELECT id FROM usage_records WHERE id IN (VALUES {ids})");
-    let mut query = sqlx::query(&sql);
-    for candidate in chunk {
-        query = query.bind(candidate.record.1.as_str());
-    }
+    let mut by_tenant: HashMap<&str, Vec<&str>> = HashMap::new();
     let mut present = HashSet::with_capacity(chunk.len());
-    for row in query.fetch_all(&mut **tx).await? {
-        present.insert(row.try_get::<String, _>("id")?);
+    for Candidate {
+        record: (entry, id, ..),
+        ..
+    } in chunk
+    {
+        match entry.idempotency_key {
+            Some(key) => by_tenant.entry(entry.tenant_id).or_default().push(key),
+            None => {
+                present.insert(id.clone());
+            }
+        }
+    }
+    for (tenant_id, keys) in by_tenant {
+        let values = placeholders(tx, keys.len(), 1, 2);
+        let sql = for_backend(
+            tx,
+            format!(
+                "SELECT id FROM usage_records WHERE tenant_id = $1 AND record_id IN (VALUES {values})"
+            ),
+        );
+        let query = sqlx::query(&sql).bind(tenant_id);
+        let query = keys.iter().fold(query, |query, key| query.bind(*key));
+        for row in query.fetch_all(&mut **tx).await? {
+            present.insert(row.try_get::<String, _>("id")?);
+        }
     }
     Ok(present)
 }
