@@ -145,3 +145,63 @@ db_test!(
         );
     }
 );
+
+db_test!(
+    a_tenant_deleted_while_a_batch_writes_keeps_none_of_its_rows,
+    |app| {
+        use warden_control_plane::ledger::{record_batch, Outcome, UsageEntry, UsageSource};
+        use warden_shared::registry::Provider;
+
+        let tenant = app.new_tenant("starter").await;
+        let agent = app
+            .register_agent(&tenant.admin_key, json!({ "name": "busy" }))
+            .await;
+        let now = app.clock.now();
+        let entry = UsageEntry {
+            tenant_id: &tenant.id,
+            agent_id: agent["id"].as_str().unwrap(),
+            provider: Provider::Openai,
+            model_name: "gpt-4o",
+            request_type: "chat.completions",
+            input_tokens: 100,
+            output_tokens: 10,
+            cost_micros: Some(1_000),
+            recorded_at: now,
+            source: UsageSource::Proxy,
+            idempotency_key: Some("r-race"),
+            api_key_id: None,
+            decision: None,
+        };
+        // A batch has written its rows and not yet committed when the tenant's deletion
+        // begins: the deletion waits for it, then takes its rows too. (The rows written
+        // per record have no foreign key to the tenant: the batch's lock on the tenant
+        // is what stops the deletion from missing them.)
+        let mut batch = app.db.begin_write().await.unwrap();
+        let recorded = record_batch(&mut batch, "b-race", &[entry], now)
+            .await
+            .unwrap();
+        assert!(matches!(recorded.outcomes[0], Outcome::Recorded { .. }));
+        let (db, tenant_id) = (app.db.clone(), tenant.id.clone());
+        let deletion = tokio::spawn(async move {
+            let mut tx = db.begin_write().await.unwrap();
+            assert!(
+                warden_control_plane::tenancy::delete_tenant_rows(&mut tx, &tenant_id)
+                    .await
+                    .unwrap()
+            );
+            tx.commit().await.unwrap();
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!deletion.is_finished(), "the deletion waits for the batch");
+        batch.commit().await.unwrap();
+        deletion.await.unwrap();
+        for table in [
+            "usage_records",
+            "usage_hourly",
+            "usage_model_hourly",
+            "tenants",
+        ] {
+            assert_eq!(app.count_rows(table, &tenant.id).await, 0, "{table}");
+        }
+    }
+);
