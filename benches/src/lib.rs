@@ -8,6 +8,12 @@ use warden_control_plane::config::{Config, LogFormat, Secret};
 use warden_control_plane::startup;
 use warden_shared::clock::Clock;
 
+/// jemalloc, as the `warden` binary runs both planes (`warden_proxy::allocator`): a
+/// bench of the control plane in process measures what operators run, not glibc's
+/// malloc, which cost the ledger's ingest a tenth of the bench's CPU.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The service token benchmarks configure for the internal endpoints.
 pub const SERVICE_TOKEN: &str = "bench-service-token-0123456789";
 
