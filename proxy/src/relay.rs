@@ -12,6 +12,7 @@ use pingora::proxy::Session;
 use warden_shared::registry::Provider;
 
 use crate::buffered_io::{BufferedIo, Cork};
+use crate::endpoint::Endpoint;
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::otel::AnswerFacts;
 use crate::refusal::Refusal;
@@ -43,11 +44,12 @@ pub struct Relayed {
 pub async fn relay_stream(
     session: &mut Session,
     exchange: &mut Exchange,
+    endpoint: Endpoint,
     strip_usage: bool,
     added: &[(&'static str, String)],
     facts: Option<&mut AnswerFacts>,
 ) -> Relayed {
-    let mut relay = SseRelay::new(strip_usage);
+    let mut relay = SseRelay::new(endpoint, strip_usage);
     let outcome = |relay: &SseRelay, complete: bool| Relayed {
         complete,
         usage: relay.usage(),

@@ -176,7 +176,15 @@ async fn relay(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let relayed = if ready.streaming && is_event_stream && (200..300).contains(&status) {
-        relay_stream(session, exchange, ready.inject_usage, added, facts).await
+        relay_stream(
+            session,
+            exchange,
+            ready.endpoint,
+            ready.inject_usage,
+            added,
+            facts,
+        )
+        .await
     } else {
         let provider = ready.admitted.route.provider;
         relay_whole(session, exchange, status, provider, added, facts).await

@@ -209,7 +209,7 @@ mod tests {
     impl Relayed {
         fn new() -> Relayed {
             Relayed {
-                relay: SseRelay::new(false),
+                relay: SseRelay::new(crate::endpoint::Endpoint::ChatCompletions, false),
                 facts: AnswerFacts::new(Instant::now()),
             }
         }

@@ -5,6 +5,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::extract::{read_event, Event, Tokens, UsageParts};
+use crate::endpoint::Endpoint;
 
 /// What else reads a stream's events as the relay parses them (a trace's facts of the
 /// answer): each event is parsed once for all.
@@ -17,6 +18,8 @@ pub(crate) trait EventReader {
 pub struct SseRelay {
     pending: BytesMut,
     strip_usage_chunk: bool,
+    /// The key of the generated text in the stream's events (see [`text_key`]).
+    text_key: &'static [u8],
     /// The usage the stream reported so far, if it did.
     usage_parts: Option<UsageParts>,
     /// Generated characters seen, for an estimate if usage never comes.
@@ -24,10 +27,12 @@ pub struct SseRelay {
 }
 
 impl SseRelay {
-    /// `strip_usage_chunk`: the proxy injected `stream_options.include_usage`.
-    pub fn new(strip_usage_chunk: bool) -> Self {
+    /// A stream of `endpoint`'s events; `strip_usage_chunk`: the proxy injected
+    /// `stream_options.include_usage`.
+    pub fn new(endpoint: Endpoint, strip_usage_chunk: bool) -> Self {
         SseRelay {
             strip_usage_chunk,
+            text_key: text_key(endpoint),
             ..SseRelay::default()
         }
     }
@@ -86,7 +91,15 @@ impl SseRelay {
             let Some(data) = line.strip_prefix(b"data:") else {
                 continue;
             };
-            let Some(event) = read_event(data.trim_ascii()) else {
+            let data = data.trim_ascii();
+            // Most events are a few tokens of text: parsing each in full was a tenth of
+            // the proxy's CPU a stream. One that cannot hold usage, read by no trace,
+            // only has its generated text counted, by a scan for its key.
+            if reader.is_none() && !contains(data, USAGE_KEY) {
+                self.content_chars += text_chars(data, self.text_key);
+                continue;
+            }
+            let Some(event) = read_event(data) else {
                 continue;
             };
             if let Some(reader) = reader.as_deref_mut() {
@@ -103,6 +116,94 @@ impl SseRelay {
         }
         keep
     }
+}
+
+/// The key every usage of a stream's events is under (`usage`, `response.usage`,
+/// `message.usage`). Within a JSON string a quote is always escaped, so these bytes are a
+/// key (or a string value `"usage"`, which only costs a parse), never part of text.
+const USAGE_KEY: &[u8] = b"\"usage\"";
+
+/// The key, quotes included, of the text an endpoint's stream events generate, as the
+/// full parse reads it (`Event::chunk_facts`): chat completions' `choices[].delta.content`,
+/// the Responses API's `delta` (a string), Anthropic's `delta.text`. In those events no
+/// other string value has that key.
+fn text_key(endpoint: Endpoint) -> &'static [u8] {
+    match endpoint {
+        Endpoint::Responses => b"\"delta\"",
+        Endpoint::Messages => b"\"text\"",
+        Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::MessagesCountTokens => {
+            b"\"content\""
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    find(haystack, needle).is_some()
+}
+
+/// memchr's SIMD substring search, cheaper than comparing at every byte.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    memchr::memmem::find(haystack, needle)
+}
+
+/// Characters of every string value under `key` in the JSON `data`, unescaped (as
+/// `str::chars` counts them). A key whose value is not a string (`null`) counts none.
+fn text_chars(data: &[u8], key: &[u8]) -> usize {
+    let mut total = 0;
+    let mut at = 0;
+    while let Some(found) = find(&data[at..], key) {
+        at += found + key.len();
+        let colon = skip_space(data, at);
+        if data.get(colon) != Some(&b':') {
+            continue;
+        }
+        let quote = skip_space(data, colon + 1);
+        if data.get(quote) != Some(&b'"') {
+            continue;
+        }
+        let (chars, end) = string_chars(data, quote + 1);
+        total += chars;
+        at = end;
+    }
+    total
+}
+
+fn skip_space(data: &[u8], mut at: usize) -> usize {
+    while data.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// The characters of the JSON string starting at `at` (after its opening quote) and
+/// where it ends. An escape is one character; a `\uXXXX` low surrogate is the second
+/// half of the character its high surrogate began.
+fn string_chars(data: &[u8], mut at: usize) -> (usize, usize) {
+    let mut chars = 0;
+    while let Some(&byte) = data.get(at) {
+        match byte {
+            b'"' => return (chars, at + 1),
+            b'\\' => {
+                let unicode = data.get(at + 1) == Some(&b'u');
+                let low_surrogate =
+                    unicode && data.get(at + 2..at + 4).is_some_and(is_low_surrogate);
+                chars += usize::from(!low_surrogate);
+                at += if unicode { 6 } else { 2 };
+            }
+            // A UTF-8 continuation byte belongs to the character before it.
+            _ => {
+                chars += usize::from(byte & 0xC0 != 0x80);
+                at += 1;
+            }
+        }
+    }
+    (chars, at)
+}
+
+/// Whether the first two hex digits of a `\u` escape make it a low surrogate (DC00 to
+/// DFFF).
+fn is_low_surrogate(hex: &[u8]) -> bool {
+    matches!(hex[0], b'd' | b'D') && matches!(hex[1], b'c'..=b'f' | b'C'..=b'F')
 }
 
 /// The length of the first complete event (up to and including the blank line that
@@ -143,7 +244,7 @@ mod tests {
     #[test]
     fn a_client_that_asked_for_usage_gets_the_stream_unchanged() {
         for size in [1, 7, 64, 4096] {
-            let mut relay = SseRelay::new(false);
+            let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
             assert_eq!(relay_in_pieces(&mut relay, size), STREAM.as_bytes());
             assert_eq!(
                 relay.usage(),
@@ -159,7 +260,7 @@ mod tests {
     #[test]
     fn the_injected_usage_chunk_is_removed() {
         for size in [1, 5, 64, 4096] {
-            let mut relay = SseRelay::new(true);
+            let mut relay = SseRelay::new(Endpoint::ChatCompletions, true);
             let out = String::from_utf8(relay_in_pieces(&mut relay, size)).unwrap_or_default();
             assert!(!out.contains("prompt_tokens"), "{out}");
             assert!(out.contains("\"Hel\"") && out.ends_with("data: [DONE]\n\n"));
@@ -179,13 +280,13 @@ mod tests {
 
     #[test]
     fn whole_events_that_all_pass_are_relayed_without_a_copy() {
-        let mut relay = SseRelay::new(false);
+        let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
         let chunk = Bytes::from_static(STREAM.as_bytes());
         let out = relay.push(&chunk, None);
         assert_eq!(out.as_ptr(), chunk.as_ptr());
         assert_eq!(out.len(), chunk.len());
         // An event cut in two waits for its end, then goes on whole.
-        let mut relay = SseRelay::new(false);
+        let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
         assert!(relay
             .push(&Bytes::from_static(b"data: [DO"), None)
             .is_empty());
@@ -197,11 +298,110 @@ mod tests {
 
     #[test]
     fn crlf_events_are_understood() {
-        let mut relay = SseRelay::new(true);
+        let mut relay = SseRelay::new(Endpoint::ChatCompletions, true);
         let out = relay.push(&Bytes::from_static(
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\r\n\r\ndata: [DONE]\r\n\r\n",
         ), None);
         assert_eq!(&out[..], b"data: [DONE]\r\n\r\n");
         assert!(relay.usage().is_some());
+    }
+
+    /// Events of each API that hold no usage, with the text in every form JSON allows.
+    const TEXT_EVENTS: [(Endpoint, &str); 14] = [
+        (
+            Endpoint::ChatCompletions,
+            r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"Hello, wörld"},"logprobs":null}]}"#,
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"choices":[{"delta":{"content" : "a\"b\\c\n\u00e9\ud83d\ude00 \uD83D\uDE00😀"}}]}"#,
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"choices":[{"delta":{"content":null,"reasoning_content":"not counted","tool_calls":[{"function":{"arguments":"{\"content\":\"x\"}"}}]}}]}"#,
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"choices":[{"index":0,"delta":{"content":"one"}},{"index":1,"delta":{"content":"two"}}]}"#,
+        ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+        ),
+        (Endpoint::ChatCompletions, "[DONE]"),
+        (
+            Endpoint::Responses,
+            r#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"content_index":0,"delta":"Hi \"there\""}"#,
+        ),
+        (
+            Endpoint::Responses,
+            r#"{"type":"response.output_text.done","item_id":"m1","text":"Hi \"there\""}"#,
+        ),
+        (
+            Endpoint::Responses,
+            r#"{"type":"response.created","response":{"id":"resp_1","status":"in_progress","output":[]}}"#,
+        ),
+        (
+            Endpoint::Messages,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        ),
+        (
+            Endpoint::Messages,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Bonjour à tous"}}"#,
+        ),
+        (
+            Endpoint::Messages,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"text\":"}}"#,
+        ),
+        (
+            Endpoint::Messages,
+            r#"{"type":"content_block_stop","index":0}"#,
+        ),
+    ];
+
+    #[test]
+    fn the_text_scan_counts_what_the_full_parse_counts() {
+        for (endpoint, data) in TEXT_EVENTS {
+            assert!(!contains(data.as_bytes(), USAGE_KEY), "{data}");
+            let parsed = read_event(data.as_bytes()).map_or(0, |e| e.chunk_facts().content_chars);
+            assert_eq!(
+                text_chars(data.as_bytes(), text_key(endpoint)),
+                parsed,
+                "{endpoint:?} {data}"
+            );
+        }
+        let escaped = r#"{"choices":[{"delta":{"content":"a\"b\u00e9"}}]}"#;
+        assert_eq!(text_chars(escaped.as_bytes(), b"\"content\""), 4);
+    }
+
+    #[test]
+    fn a_stream_without_usage_counts_its_text_with_or_without_a_trace() {
+        struct Nothing;
+        impl EventReader for Nothing {
+            fn event(&mut self, _: &Event<'_>) {}
+        }
+        for endpoint in [
+            Endpoint::ChatCompletions,
+            Endpoint::Responses,
+            Endpoint::Messages,
+        ] {
+            let stream: String = TEXT_EVENTS
+                .iter()
+                .filter(|(e, _)| *e == endpoint)
+                .map(|(_, data)| format!("data: {data}\n\n"))
+                .collect();
+            let chunk = Bytes::from(stream);
+            let mut quick = SseRelay::new(endpoint, false);
+            let mut parsed = SseRelay::new(endpoint, false);
+            assert_eq!(quick.push(&chunk, None), chunk);
+            assert_eq!(parsed.push(&chunk, Some(&mut Nothing)), chunk);
+            assert!(quick.content_chars > 0, "{endpoint:?}");
+            assert_eq!(quick.content_chars, parsed.content_chars, "{endpoint:?}");
+            assert_eq!(quick.usage(), None);
+        }
     }
 }
