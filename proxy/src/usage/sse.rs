@@ -176,8 +176,9 @@ fn skip_space(data: &[u8], mut at: usize) -> usize {
 }
 
 /// The characters of the JSON string starting at `at` (after its opening quote) and
-/// where it ends. An escape is one character; a `\uXXXX` low surrogate is the second
-/// half of the character its high surrogate began.
+/// where it ends (the end of `data` for a string cut short). An escape is one
+/// character; a `\uXXXX` low surrogate is the second half of the character its high
+/// surrogate began.
 fn string_chars(data: &[u8], mut at: usize) -> (usize, usize) {
     let mut chars = 0;
     while let Some(&byte) = data.get(at) {
@@ -197,7 +198,7 @@ fn string_chars(data: &[u8], mut at: usize) -> (usize, usize) {
             }
         }
     }
-    (chars, at)
+    (chars, data.len())
 }
 
 /// Whether the first two hex digits of a `\u` escape make it a low surrogate (DC00 to
@@ -376,6 +377,25 @@ mod tests {
         }
         let escaped = r#"{"choices":[{"delta":{"content":"a\"b\u00e9"}}]}"#;
         assert_eq!(text_chars(escaped.as_bytes(), b"\"content\""), 4);
+    }
+
+    #[test]
+    fn events_cut_short_or_malformed_count_what_they_hold() {
+        let key = text_key(Endpoint::ChatCompletions);
+        for (data, chars) in [
+            (r#"{"choices":[{"delta":{"content":"abc\u12"#, 4),
+            (r#"{"choices":[{"delta":{"content":"abc\"#, 4),
+            (r#"{"choices":[{"delta":{"content":"ab"#, 2),
+            (r#"{"choices":[{"delta":{"content":"#, 0),
+            (r#"{"choices":[{"delta":{"content""#, 0),
+            (r#""content":"a","content":"#, 1),
+            (r#""content"x"content":"é""#, 1),
+        ] {
+            assert_eq!(text_chars(data.as_bytes(), key), chars, "{data}");
+        }
+        let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
+        let cut = Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"content\":\"ab\\\n\n");
+        assert_eq!(relay.push(&cut, None), cut);
     }
 
     #[test]
