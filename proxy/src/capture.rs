@@ -119,6 +119,18 @@ impl CaptureBuffer {
     /// The capture of `body` for `tenant`: the body itself (a reference, not a copy)
     /// when it is small enough and the buffer has room, else a note of its size.
     pub fn capture(self: &Arc<Self>, tenant: Arc<TenantCapture>, body: &Bytes) -> Capture {
+        let capture = self.hold(tenant, body);
+        let outcome = match &capture.body {
+            Held::Body { .. } => "captured",
+            Held::Omitted(reason) => reason,
+        };
+        self.metrics.captures.with_label_values(&[outcome]).inc();
+        capture
+    }
+
+    /// `body` held for `tenant` under the same limits as a capture, but not counted as
+    /// one: the prompt a sampled span exports (`crate::otel`), until its batch is sent.
+    pub fn hold(self: &Arc<Self>, tenant: Arc<TenantCapture>, body: &Bytes) -> Capture {
         let bytes = body.len();
         let held = if bytes > self.max_body_bytes {
             Held::Omitted("too_large")
@@ -134,11 +146,6 @@ impl CaptureBuffer {
         } else {
             Held::Omitted("buffer_full")
         };
-        let outcome = match &held {
-            Held::Body { .. } => "captured",
-            Held::Omitted(reason) => reason,
-        };
-        self.metrics.captures.with_label_values(&[outcome]).inc();
         Capture {
             tenant,
             body_bytes: bytes,
@@ -198,6 +205,18 @@ impl Capture {
             }
         }
         out.push(b'}');
+    }
+
+    /// The body as JSON with the rules applied, and how many values they changed; `Err`
+    /// names why there is none (`too_large`, `buffer_full`, `unreadable`).
+    pub fn redacted_value(&self) -> Result<(usize, Value), &'static str> {
+        let body = match &self.body {
+            Held::Body { body, .. } => body,
+            Held::Omitted(reason) => return Err(reason),
+        };
+        let mut value: Value = serde_json::from_slice(body).map_err(|_| "unreadable")?;
+        let redactions = self.tenant.redactor.redact(&mut value);
+        Ok((redactions, value))
     }
 
     /// The body with the rules applied, and how many values they changed. Without rules

@@ -185,11 +185,24 @@ impl Collector {
     /// The proxy's tracer sending `key`: this receiver refuses its exports unless it is
     /// the receiver's own.
     pub fn tracer_with_key(&self, key: &str) -> Tracer {
-        let settings = TracingConfig {
+        self.tracer_from(TracingConfig {
             endpoint: Some(self.endpoint.clone()),
             headers: [(KEY_HEADER.to_owned(), Secret::new(key))].into(),
             ..TracingConfig::default()
-        };
+        })
+    }
+
+    /// The proxy's tracer that also exports prompts (`tracing.capture_content`).
+    pub fn tracer_with_content(&self) -> Tracer {
+        self.tracer_from(TracingConfig {
+            endpoint: Some(self.endpoint.clone()),
+            headers: [(KEY_HEADER.to_owned(), Secret::new(&self.key))].into(),
+            capture_content: Some(true),
+            ..TracingConfig::default()
+        })
+    }
+
+    fn tracer_from(&self, settings: TracingConfig) -> Tracer {
         let export = settings.resolve(|_| None).unwrap().unwrap();
         export.tracer().unwrap()
     }

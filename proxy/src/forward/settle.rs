@@ -47,7 +47,15 @@ pub(super) async fn settle(
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(tokens.input + tokens.output);
     let (provider, price) = (admitted.route.provider, admitted.price);
+    let tenant_capture = shared.state.payload_capture(&ready.view.key.tenant_id);
     if let Some(trace) = trace {
+        if let Some(tenant) = tenant_capture
+            .as_ref()
+            .filter(|_| trace.wants_content(ready.endpoint))
+        {
+            let held = shared.captures.hold(tenant.clone(), ready.body);
+            trace.content(held, ready.endpoint);
+        }
         let settled = Settled {
             status,
             input_tokens: tokens.input,
@@ -73,10 +81,7 @@ pub(super) async fn settle(
         recorded_at: Timestamp::from_millis(recorded_at),
         budget: admission.reservation.settle(cost_micros),
         evaluation: policies.decision_for_usage(),
-        capture: shared
-            .state
-            .payload_capture(&ready.view.key.tenant_id)
-            .map(|tenant| shared.captures.capture(tenant, ready.body)),
+        capture: tenant_capture.map(|tenant| shared.captures.capture(tenant, ready.body)),
         tool_call: None,
     });
     if let Some(exchange) = exchange.filter(|_| relayed.complete) {

@@ -180,6 +180,7 @@ impl<S: Sink> Worker<S> {
             }
             let taken = batch.len();
             self.counts.queued.fetch_sub(taken, Ordering::Relaxed);
+            batch.iter_mut().for_each(SpanRecord::add_content);
             if let Err(error) = self.sink.export(batch) {
                 let before = self
                     .counts

@@ -44,6 +44,10 @@ pub struct TracingConfig {
     pub proxy_service_name: Option<String>,
     /// `service.name` of the control plane's spans (default `warden-control-plane`).
     pub control_plane_service_name: Option<String>,
+    /// Whether spans carry the request's prompt (`gen_ai.input.messages`), for tenants
+    /// whose payload capture is enabled, redacted by their rules (default false).
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` wins.
+    pub capture_content: Option<bool>,
 }
 
 /// Which plane a tracer provider serves: its default service name.
@@ -71,6 +75,8 @@ pub struct TraceExport {
     service_names: ServiceNames,
     /// `OTEL_BSP_*`, else Warden's defaults.
     batch: BatchSettings,
+    /// Prompts on spans, where a tenant's payload capture allows (`super::content`).
+    capture_content: bool,
 }
 
 /// The batch settings Warden chooses where the standard variables do not: the
@@ -201,7 +207,12 @@ impl TracingConfig {
             )? as usize)
                 .min(max_queue_size),
         };
+        let capture_content = match env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") {
+            Some(value) => capture_content_from_env(&value)?,
+            None => self.capture_content.unwrap_or(false),
+        };
         Ok(Some(TraceExport {
+            capture_content,
             url,
             protocol,
             headers,
@@ -214,6 +225,20 @@ impl TracingConfig {
                 control_plane: name(&self.control_plane_service_name, "warden-control-plane"),
             },
         }))
+    }
+}
+
+/// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`: `true` or `false`, as the
+/// GenAI instrumentations read it, or the newer modes of those that also emit events:
+/// `SPAN_ONLY` and `SPAN_AND_EVENT` put content on spans, `NO_CONTENT` and `EVENT_ONLY`
+/// do not (Warden emits no events).
+fn capture_content_from_env(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "span_only" | "span_and_event" => Ok(true),
+        "false" | "no_content" | "event_only" => Ok(false),
+        other => Err(format!(
+            "tracing: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is `true` or `false`, not `{other}`"
+        )),
     }
 }
 
@@ -314,7 +339,7 @@ impl TraceExport {
                 SpanQueue::start(self.batch, exporter, name)?
             }
         };
-        Ok(Tracer::new(queue, self.sampling))
+        Ok(Tracer::new(queue, self.sampling, self.capture_content))
     }
 
     /// The control plane's tracer provider, exporting its spans in batches from a
@@ -549,5 +574,32 @@ mod tests {
             ..TracingConfig::default()
         };
         assert!(with(scheme, &[]).contains("http://"));
+    }
+
+    #[test]
+    fn content_on_spans_is_off_unless_asked_and_the_variable_wins() {
+        let base = TracingConfig {
+            endpoint: Some("http://c:4318".into()),
+            ..TracingConfig::default()
+        };
+        let on = TracingConfig {
+            capture_content: Some(true),
+            ..base.clone()
+        };
+        let capture = |config: &TracingConfig, env: &[(&str, &str)]| {
+            config
+                .resolve(env_of(env))
+                .map(|e| e.unwrap().capture_content)
+        };
+        const VAR: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+        assert_eq!(capture(&base, &[]), Ok(false));
+        assert_eq!(capture(&on, &[]), Ok(true));
+        assert_eq!(capture(&base, &[(VAR, "true")]), Ok(true));
+        assert_eq!(capture(&base, &[(VAR, "SPAN_AND_EVENT")]), Ok(true));
+        assert_eq!(capture(&on, &[(VAR, "False")]), Ok(false));
+        assert_eq!(capture(&on, &[(VAR, "EVENT_ONLY")]), Ok(false));
+        assert!(capture(&base, &[(VAR, "yes please")])
+            .unwrap_err()
+            .contains("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"));
     }
 }

@@ -8,8 +8,9 @@
 //! context goes to the MCP server in `_meta`. One span a request: the trace's cost is
 //! paid once.
 //! Warden's own facts (tenant, key, decision, policy, cost, approval) are `warden.`
-//! attributes; a refusal ends its span with an error status. Prompts and completions are
-//! never exported.
+//! attributes; a refusal ends its span with an error status. Completions are never
+//! exported; prompts only when the operator asks for content and the tenant's payload
+//! capture is enabled, redacted by its rules (`content`).
 //!
 //! The request path does not use the SDK's span objects: Warden samples (the same
 //! samplers, `sampler`), records a span as a compact [`record::SpanRecord`] and queues
@@ -22,6 +23,7 @@
 
 mod answer;
 mod batch;
+mod content;
 pub mod export;
 mod lost;
 mod otlp_http;
@@ -62,6 +64,8 @@ struct TracerInner {
     queue: SpanQueue,
     sampling: Sampling,
     ids: RandomIdGenerator,
+    /// Whether sampled spans carry prompts, where tenants' payload capture allows.
+    capture_content: bool,
 }
 
 /// A span just begun: the context its callee is told and, when sampled, its record.
@@ -71,14 +75,20 @@ struct Begun {
 }
 
 impl Tracer {
-    pub(crate) fn new(queue: SpanQueue, sampling: Sampling) -> Tracer {
+    pub(crate) fn new(queue: SpanQueue, sampling: Sampling, capture_content: bool) -> Tracer {
         Tracer {
             inner: Arc::new(TracerInner {
                 queue,
                 sampling,
                 ids: RandomIdGenerator::default(),
+                capture_content,
             }),
         }
+    }
+
+    /// Whether sampled spans carry prompts (`content`).
+    pub fn captures_content(&self) -> bool {
+        self.inner.capture_content
     }
 
     /// A new span of `kind` starting at `start`, child of the agent's `parent` (or the
@@ -194,7 +204,7 @@ mod tests {
     #[test]
     fn a_child_continues_the_agents_trace_and_state() {
         let queue = test_queue();
-        let tracer = Tracer::new(queue, Sampling::default());
+        let tracer = Tracer::new(queue, Sampling::default(), false);
         let headers: HashMap<String, String> = [
             (
                 "traceparent".to_owned(),

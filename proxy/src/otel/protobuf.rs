@@ -652,6 +652,7 @@ mod tests {
                 agent: Some(Arc::new(agent)),
             }),
             error: None,
+            content: None,
         };
         let refused = SpanRecord {
             trace_id: TraceId::from(7),
@@ -671,6 +672,7 @@ mod tests {
                 agent: None,
             }),
             error: Some(Cow::Borrowed("blocked_agent")),
+            content: None,
         };
         let tool_call = SpanRecord {
             trace_id: TraceId::from(9),
@@ -684,6 +686,7 @@ mod tests {
             attributes: Vec::new(),
             caller: None,
             error: Some(Cow::Borrowed("")),
+            content: None,
         };
         vec![forwarded, refused, tool_call]
     }

@@ -18,6 +18,8 @@ use warden_shared::keys::push_hex;
 
 use warden_shared::snapshot::{AgentState, ProxyKeyState};
 
+use super::content::PendingContent;
+
 /// A sampled span, started or finished.
 #[derive(Debug)]
 pub struct SpanRecord {
@@ -37,6 +39,8 @@ pub struct SpanRecord {
     pub caller: Option<Caller>,
     /// An error status and its description; `None`: unset.
     pub error: Option<Cow<'static, str>>,
+    /// The request's prompt, made into attributes (redacted) on the exporting thread.
+    pub content: Option<Box<PendingContent>>,
 }
 
 /// An attribute's value.
@@ -114,11 +118,20 @@ impl SpanRecord {
             attributes: Vec::new(),
             caller: None,
             error: None,
+            content: None,
         }
     }
 
     pub fn push(&mut self, key: &'static str, value: Field) {
         self.attributes.push((key, value));
+    }
+
+    /// Makes the held prompt, if any, into the span's attributes (on the exporting
+    /// thread: the redaction's parse is not the request's to pay).
+    pub fn add_content(&mut self) {
+        if let Some(content) = self.content.take() {
+            content.add_to(self);
+        }
     }
 
     /// Every attribute, the caller's last.

@@ -9,8 +9,10 @@ use opentelemetry_http::HeaderExtractor;
 use warden_shared::registry::Provider;
 
 use super::answer::AnswerFacts;
+use super::content::PendingContent;
 use super::record::{Caller, Field, SpanRecord};
 use super::{parent_span, provider_name, Propagated, Tracer};
+use crate::capture::Capture;
 use crate::endpoint::Endpoint;
 use crate::refusal::Refusal;
 use crate::state::KeyView;
@@ -163,6 +165,19 @@ impl RequestTrace {
             self.attempt_started = Some(Instant::now());
         }
         begun.propagated
+    }
+
+    /// Whether the attempt's span would show the request's prompt: it records, and the
+    /// operator asked for content (the tenant's capture is the caller's to check).
+    pub fn wants_content(&self, endpoint: Endpoint) -> bool {
+        self.client.is_some() && self.tracer.captures_content() && endpoint != Endpoint::Embeddings
+    }
+
+    /// The request's prompt, held for the attempt's span (see `wants_content`).
+    pub fn content(&mut self, capture: Capture, endpoint: Endpoint) {
+        if let Some(span) = self.client.as_mut() {
+            span.content = Some(Box::new(PendingContent { capture, endpoint }));
+        }
     }
 
     /// Facts to gather from the provider's answer: only while the attempt's span
