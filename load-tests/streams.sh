@@ -2,11 +2,13 @@
 # The stream load test, one command: many long streams at once, as LLM traffic comes.
 # A paced mock provider (first byte after 100 ms, then 50 chunks 10 ms apart: about
 # 0.6 s a stream) is loaded with CONCURRENCY concurrent streaming chat completions
-# directly, through nginx and through Warden, side by side in one run; then a burst of
+# directly, through nginx, through bare pingora (the framework's own floor) and through
+# Warden, side by side in one run; then a burst of
 # BURST new connections within BURST_MS, each a stream, against nginx and Warden.
 # Prints, per target: streams a second, first-byte p50/p99, whole-stream p99, errors,
 # CPU per stream and peak memory of the proxy process, and the kernel's listen-queue
-# overflows and SYN retransmissions during the run; then the ratios to nginx.
+# overflows and SYN retransmissions during the run; then Warden's ratios to nginx (the
+# issue's targets) and to bare pingora.
 #
 #   load-tests/streams.sh                        # 1,000 streams, 15 s after 3 s warm-up
 #   CONCURRENCY=2000 DURATION=30 load-tests/streams.sh
@@ -24,6 +26,7 @@ KEYS_COUNT=${KEYS_COUNT:-1000}
 PACE=${PACE:-100,50,10}
 MOCK=127.0.0.1:19400
 NGINX=127.0.0.1:19480
+PINGORA=127.0.0.1:19580
 API=127.0.0.1:19380
 PROXY=127.0.0.1:19381
 
@@ -66,6 +69,10 @@ http {
 NGINX
 nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & NGINX_PID=$!; PIDS+=($NGINX_PID)
 wait_http "http://$NGINX/"
+
+# pingora with nothing of Warden: what any proxy on Warden's framework costs.
+"$BIN/bare-pingora" "$PINGORA" "$MOCK" >"$WORK/bare-pingora.log" 2>&1 & PINGORA_PID=$!; PIDS+=($PINGORA_PID)
+wait_http "http://$PINGORA/"
 
 export WARDEN_SERVICE_TOKEN="load-test-service-token-0123456789"
 export WARDEN_BOOTSTRAP_PLATFORM_KEY="wdn_loadtest_platform_key_0123456789"
@@ -123,27 +130,33 @@ measure() {
 
 printf '\n%s concurrent streams (paced %s: first byte ms, chunks, gap ms), %s s after %s s warm-up, %s cores, %s proxy keys\n' \
   "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP" "$(nproc)" "$KEYS_COUNT"
-for target in direct nginx warden; do
+TARGETS="direct nginx pingora warden"
+for target in $TARGETS; do
   case $target in
     direct) measure direct "http://$MOCK/v1/chat/completions" "$MOCK_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
     nginx) measure nginx "http://$NGINX/v1/chat/completions" "$NGINX_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
+    pingora) measure pingora "http://$PINGORA/v1/chat/completions" "$PINGORA_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
     warden) measure warden "http://$PROXY/v1/chat/completions" "$PROXY_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
   esac
   sleep 2 # the connections of one target close before the next starts
 done
 printf '%-8s %10s %9s %9s %9s %7s %12s %10s %10s %10s\n' target streams/s "fb p50" "fb p99" "end p99" errors "CPU ms/str" "peak MiB" overflows "SYN retr"
-for target in direct nginx warden; do
+for target in $TARGETS; do
   l=${LINE[$target]}
   printf '%-8s %10s %9s %9s %9s %7s %12s %10s %10s %10s\n' "$target" "$(field streams_per_s "$l")" "$(field first_p50_ms "$l")" \
     "$(field first_p99_ms "$l")" "$(field end_p99_ms "$l")" "$(field errors "$l")" "${CPU[$target]}" "${PEAK[$target]}" \
     "${OVERFLOWS[$target]}" "${RETRANS[$target]}"
 done
-echo "  (direct: the mock's own CPU and memory; nginx: master and workers, memory as proportional set size)"
+echo "  (direct: the mock's own CPU and memory; nginx: master and workers; pingora: bare pingora; memory as proportional set size)"
 awk -v wn="$(field streams_per_s "${LINE[warden]}")" -v nn="$(field streams_per_s "${LINE[nginx]}")" \
     -v wf="$(field first_p99_ms "${LINE[warden]}")" -v nf="$(field first_p99_ms "${LINE[nginx]}")" \
-    -v wc="${CPU[warden]}" -v nc="${CPU[nginx]}" -v wm="${PEAK[warden]}" -v nm="${PEAK[nginx]}" -v cp="${CPU_CP[warden]}" 'BEGIN {
+    -v wc="${CPU[warden]}" -v nc="${CPU[nginx]}" -v wm="${PEAK[warden]}" -v nm="${PEAK[nginx]}" \
+    -v pn="$(field streams_per_s "${LINE[pingora]}")" -v pf="$(field first_p99_ms "${LINE[pingora]}")" \
+    -v pc="${CPU[pingora]}" -v pm="${PEAK[pingora]}" -v cp="${CPU_CP[warden]}" 'BEGIN {
   printf "warden / nginx: throughput %.2f (target >= 0.97), first-byte p99 %.2f (<= 1.05), CPU per stream %.2f (<= 1.15), peak memory %.2f (<= 2)\n",
     wn / nn, wf / nf, wc / nc, wm / nm
+  printf "warden / bare pingora: throughput %.2f, first-byte p99 %.2f, CPU per stream %.2f, peak memory %.2f; bare pingora / nginx: CPU per stream %.2f, peak memory %.2f\n",
+    wn / pn, wf / pf, wc / pc, wm / pm, pc / nc, pm / nm
   printf "control plane CPU per stream (the ledger ingesting the proxy'"'"'s usage, its own process): %.3f ms\n", cp }'
 
 printf '\nburst: %s new connections within %s ms, each a stream\n' "$BURST" "$BURST_MS"

@@ -53,6 +53,9 @@ fn main() -> std::process::ExitCode {
         // Stopped by the script's kill: no grace period holding the port for the next run.
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(0),
+        // Warden's proxy keeps 256 idle provider connections (`upstream.rs`): the same
+        // pool here, so that many concurrent streams reuse connections alike.
+        upstream_keepalive_pool_size: 256,
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
