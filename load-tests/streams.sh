@@ -4,7 +4,8 @@
 # 0.6 s a stream) is loaded with CONCURRENCY concurrent streaming chat completions
 # directly, through nginx, through bare pingora (the framework's own floor) and through
 # Warden, side by side in one run; then a burst of
-# BURST new connections within BURST_MS, each a stream, against nginx and Warden.
+# BURST new connections within BURST_MS, each a stream, against nginx, bare pingora and
+# Warden.
 # Prints, per target: streams a second, first-byte p50/p99, whole-stream p99, errors,
 # CPU per stream and peak memory of the proxy process, and the kernel's listen-queue
 # overflows and SYN retransmissions during the run; then Warden's ratios to nginx (the
@@ -162,9 +163,11 @@ awk -v wn="$(field streams_per_s "${LINE[warden]}")" -v nn="$(field streams_per_
 printf '\nburst: %s new connections within %s ms, each a stream\n' "$BURST" "$BURST_MS"
 measure nginx-burst "http://$NGINX/v1/chat/completions" "$NGINX_PID" burst "$BURST" "$BURST_MS"
 sleep 2
+measure pingora-burst "http://$PINGORA/v1/chat/completions" "$PINGORA_PID" burst "$BURST" "$BURST_MS"
+sleep 2
 measure warden-burst "http://$PROXY/v1/chat/completions" "$PROXY_PID" burst "$BURST" "$BURST_MS"
 printf '%-14s %9s %9s %9s %7s %16s %10s %10s\n' target "fb p50" "fb p99" "fb max" errors "fb over 1 s" overflows "SYN retr"
-for target in nginx-burst warden-burst; do
+for target in nginx-burst pingora-burst warden-burst; do
   l=${LINE[$target]}
   printf '%-14s %9s %9s %9s %7s %16s %10s %10s\n' "$target" "$(field first_p50_ms "$l")" "$(field first_p99_ms "$l")" \
     "$(field first_max_ms "$l")" "$(field errors "$l")" "$(field first_byte_over_1s "$l")" "${OVERFLOWS[$target]}" "${RETRANS[$target]}"
