@@ -214,6 +214,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             call_timeout: Duration::from_secs(config.mcp_call_timeout_secs.max(1)),
             clock: clock.clone(),
             tracer: tracer.clone(),
+            captures: captures.clone(),
         },
         &config.mcp_allowed_origins,
         config.max_body_bytes,

@@ -8,6 +8,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_util::future::join_all;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation, ListToolsResult,
@@ -29,6 +30,7 @@ use super::metrics::GatewayMetrics;
 use super::upstream::{ListedTool, UpstreamClients};
 use crate::admission::{self, Admitted};
 use crate::approval_claims::{ApprovalClaims, RE_EVALUATIONS};
+use crate::capture::CaptureBuffer;
 use crate::decisions::{ApprovalQueue, DecisionSink};
 use crate::guardrails::Guardrails;
 use crate::otel::{ToolCallTrace, Tracer};
@@ -73,6 +75,8 @@ pub struct GatewayShared {
     pub clock: Clock,
     /// Where tool calls' spans go; `None`: tracing is off.
     pub tracer: Option<Tracer>,
+    /// Holds the arguments a span shows (see `crate::otel::content`).
+    pub captures: Arc<CaptureBuffer>,
 }
 
 /// One MCP session's handler. A session belongs to the key that opened it: another
@@ -137,16 +141,35 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let started = Instant::now();
         let caller = self.caller(&context).map_err(|r| refused(&r))?;
-        let trace = self
+        let mut trace = self
             .shared
             .tracer
             .as_ref()
             .map(|tracer| ToolCallTrace::start(tracer, &request, &context, &caller.view));
+        if let Some(trace) = trace.as_mut().filter(|t| t.wants_content()) {
+            self.shared.hold_arguments(trace, &caller, &request);
+        }
         self.shared.call(&caller, request, started, trace).await
     }
 }
 
 impl GatewayShared {
+    /// Holds the call's arguments for its span, when the tenant captures payloads: as
+    /// `{"arguments": ...}`, the shape the tenant's rules are written for.
+    fn hold_arguments(
+        &self,
+        trace: &mut ToolCallTrace,
+        caller: &Caller,
+        request: &CallToolRequestParams,
+    ) {
+        let Some(tenant) = self.state.payload_capture(&caller.view.key.tenant_id) else {
+            return;
+        };
+        let held = json!({ "arguments": request.arguments.as_ref().unwrap_or(&Map::new()) });
+        let body = Bytes::from(serde_json::to_vec(&held).unwrap_or_default());
+        trace.arguments(self.captures.hold(tenant, &body));
+    }
+
     /// The tools `caller` may see: every enabled server's (or the path's one server's)
     /// tools whose definitions are the approved ones, minus those an allowlist or block
     /// policy refuses the caller's agent. Tools a `require_approval` policy holds are

@@ -8,8 +8,13 @@
 //! role and its parts; a part is `text`, `tool_call`, `tool_call_response`, `uri`, `blob`,
 //! or the API's own object for the rest).
 //!
-//! Completions are never exported: payload capture covers what agents send, not what
-//! models answer (spec 2.18), and traces carry no more than it allows.
+//! An MCP tool call's arguments go the same way, as `gen_ai.tool.call.arguments` on its
+//! `execute_tool` span, redacted by the rules whose path starts at `arguments` (as a
+//! reviewer sees a held call's).
+//!
+//! Completions and tool results are never exported: payload capture covers what agents
+//! send, not what models or tools answer (spec 2.18), and traces carry no more than it
+//! allows.
 
 use serde_json::{json, Map, Value};
 
@@ -17,26 +22,45 @@ use super::record::{Field, SpanRecord};
 use crate::capture::Capture;
 use crate::endpoint::Endpoint;
 
-/// A prompt held for a sampled span until its batch is exported.
+/// What an agent sent, held for a sampled span until its batch is exported.
 #[derive(Debug)]
 pub struct PendingContent {
     pub capture: Capture,
-    pub endpoint: Endpoint,
+    pub shape: Sent,
+}
+
+/// What the held body is.
+#[derive(Debug, Clone, Copy)]
+pub enum Sent {
+    /// A model request's body, to `Endpoint`.
+    Prompt(Endpoint),
+    /// `{"arguments": ...}`: an MCP tool call's arguments.
+    ToolArguments,
 }
 
 impl PendingContent {
-    /// Adds the prompt's attributes to `span`, redacted: the messages, the system
-    /// instructions given apart from them, and how many values the rules changed; or
-    /// `warden.content.omitted` with why there is no prompt to show.
+    /// Adds the content's attributes to `span`, redacted: a prompt's messages and the
+    /// system instructions given apart from them, or a tool call's arguments; and how
+    /// many values the rules changed. Or `warden.content.omitted` with why there is no
+    /// content to show.
     pub fn add_to(self, span: &mut SpanRecord) {
-        let (redactions, body) = match self.capture.redacted_value() {
+        let (redactions, mut body) = match self.capture.redacted_value() {
             Ok(redacted) => redacted,
             Err(reason) => {
                 span.push("warden.content.omitted", Field::Static(reason));
                 return;
             }
         };
-        let prompt = Prompt::of(self.endpoint, &body);
+        let endpoint = match self.shape {
+            Sent::Prompt(endpoint) => endpoint,
+            Sent::ToolArguments => {
+                let arguments = body["arguments"].take().to_string();
+                span.push("gen_ai.tool.call.arguments", Field::Text(arguments));
+                span.push("warden.content.redactions", Field::Int(redactions as i64));
+                return;
+            }
+        };
+        let prompt = Prompt::of(endpoint, &body);
         if let Some(system) = prompt.system {
             span.push(
                 "gen_ai.system_instructions",

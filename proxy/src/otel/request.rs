@@ -9,7 +9,7 @@ use opentelemetry_http::HeaderExtractor;
 use warden_shared::registry::Provider;
 
 use super::answer::AnswerFacts;
-use super::content::PendingContent;
+use super::content::{PendingContent, Sent};
 use super::record::{Caller, Field, SpanRecord};
 use super::{parent_span, provider_name, Propagated, Tracer};
 use crate::capture::Capture;
@@ -176,7 +176,10 @@ impl RequestTrace {
     /// The request's prompt, held for the attempt's span (see `wants_content`).
     pub fn content(&mut self, capture: Capture, endpoint: Endpoint) {
         if let Some(span) = self.client.as_mut() {
-            span.content = Some(Box::new(PendingContent { capture, endpoint }));
+            span.content = Some(Box::new(PendingContent {
+                capture,
+                shape: Sent::Prompt(endpoint),
+            }));
         }
     }
 

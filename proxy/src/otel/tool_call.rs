@@ -12,8 +12,10 @@ use rmcp::model::{CallToolRequestParams, MetaObject};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
+use super::content::{PendingContent, Sent};
 use super::record::{Caller, Field, SpanRecord};
 use super::{parent_span, Propagated, Tracer};
+use crate::capture::Capture;
 use crate::refusal::Refusal;
 use crate::state::KeyView;
 
@@ -95,6 +97,23 @@ impl ToolCallTrace {
         }
         if let Some(state) = &self.propagated.tracestate {
             meta.set_tracestate(state.clone());
+        }
+    }
+
+    /// Whether the span would show the call's arguments: it records, and the operator
+    /// asked for content (the tenant's capture is the caller's to check).
+    pub fn wants_content(&self) -> bool {
+        self.span.is_some() && self.tracer.captures_content()
+    }
+
+    /// The call's arguments, held as `{"arguments": ...}` for the span (see
+    /// `wants_content`).
+    pub fn arguments(&mut self, capture: Capture) {
+        if let Some(span) = &mut self.span {
+            span.content = Some(Box::new(PendingContent {
+                capture,
+                shape: Sent::ToolArguments,
+            }));
         }
     }
 

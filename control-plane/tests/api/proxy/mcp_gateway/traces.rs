@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::{register, Upstream, MCP_SDK};
-use crate::helpers::{create_policy, Backend, TestApp};
+use crate::helpers::{create_policy, expect_status, Backend, TestApp};
 use crate::otlp::Collector;
 use crate::proxy::{MockProvider, TestProxy};
 
@@ -90,4 +90,81 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
     assert_eq!(span.str("error.type"), "policy_violation");
     assert!(span.int("warden.policy.id") > 0);
     assert_eq!(upstream.traceparents().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calls_arguments_are_on_its_span_only_when_asked_for_and_captured_and_redacted() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |config| {
+        config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
+    })
+    .await;
+    let upstream = Upstream::start().await;
+    let mock = MockProvider::start().await;
+    let collector = Collector::start().await;
+    let tracer = collector.tracer_with_content();
+    let proxy = TestProxy::start_traced(&app, &mock, tracer.clone()).await;
+    let (tenant, key, _) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "toolbot" }))
+        .await;
+    register(&app, &tenant.admin_key, &upstream).await;
+    let gateway = format!("{}/mcp", proxy.base);
+    let search = |trace: &'static str| {
+        let (gateway, key) = (gateway.clone(), key.clone());
+        async move {
+            let traceparent = format!("00-{trace}-{AGENT_SPAN}-01");
+            let arguments = json!({ "query": "mail alice.secret@example.com" }).to_string();
+            let args = [
+                gateway.as_str(),
+                key.as_str(),
+                "call",
+                "docs__search",
+                &arguments,
+                &traceparent,
+            ];
+            crate::proxy::sdk::run("mcp-sdk", MCP_SDK, "mcp_agent.py", &args).await
+        }
+    };
+
+    // The operator asked for content; the tenant captures no payloads: no arguments.
+    let trace = "7bf92f3577b34da6a3ce929d0e0e4736";
+    let answer = search(trace).await;
+    assert!(answer["error"].is_null(), "{answer}");
+    let span = collector.flushed(&tracer, trace, 1).await.remove(0);
+    assert_eq!(span.name, "execute_tool docs__search");
+    assert!(
+        span.attr("gen_ai.tool.call.arguments").is_none(),
+        "{span:?}"
+    );
+
+    // With capture on, the arguments are there, redacted by the rules for `arguments`.
+    let response = app
+        .request(
+            reqwest::Method::PUT,
+            "/payload-capture/config",
+            Some(&tenant.admin_key),
+        )
+        .json(&json!({
+            "enabled": true, "retention_days": 7,
+            "processing_purpose": "Debugging agent failures reported by customers",
+            "redaction_rules": [{
+                "id": "email", "field_path": "arguments.query",
+                "pattern": "[\\w.+-]+@[\\w-]+\\.[\\w.]+"
+            }]
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["warden-enforcement"], "applied");
+    expect_status(response, 200).await;
+    let trace = "8bf92f3577b34da6a3ce929d0e0e4736";
+    let answer = search(trace).await;
+    assert!(answer["error"].is_null(), "{answer}");
+    let span = collector.flushed(&tracer, trace, 1).await.remove(0);
+    let arguments: serde_json::Value =
+        serde_json::from_str(span.str("gen_ai.tool.call.arguments")).unwrap();
+    assert_eq!(arguments, json!({ "query": "mail [REDACTED:email]" }));
+    assert_eq!(span.int("warden.content.redactions"), 1);
+    // What the tool answered is not the agent's payload: never on the span.
+    assert!(span.attr("gen_ai.tool.call.result").is_none());
+    assert!(!format!("{span:?}").contains("alice.secret"));
 }
