@@ -48,6 +48,11 @@ pub(super) async fn settle(
     policies.add_tokens(tokens.input + tokens.output);
     let (provider, price) = (admitted.route.provider, admitted.price);
     let tenant_capture = shared.state.payload_capture(&ready.view.key.tenant_id);
+    // The tenant's own capture first: a span's copy of the prompt never takes the
+    // buffer's room from it.
+    let capture = tenant_capture
+        .as_ref()
+        .map(|tenant| shared.captures.capture(tenant.clone(), ready.body));
     if let Some(trace) = trace {
         if let Some(tenant) = tenant_capture
             .as_ref()
@@ -81,7 +86,7 @@ pub(super) async fn settle(
         recorded_at: Timestamp::from_millis(recorded_at),
         budget: admission.reservation.settle(cost_micros),
         evaluation: policies.decision_for_usage(),
-        capture: tenant_capture.map(|tenant| shared.captures.capture(tenant, ready.body)),
+        capture,
         tool_call: None,
     });
     if let Some(exchange) = exchange.filter(|_| relayed.complete) {

@@ -237,7 +237,8 @@ fn capture_content_from_env(value: &str) -> Result<bool, String> {
         "true" | "span_only" | "span_and_event" => Ok(true),
         "false" | "no_content" | "event_only" => Ok(false),
         other => Err(format!(
-            "tracing: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is `true` or `false`, not `{other}`"
+            "tracing: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is `true`, `false`, \
+             `span_only`, `span_and_event`, `no_content` or `event_only`, not `{other}`"
         )),
     }
 }
