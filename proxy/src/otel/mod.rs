@@ -9,8 +9,8 @@
 //! paid once.
 //! Warden's own facts (tenant, key, decision, policy, cost, approval) are `warden.`
 //! attributes; a refusal ends its span with an error status. Completions are never
-//! exported; prompts only when the operator asks for content and the tenant's payload
-//! capture is enabled, redacted by its rules (`content`).
+//! exported; prompts and tool calls' arguments only when the operator asks for content
+//! and the tenant's payload capture is enabled, redacted by its rules (`content`).
 //!
 //! The request path does not use the SDK's span objects: Warden samples (the same
 //! samplers, `sampler`), records a span as a compact [`record::SpanRecord`] and queues
@@ -86,7 +86,7 @@ impl Tracer {
         }
     }
 
-    /// Whether sampled spans carry prompts (`content`).
+    /// Whether sampled spans carry prompts and tool arguments (`content`).
     pub fn captures_content(&self) -> bool {
         self.inner.capture_content
     }

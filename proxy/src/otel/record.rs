@@ -39,7 +39,8 @@ pub struct SpanRecord {
     pub caller: Option<Caller>,
     /// An error status and its description; `None`: unset.
     pub error: Option<Cow<'static, str>>,
-    /// The request's prompt, made into attributes (redacted) on the exporting thread.
+    /// What the agent sent (a prompt, a tool call's arguments), made into attributes
+    /// (redacted) on the exporting thread.
     pub content: Option<Box<PendingContent>>,
 }
 
@@ -126,7 +127,7 @@ impl SpanRecord {
         self.attributes.push((key, value));
     }
 
-    /// Makes the held prompt, if any, into the span's attributes (on the exporting
+    /// Makes the held content, if any, into the span's attributes (on the exporting
     /// thread: the redaction's parse is not the request's to pay).
     pub fn add_content(&mut self) {
         if let Some(content) = self.content.take() {
