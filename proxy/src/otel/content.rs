@@ -267,7 +267,92 @@ fn image_address(url: Option<&str>, block: &Value) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
+    use bytes::Bytes;
+    use opentelemetry::trace::{SpanId, SpanKind, TraceId};
+    use warden_shared::snapshot::RedactionRuleState;
+
     use super::*;
+    use crate::capture::tests::tenant;
+    use crate::capture::{CaptureBuffer, CaptureMetrics};
+
+    /// A span with `body`, held as `shape` under a 100-byte body limit, made into
+    /// attributes.
+    fn added(body: &'static [u8], shape: Sent, rules: Vec<RedactionRuleState>) -> SpanRecord {
+        let buffer = CaptureBuffer::new(1 << 20, 100, CaptureMetrics::unregistered());
+        let mut span = SpanRecord::new(
+            TraceId::from(1),
+            SpanId::from(1),
+            SpanKind::Client,
+            SystemTime::UNIX_EPOCH,
+        );
+        let capture = buffer.hold(tenant(rules), &Bytes::from_static(body));
+        span.content = Some(Box::new(PendingContent { capture, shape }));
+        span.add_content();
+        span
+    }
+
+    fn attribute<'s>(span: &'s SpanRecord, key: &str) -> Option<&'s Field> {
+        span.attributes
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+
+    fn json_attribute(span: &SpanRecord, key: &str) -> Value {
+        match attribute(span, key) {
+            Some(Field::Text(text)) => serde_json::from_str(text).expect("JSON"),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn held_content_becomes_redacted_attributes_or_a_note_of_its_absence() {
+        let rule = |path: &str| RedactionRuleState {
+            id: "secret".into(),
+            field_path: path.into(),
+            pattern: None,
+        };
+        let prompt = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"user":"u-1"}"#;
+        let span = added(
+            prompt,
+            Sent::Prompt(Endpoint::ChatCompletions),
+            vec![rule("user")],
+        );
+        assert_eq!(
+            json_attribute(&span, "gen_ai.input.messages"),
+            json!([{ "role": "user", "parts": [{ "type": "text", "content": "hi" }] }])
+        );
+        assert_eq!(
+            attribute(&span, "warden.content.redactions"),
+            Some(&Field::Int(1))
+        );
+
+        let call = br#"{"arguments":{"q":"docs","token":"s3cret"}}"#;
+        let span = added(call, Sent::ToolArguments, vec![rule("arguments.token")]);
+        assert_eq!(
+            json_attribute(&span, "gen_ai.tool.call.arguments"),
+            json!({ "q": "docs", "token": "[REDACTED:secret]" })
+        );
+        assert!(attribute(&span, "gen_ai.input.messages").is_none());
+
+        let span = added(
+            &[b'x'; 101],
+            Sent::Prompt(Endpoint::ChatCompletions),
+            vec![],
+        );
+        assert_eq!(
+            attribute(&span, "warden.content.omitted"),
+            Some(&Field::Static("too_large"))
+        );
+        assert!(attribute(&span, "gen_ai.input.messages").is_none());
+        let unreadable = added(b"{not json", Sent::ToolArguments, vec![]);
+        assert_eq!(
+            attribute(&unreadable, "warden.content.omitted"),
+            Some(&Field::Static("unreadable"))
+        );
+    }
 
     fn prompt(endpoint: Endpoint, body: Value) -> Prompt {
         Prompt::of(endpoint, &body)
