@@ -57,17 +57,18 @@ pub struct CaptureMetrics {
     pub buffer_bytes: IntGauge,
 }
 
-/// One request's capture, until its batch is written.
-#[derive(Debug)]
+/// One request's capture, until its batch is written. A clone shares the body and its
+/// room in the buffer (a sampled span shows the prompt its usage record captures).
+#[derive(Debug, Clone)]
 pub struct Capture {
     tenant: Arc<TenantCapture>,
     body_bytes: usize,
     body: Held,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Held {
-    Body { body: Bytes, _hold: Hold },
+    Body { body: Bytes, _hold: Arc<Hold> },
     Omitted(&'static str),
 }
 
@@ -129,7 +130,8 @@ impl CaptureBuffer {
     }
 
     /// `body` held for `tenant` under the same limits as a capture, but not counted as
-    /// one: the prompt a sampled span exports (`crate::otel`), until its batch is sent.
+    /// one: what a sampled span exports that no usage record captures (an MCP tool
+    /// call's arguments, `crate::otel`), until its batch is sent.
     pub fn hold(self: &Arc<Self>, tenant: Arc<TenantCapture>, body: &Bytes) -> Capture {
         let bytes = body.len();
         let held = if bytes > self.max_body_bytes {
@@ -141,7 +143,7 @@ impl CaptureBuffer {
             };
             Held::Body {
                 body: body.clone(),
-                _hold: hold,
+                _hold: Arc::new(hold),
             }
         } else {
             Held::Omitted("buffer_full")
@@ -222,12 +224,10 @@ impl Capture {
     /// The body with the rules applied, and how many values they changed. Without rules
     /// it is the body as the agent sent it (the proxy has read it as one JSON object).
     fn redacted(&self, body: &Bytes) -> Option<(usize, Bytes)> {
-        let redactor = &self.tenant.redactor;
-        if redactor.is_empty() {
+        if self.tenant.redactor.is_empty() {
             return Some((0, body.clone()));
         }
-        let mut value: Value = serde_json::from_slice(body).ok()?;
-        let redactions = redactor.redact(&mut value);
+        let (redactions, value) = self.redacted_value().ok()?;
         let text = serde_json::to_vec(&value).ok()?;
         Some((redactions, Bytes::from(text)))
     }

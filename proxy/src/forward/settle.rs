@@ -47,19 +47,17 @@ pub(super) async fn settle(
     let cost_micros = admitted.cost_micros(tokens.input, tokens.output);
     policies.add_tokens(tokens.input + tokens.output);
     let (provider, price) = (admitted.route.provider, admitted.price);
-    let tenant_capture = shared.state.payload_capture(&ready.view.key.tenant_id);
-    // The tenant's own capture first: a span's copy of the prompt never takes the
-    // buffer's room from it.
-    let capture = tenant_capture
-        .as_ref()
-        .map(|tenant| shared.captures.capture(tenant.clone(), ready.body));
+    let capture = shared
+        .state
+        .payload_capture(&ready.view.key.tenant_id)
+        .map(|tenant| shared.captures.capture(tenant, ready.body));
     if let Some(trace) = trace {
-        if let Some(tenant) = tenant_capture
+        // The span shows the prompt the usage record captures: the same body, held once.
+        if let Some(capture) = capture
             .as_ref()
             .filter(|_| trace.wants_content(ready.endpoint))
         {
-            let held = shared.captures.hold(tenant.clone(), ready.body);
-            trace.content(held, ready.endpoint);
+            trace.content(capture.clone(), ready.endpoint);
         }
         let settled = Settled {
             status,

@@ -1,16 +1,16 @@
 //! A request's prompt on its span, for operators who asked for content in their traces
 //! (`tracing.capture_content`, or the GenAI instrumentations' variable
 //! `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`) and only for tenants whose
-//! payload capture is enabled: the body is held as a capture is (the same size limits and
-//! buffer), redacted by the tenant's rules on the exporting thread, never on the request
-//! path, and written as the conventions' `gen_ai.input.messages` and
-//! `gen_ai.system_instructions` (JSON in the shapes of their schemas: a message is a
-//! role and its parts; a part is `text`, `tool_call`, `tool_call_response`, `uri`, `blob`,
-//! or the API's own object for the rest).
+//! payload capture is enabled: the span shares the request's capture (the body, its size
+//! limit and its room in the buffer), redacted by the tenant's rules on the exporting
+//! thread, never on the request path, and written as the conventions'
+//! `gen_ai.input.messages` and `gen_ai.system_instructions` (JSON in the shapes of their
+//! schemas: a message is a role and its parts; a part is `text`, `tool_call`,
+//! `tool_call_response`, `uri`, `blob`, or the API's own object for the rest).
 //!
-//! An MCP tool call's arguments go the same way, as `gen_ai.tool.call.arguments` on its
-//! `execute_tool` span, redacted by the rules whose path starts at `arguments` (as a
-//! reviewer sees a held call's).
+//! An MCP tool call's arguments go the same way, held under the capture's limits, as
+//! `gen_ai.tool.call.arguments` on its `execute_tool` span, redacted by the rules whose
+//! path starts at `arguments` (as a reviewer sees a held call's).
 //!
 //! Completions and tool results are never exported: payload capture covers what agents
 //! send, not what models or tools answer (spec 2.18), and traces carry no more than it
