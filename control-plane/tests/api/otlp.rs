@@ -185,26 +185,24 @@ impl Collector {
     /// The proxy's tracer sending `key`: this receiver refuses its exports unless it is
     /// the receiver's own.
     pub fn tracer_with_key(&self, key: &str) -> Tracer {
-        self.tracer_from(TracingConfig {
-            endpoint: Some(self.endpoint.clone()),
-            headers: [(KEY_HEADER.to_owned(), Secret::new(key))].into(),
-            ..TracingConfig::default()
-        })
+        tracer_from(self.settings(key))
     }
 
     /// The proxy's tracer that also exports prompts (`tracing.capture_content`).
     pub fn tracer_with_content(&self) -> Tracer {
-        self.tracer_from(TracingConfig {
-            endpoint: Some(self.endpoint.clone()),
-            headers: [(KEY_HEADER.to_owned(), Secret::new(&self.key))].into(),
+        tracer_from(TracingConfig {
             capture_content: Some(true),
-            ..TracingConfig::default()
+            ..self.settings(&self.key)
         })
     }
 
-    fn tracer_from(&self, settings: TracingConfig) -> Tracer {
-        let export = settings.resolve(|_| None).unwrap().unwrap();
-        export.tracer().unwrap()
+    /// `[tracing]` pointing at this receiver with `key`.
+    fn settings(&self, key: &str) -> TracingConfig {
+        TracingConfig {
+            endpoint: Some(self.endpoint.clone()),
+            headers: [(KEY_HEADER.to_owned(), Secret::new(key))].into(),
+            ..TracingConfig::default()
+        }
     }
 
     /// Exports what `tracer` holds and waits until trace `trace_id` has `count` spans.
@@ -235,6 +233,11 @@ impl Collector {
             .filter(|span| span.trace_id == trace_id)
             .collect()
     }
+}
+
+fn tracer_from(settings: TracingConfig) -> Tracer {
+    let export = settings.resolve(|_| None).unwrap().unwrap();
+    export.tracer().unwrap()
 }
 
 async fn export(State(received): State<Received>, headers: HeaderMap, body: Bytes) -> StatusCode {

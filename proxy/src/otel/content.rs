@@ -51,26 +51,21 @@ impl PendingContent {
                 return;
             }
         };
-        let endpoint = match self.shape {
-            Sent::Prompt(endpoint) => endpoint,
+        match self.shape {
             Sent::ToolArguments => {
                 let arguments = body["arguments"].take().to_string();
                 span.push("gen_ai.tool.call.arguments", Field::Text(arguments));
-                span.push("warden.content.redactions", Field::Int(redactions as i64));
-                return;
             }
-        };
-        let prompt = Prompt::of(endpoint, &body);
-        if let Some(system) = prompt.system {
-            span.push(
-                "gen_ai.system_instructions",
-                Field::Text(Value::Array(system).to_string()),
-            );
+            Sent::Prompt(endpoint) => {
+                let prompt = Prompt::of(endpoint, &body);
+                if let Some(system) = prompt.system {
+                    let system = Value::Array(system).to_string();
+                    span.push("gen_ai.system_instructions", Field::Text(system));
+                }
+                let messages = Value::Array(prompt.messages).to_string();
+                span.push("gen_ai.input.messages", Field::Text(messages));
+            }
         }
-        span.push(
-            "gen_ai.input.messages",
-            Field::Text(Value::Array(prompt.messages).to_string()),
-        );
         span.push("warden.content.redactions", Field::Int(redactions as i64));
     }
 }
@@ -131,28 +126,26 @@ fn text_parts(value: &Value) -> Option<Vec<Value>> {
 
 /// A chat completions message: its content, its tool calls, or a tool's result.
 fn chat_message(m: &Value) -> Value {
-    let mut parts = Vec::new();
-    if m["role"] == "tool" {
-        parts.push(json!({
+    let parts = if m["role"] == "tool" {
+        vec![json!({
             "type": "tool_call_response",
             "id": m["tool_call_id"],
             "response": m["content"],
-        }));
+        })]
     } else {
-        match &m["content"] {
-            Value::String(s) => parts.push(text(s)),
-            Value::Array(items) => parts.extend(items.iter().map(content_part)),
-            _ => {}
-        }
-        for call in list(&m["tool_calls"]) {
-            parts.push(json!({
+        let calls = list(&m["tool_calls"]).map(|call| {
+            json!({
                 "type": "tool_call",
                 "id": call["id"],
                 "name": call["function"]["name"],
                 "arguments": call["function"]["arguments"],
-            }));
-        }
-    }
+            })
+        });
+        content_parts(&m["content"])
+            .into_iter()
+            .chain(calls)
+            .collect()
+    };
     let mut out = message(&m["role"], parts);
     if let Some(name) = m["name"].as_str() {
         out["name"] = Value::from(name);
@@ -188,14 +181,7 @@ fn responses_item(item: &Value) -> Value {
                 "response": item["output"],
             })],
         ),
-        Some("message") | None => {
-            let parts = match &item["content"] {
-                Value::String(s) => vec![text(s)],
-                Value::Array(items) => items.iter().map(content_part).collect(),
-                _ => Vec::new(),
-            };
-            message(&item["role"], parts)
-        }
+        Some("message") | None => message(&item["role"], content_parts(&item["content"])),
         // Reasoning items, built-in tool calls: the API's own object.
         Some(_) => message(&Value::from("assistant"), vec![item.clone()]),
     }
@@ -203,12 +189,13 @@ fn responses_item(item: &Value) -> Value {
 
 /// An Anthropic message: text, tool use and tool result blocks.
 fn anthropic_message(m: &Value) -> Value {
-    let parts = match &m["content"] {
-        Value::String(s) => vec![text(s)],
-        Value::Array(blocks) => blocks.iter().map(content_part).collect(),
-        _ => Vec::new(),
-    };
-    message(&m["role"], parts)
+    message(&m["role"], content_parts(&m["content"]))
+}
+
+/// A message's `content` in any of the APIs: a string is one text part, a list is its
+/// blocks' parts.
+fn content_parts(content: &Value) -> Vec<Value> {
+    text_parts(content).unwrap_or_default()
 }
 
 /// One block of content, in whichever API's shape: text, a tool call or its result, an
