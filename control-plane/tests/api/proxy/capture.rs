@@ -19,7 +19,7 @@ const PURPOSE: &str = "Debugging agent failures reported by customers";
 const DAY_MS: i64 = 86_400_000;
 
 /// PUTs the capture configuration and checks the proxies applied it on answering.
-async fn configure(app: &TestApp, key: &str, body: Value) -> Value {
+pub(crate) async fn configure(app: &TestApp, key: &str, body: Value) -> Value {
     let response = app
         .request(Method::PUT, "/payload-capture/config", Some(key))
         .json(&body)

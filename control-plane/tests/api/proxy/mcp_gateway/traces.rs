@@ -2,53 +2,102 @@
 //! request's `traceparent`), its context passed on to the MCP server in the call's
 //! `_meta`; a refused call ends its span with an error and the decision.
 
-use serde_json::json;
+use serde_json::{json, Value};
+use warden_proxy::otel::Tracer;
 
 use super::{register, Upstream, MCP_SDK};
-use crate::helpers::{create_policy, expect_status, Backend, TestApp};
+use crate::helpers::{create_policy, Backend, TestApp, TestTenant};
 use crate::otlp::Collector;
+use crate::proxy::capture::configure;
 use crate::proxy::{MockProvider, TestProxy};
 
 const AGENT_SPAN: &str = "00f067aa0ba902b7";
 
+/// A traced proxy whose gateway fronts the MCP server `docs`, and a tenant's agent.
+struct TracedGateway {
+    app: TestApp,
+    upstream: Upstream,
+    _mock: MockProvider,
+    _proxy: TestProxy,
+    collector: Collector,
+    tracer: Tracer,
+    gateway: String,
+    tenant: TestTenant,
+    key: String,
+    /// The agent's key as created (`agent_id`).
+    created: Value,
+}
+
+impl TracedGateway {
+    async fn start(tracer: impl Fn(&Collector) -> Tracer) -> TracedGateway {
+        let app = TestApp::spawn_with(Backend::Sqlite, |config| {
+            config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
+        })
+        .await;
+        let upstream = Upstream::start().await;
+        let mock = MockProvider::start().await;
+        let collector = Collector::start().await;
+        let tracer = tracer(&collector);
+        let proxy = TestProxy::start_traced(&app, &mock, tracer.clone()).await;
+        let (tenant, key, created) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "toolbot" }))
+            .await;
+        register(&app, &tenant.admin_key, &upstream).await;
+        TracedGateway {
+            gateway: format!("{}/mcp", proxy.base),
+            app,
+            upstream,
+            _mock: mock,
+            _proxy: proxy,
+            collector,
+            tracer,
+            tenant,
+            key,
+            created,
+        }
+    }
+
+    /// The MCP SDK's agent calls `tool` with `arguments` in trace `trace`.
+    async fn call(&self, tool: &str, arguments: Value, trace: &str) -> Value {
+        let traceparent = format!("00-{trace}-{AGENT_SPAN}-01");
+        let arguments = arguments.to_string();
+        let args = [
+            self.gateway.as_str(),
+            self.key.as_str(),
+            "call",
+            tool,
+            &arguments,
+            &traceparent,
+        ];
+        crate::proxy::sdk::run("mcp-sdk", MCP_SDK, "mcp_agent.py", &args).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() {
-    let app = TestApp::spawn_with(Backend::Sqlite, |config| {
-        config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
-    })
-    .await;
-    let upstream = Upstream::start().await;
-    let mock = MockProvider::start().await;
-    let collector = Collector::start().await;
-    let tracer = collector.tracer();
-    let proxy = TestProxy::start_traced(&app, &mock, tracer.clone()).await;
-    let (tenant, key, created) = proxy
-        .tenant_with_key(&app, json!({ "developer_label": "toolbot" }))
-        .await;
-    register(&app, &tenant.admin_key, &upstream).await;
+    let traced = TracedGateway::start(Collector::tracer).await;
+    let TracedGateway {
+        app,
+        upstream,
+        collector,
+        tracer,
+        tenant,
+        created,
+        ..
+    } = &traced;
     create_policy(
-        &app,
+        app,
         &tenant.admin_key,
         json!({ "name": "no deletes", "policy_type": "tool_allowlist",
                 "config": { "allowed_tools": ["docs__add", "docs__search"] } }),
     )
     .await;
-    let gateway = format!("{}/mcp", proxy.base);
-    let call = |tool: &'static str, arguments: serde_json::Value, trace: &'static str| {
-        let (gateway, key) = (gateway.clone(), key.clone());
-        async move {
-            let traceparent = format!("00-{trace}-{AGENT_SPAN}-01");
-            let args = ["call", tool, &arguments.to_string(), &traceparent];
-            let mut all = vec![gateway.as_str(), key.as_str()];
-            all.extend_from_slice(&args);
-            crate::proxy::sdk::run("mcp-sdk", MCP_SDK, "mcp_agent.py", &all).await
-        }
-    };
+    let call = |tool, arguments, trace| traced.call(tool, arguments, trace);
 
     let trace = "5bf92f3577b34da6a3ce929d0e0e4736";
     let answer = call("docs__add", json!({ "a": 2, "b": 3 }), trace).await;
     assert_eq!(answer["text"], json!("5"), "{answer}");
-    let spans = collector.flushed(&tracer, trace, 1).await;
+    let spans = collector.flushed(tracer, trace, 1).await;
     let span = &spans[0];
     assert_eq!(span.name, "execute_tool docs__add");
     assert_eq!(span.kind, "INTERNAL");
@@ -82,7 +131,7 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
         json!("policy_violation"),
         "{answer}"
     );
-    let spans = collector.flushed(&tracer, trace, 1).await;
+    let spans = collector.flushed(tracer, trace, 1).await;
     let span = &spans[0];
     assert_eq!(span.name, "execute_tool docs__delete_repo");
     assert_eq!(span.status, "ERROR");
@@ -94,42 +143,22 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_calls_arguments_are_on_its_span_only_when_asked_for_and_captured_and_redacted() {
-    let app = TestApp::spawn_with(Backend::Sqlite, |config| {
-        config.outbound.allow_private = vec!["127.0.0.1/32".to_owned()];
-    })
-    .await;
-    let upstream = Upstream::start().await;
-    let mock = MockProvider::start().await;
-    let collector = Collector::start().await;
-    let tracer = collector.tracer_with_content();
-    let proxy = TestProxy::start_traced(&app, &mock, tracer.clone()).await;
-    let (tenant, key, _) = proxy
-        .tenant_with_key(&app, json!({ "developer_label": "toolbot" }))
-        .await;
-    register(&app, &tenant.admin_key, &upstream).await;
-    let gateway = format!("{}/mcp", proxy.base);
-    let search = |trace: &'static str| {
-        let (gateway, key) = (gateway.clone(), key.clone());
-        async move {
-            let traceparent = format!("00-{trace}-{AGENT_SPAN}-01");
-            let arguments = json!({ "query": "mail alice.secret@example.com" }).to_string();
-            let args = [
-                gateway.as_str(),
-                key.as_str(),
-                "call",
-                "docs__search",
-                &arguments,
-                &traceparent,
-            ];
-            crate::proxy::sdk::run("mcp-sdk", MCP_SDK, "mcp_agent.py", &args).await
-        }
-    };
+    let traced = TracedGateway::start(Collector::tracer_with_content).await;
+    let TracedGateway {
+        app,
+        collector,
+        tracer,
+        tenant,
+        ..
+    } = &traced;
+    let arguments = json!({ "query": "mail alice.secret@example.com" });
+    let search = |trace| traced.call("docs__search", arguments.clone(), trace);
 
     // The operator asked for content; the tenant captures no payloads: no arguments.
     let trace = "7bf92f3577b34da6a3ce929d0e0e4736";
     let answer = search(trace).await;
     assert!(answer["error"].is_null(), "{answer}");
-    let span = collector.flushed(&tracer, trace, 1).await.remove(0);
+    let span = collector.flushed(tracer, trace, 1).await.remove(0);
     assert_eq!(span.name, "execute_tool docs__search");
     assert!(
         span.attr("gen_ai.tool.call.arguments").is_none(),
@@ -137,31 +166,20 @@ async fn a_tool_calls_arguments_are_on_its_span_only_when_asked_for_and_captured
     );
 
     // With capture on, the arguments are there, redacted by the rules for `arguments`.
-    let response = app
-        .request(
-            reqwest::Method::PUT,
-            "/payload-capture/config",
-            Some(&tenant.admin_key),
-        )
-        .json(&json!({
-            "enabled": true, "retention_days": 7,
-            "processing_purpose": "Debugging agent failures reported by customers",
-            "redaction_rules": [{
-                "id": "email", "field_path": "arguments.query",
-                "pattern": "[\\w.+-]+@[\\w-]+\\.[\\w.]+"
-            }]
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.headers()["warden-enforcement"], "applied");
-    expect_status(response, 200).await;
+    let settings = json!({
+        "enabled": true, "retention_days": 7,
+        "processing_purpose": "Debugging agent failures reported by customers",
+        "redaction_rules": [{
+            "id": "email", "field_path": "arguments.query",
+            "pattern": "[\\w.+-]+@[\\w-]+\\.[\\w.]+"
+        }]
+    });
+    configure(app, &tenant.admin_key, settings).await;
     let trace = "8bf92f3577b34da6a3ce929d0e0e4736";
     let answer = search(trace).await;
     assert!(answer["error"].is_null(), "{answer}");
-    let span = collector.flushed(&tracer, trace, 1).await.remove(0);
-    let arguments: serde_json::Value =
-        serde_json::from_str(span.str("gen_ai.tool.call.arguments")).unwrap();
+    let span = collector.flushed(tracer, trace, 1).await.remove(0);
+    let arguments: Value = serde_json::from_str(span.str("gen_ai.tool.call.arguments")).unwrap();
     assert_eq!(arguments, json!({ "query": "mail [REDACTED:email]" }));
     assert_eq!(span.int("warden.content.redactions"), 1);
     // What the tool answered is not the agent's payload: never on the span.

@@ -14,6 +14,8 @@ use super::{eventually, simple_chat, MockProvider, TestProxy};
 use crate::helpers::{create_policy, expect_status, Backend, TestApp, TestTenant};
 use crate::otlp::{Attr, Collector, ReceivedSpan};
 
+mod content;
+
 /// The agent's own span, the parent it sends in `traceparent`.
 const AGENT_SPAN: &str = "00f067aa0ba902b7";
 
@@ -304,147 +306,6 @@ async fn a_streams_span_ends_after_its_last_chunk_with_its_tokens() {
         "the span lasted {lasted:?}, the stream {streamed:?}"
     );
     assert!(u128::from(client.end_ns) <= (read_at + margin).as_nanos());
-}
-
-/// Turns the tenant's payload capture on, with a rule that redacts mail addresses in
-/// chat and Messages API content.
-async fn enable_capture(traced: &Traced) {
-    let response = traced
-        .app
-        .request(
-            reqwest::Method::PUT,
-            "/payload-capture/config",
-            Some(&traced.tenant.admin_key),
-        )
-        .json(&json!({
-            "enabled": true, "retention_days": 7,
-            "processing_purpose": "Debugging agent failures reported by customers",
-            "redaction_rules": [{
-                "id": "email", "field_path": "messages.content",
-                "pattern": "[\\w.+-]+@[\\w-]+\\.[\\w.]+"
-            }]
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        response.headers()["warden-enforcement"],
-        "applied",
-        "the proxy has the capture settings"
-    );
-    expect_status(response, 200).await;
-}
-
-fn json_attr(span: &ReceivedSpan, name: &str) -> Value {
-    serde_json::from_str(span.str(name)).unwrap()
-}
-
-const CONTENT_ATTRIBUTES: [&str; 4] = [
-    "gen_ai.input.messages",
-    "gen_ai.system_instructions",
-    "warden.content.redactions",
-    "warden.content.omitted",
-];
-
-fn has_no_content(span: &ReceivedSpan) {
-    for name in CONTENT_ATTRIBUTES {
-        assert!(span.attr(name).is_none(), "{name} on {span:?}");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prompts_are_on_spans_only_when_asked_for_and_captured_and_redacted() {
-    let traced = Traced::start_with(Collector::tracer_with_content).await;
-    let secret_mail = "alice.secret@example.com";
-    let chat = json!({
-        "model": "gpt-4o-mini",
-        "messages": [
-            { "role": "system", "content": "You answer support mail." },
-            { "role": "user", "content": format!("Write to {secret_mail} today") },
-        ],
-    });
-
-    // The operator asked for content, but the tenant captures no payloads: none.
-    let answer = traced
-        .send("/v1/chat/completions", &trace_id(1), chat.clone())
-        .await;
-    assert_eq!(answer.status(), 200);
-    let spans = traced.spans(&trace_id(1), 1).await;
-    has_no_content(&traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini"));
-
-    // With capture on, the prompt is on the span, redacted by the tenant's rules.
-    enable_capture(&traced).await;
-    let answer = traced
-        .send("/v1/chat/completions", &trace_id(2), chat.clone())
-        .await;
-    assert_eq!(answer.status(), 200);
-    let spans = traced.spans(&trace_id(2), 1).await;
-    let client = traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini");
-    assert_eq!(
-        json_attr(&client, "gen_ai.input.messages"),
-        json!([
-            { "role": "system", "parts": [{ "type": "text", "content": "You answer support mail." }] },
-            { "role": "user", "parts": [{ "type": "text", "content": "Write to [REDACTED:email] today" }] },
-        ])
-    );
-    assert_eq!(client.int("warden.content.redactions"), 1);
-    assert!(client.attr("gen_ai.system_instructions").is_none());
-    assert!(
-        !format!("{client:?}").contains("alice.secret"),
-        "the address is on no attribute"
-    );
-    // Answers are not payloads the tenant captures: no completion on the span.
-    assert!(client.attr("gen_ai.output.messages").is_none());
-
-    // The Messages API's system prompt is apart from its messages, as in the conventions.
-    let body = json!({
-        "model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.",
-        "messages": [{ "role": "user", "content": [
-            { "type": "text", "text": format!("Mail {secret_mail}") }
-        ] }],
-    });
-    assert_eq!(
-        traced
-            .send("/v1/messages", &trace_id(3), body)
-            .await
-            .status(),
-        200
-    );
-    let spans = traced.spans(&trace_id(3), 1).await;
-    let client = traced.forwarded(&spans, "/v1/messages", "chat claude-sonnet-4-5");
-    assert_eq!(
-        json_attr(&client, "gen_ai.system_instructions"),
-        json!([{ "type": "text", "content": "Be brief." }])
-    );
-    // Redacted inside the API's content blocks too.
-    assert_eq!(
-        json_attr(&client, "gen_ai.input.messages"),
-        json!([{ "role": "user", "parts": [{ "type": "text", "content": "Mail [REDACTED:email]" }] }])
-    );
-
-    // The conventions have no input for embeddings: nothing is exported for them.
-    let body = json!({ "model": "text-embedding-3-small", "input": "hello" });
-    assert_eq!(
-        traced
-            .send("/v1/embeddings", &trace_id(4), body)
-            .await
-            .status(),
-        200
-    );
-    let spans = traced.spans(&trace_id(4), 1).await;
-    has_no_content(&traced.forwarded(
-        &spans,
-        "/v1/embeddings",
-        "embeddings text-embedding-3-small",
-    ));
-
-    // An operator who did not ask for content gets none, whatever the tenant captures.
-    let plain = Traced::start().await;
-    enable_capture(&plain).await;
-    let answer = plain.send("/v1/chat/completions", &trace_id(5), chat).await;
-    assert_eq!(answer.status(), 200);
-    let spans = plain.spans(&trace_id(5), 1).await;
-    has_no_content(&plain.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
