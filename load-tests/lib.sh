@@ -1,8 +1,11 @@
 # What the load tests share, sourced from the repository's root after their settings:
 # the release binaries, a scratch folder and the processes to stop when the script ends,
 # and the helpers they wait and measure with.
-cargo build --release -q -p warden-control-plane -p warden-load-tests
-BIN=target/release
+# BIN=folder runs the binaries already there instead (two builds compared on one machine).
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q -p warden-control-plane -p warden-load-tests
+  BIN=target/release
+fi
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$WORK"; }

@@ -28,6 +28,7 @@ pub(crate) mod flush;
 pub(crate) mod forward;
 pub(crate) mod guardrails;
 pub(crate) mod headers;
+pub(crate) mod idle_deadline;
 pub(crate) mod log_throttle;
 pub(crate) mod managed_keys;
 pub(crate) mod maps;

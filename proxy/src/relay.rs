@@ -126,10 +126,10 @@ async fn relay_events(
         match next {
             Ok(Some(chunk)) => {
                 if let Some(facts) = facts.as_deref_mut() {
-                    facts.received(&chunk);
+                    facts.received(chunk);
                 }
                 let reader = facts.as_deref_mut().map(|f| f as &mut dyn EventReader);
-                in_hand.extend_from_slice(&relay.push(&chunk, reader));
+                relay.push(chunk, reader, in_hand);
                 // A provider that sends faster than the client reads still goes out as
                 // it comes, under the client's backpressure, not gathered whole.
                 if in_hand.len() >= MAX_BURST && !write_in_hand(session, in_hand, cork).await {
@@ -224,7 +224,7 @@ async fn read_whole(exchange: &mut Exchange, provider: Provider) -> Result<Bytes
     loop {
         match exchange.read_body().await {
             Ok(Some(chunk)) if body.len() + chunk.len() <= MAX_RESPONSE_BYTES => {
-                body.extend_from_slice(&chunk);
+                body.extend_from_slice(chunk);
             }
             Ok(Some(_)) => return Err(Refusal::UpstreamFailed(provider)),
             // A body that went silent past the idle timeout is a 504, like a late header.

@@ -14,8 +14,11 @@
 //! connector (pool, TLS, SNI) and the answer is read with its HTTP/1 client session.
 
 use std::collections::HashMap;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Mutex;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -30,6 +33,7 @@ use warden_shared::registry::Provider;
 
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::headers::is_header_value;
+use crate::idle_deadline::IdleDeadline;
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::pool_peer::PoolPeer;
 use crate::refusal::Refusal;
@@ -99,6 +103,8 @@ pub struct Upstreams {
 pub struct Exchange {
     session: HttpSession,
     peer: PoolPeer,
+    /// How long the provider may fall silent in the body (`idle_timeout_ms`).
+    idle: IdleDeadline,
 }
 
 impl Exchange {
@@ -106,9 +112,21 @@ impl Exchange {
         self.session.resp_header()
     }
 
-    /// The next piece of the answer's body; `None` at its end.
-    pub async fn read_body(&mut self) -> pingora::Result<Option<Bytes>> {
-        self.session.read_body_bytes().await
+    /// The next piece of the answer's body, borrowed from the session's buffer (the
+    /// relay copies what it passes on anyway); `None` at its end; a `ReadTimedout` error
+    /// when the provider was silent for the idle timeout.
+    pub async fn read_body(&mut self) -> pingora::Result<Option<&[u8]>> {
+        let Exchange { session, idle, .. } = self;
+        let mut read = pin!(session.read_body_ref());
+        let read = poll_fn(|cx| match read.as_mut().poll(cx) {
+            Poll::Ready(read) => Poll::Ready(Some(read)),
+            Poll::Pending => idle.poll_expired(cx).map(|()| None),
+        })
+        .await;
+        idle.read();
+        read.unwrap_or_else(|| {
+            Error::e_explain(ErrorType::ReadTimedout, "the provider fell silent")
+        })
     }
 }
 
@@ -182,7 +200,14 @@ impl Upstreams {
                 .await
                 .map_err(|e| refusal_of(provider, &e))?;
             match self.exchange(stream, &peer, build()?, &body).await {
-                Ok(session) => return Ok(Exchange { session, peer }),
+                Ok(session) => {
+                    let idle = IdleDeadline::new(self.idle_timeout);
+                    return Ok(Exchange {
+                        session,
+                        peer,
+                        idle,
+                    });
+                }
                 // A pooled connection the provider closed while it idled fails before
                 // any answer (pingora marks such errors "retry if reused").
                 Err(mut error) if attempt == 1 => {
@@ -247,13 +272,16 @@ impl Upstreams {
         let mut session = HttpSession::new_with_options(stream, peer);
         session.read_timeout = Some(self.first_byte_timeout);
         session.read_response().await?;
-        session.read_timeout = Some(self.idle_timeout);
+        // The body's silences are limited by the exchange's `IdleDeadline`.
+        session.read_timeout = None;
         Ok(session)
     }
 
     /// Returns a fully read connection to the pool (when the provider keeps it alive).
     pub async fn release(&self, exchange: Exchange) {
-        let Exchange { mut session, peer } = exchange;
+        let Exchange {
+            mut session, peer, ..
+        } = exchange;
         session.respect_keepalive();
         if let Some(stream) = session.reuse().await {
             self.connector

@@ -174,7 +174,7 @@ impl EventReader for AnswerFacts {
 mod tests {
     use std::time::SystemTime;
 
-    use bytes::Bytes;
+    use bytes::BytesMut;
     use opentelemetry::trace::{SpanId, SpanKind, TraceId};
     use opentelemetry::{InstrumentationScope, KeyValue};
 
@@ -216,8 +216,8 @@ mod tests {
 
         fn chunk(&mut self, bytes: &[u8]) {
             self.facts.received(bytes);
-            self.relay
-                .push(&Bytes::copy_from_slice(bytes), Some(&mut self.facts as _));
+            let mut out = BytesMut::new();
+            self.relay.push(bytes, Some(&mut self.facts as _), &mut out);
         }
 
         fn attributes(mut self) -> Vec<KeyValue> {

@@ -2,7 +2,7 @@
 //! and, when the proxy asked for usage the client did not, removing the usage-only chunk
 //! so the client sees exactly the stream it asked for.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use super::extract::{read_event, Event, Tokens, UsageParts};
 use crate::endpoint::Endpoint;
@@ -37,37 +37,38 @@ impl SseRelay {
         }
     }
 
-    /// Takes bytes from the provider and returns what to send on: every complete event,
-    /// byte for byte, except a stripped usage chunk. An incomplete event waits. When the
-    /// chunk holds whole events that all pass (the usual case), the provider's own bytes
-    /// are passed on without a copy. Each event is read once, for usage and, when the
-    /// request is traced, by `reader`.
+    /// Takes bytes from the provider and appends to `out` what to send on: every
+    /// complete event, byte for byte, except a stripped usage chunk. An incomplete event
+    /// waits. The kept events are copied straight from `chunk` (or from the tail held
+    /// from the last read), in one piece when none is stripped. Each event is read once,
+    /// for usage and, when the request is traced, by `reader`.
     pub(crate) fn push(
         &mut self,
-        chunk: &Bytes,
+        chunk: &[u8],
         mut reader: Option<&mut (dyn EventReader + '_)>,
-    ) -> Bytes {
-        let input = if self.pending.is_empty() {
-            chunk.clone()
-        } else {
-            self.pending.extend_from_slice(chunk);
-            self.pending.split().freeze()
-        };
-        let mut at = 0;
-        // The kept events' bytes, gathered only once an event is stripped.
-        let mut gathered: Option<BytesMut> = None;
+        out: &mut BytesMut,
+    ) {
+        let mut pending = std::mem::take(&mut self.pending);
+        let continued = !pending.is_empty();
+        if continued {
+            pending.extend_from_slice(chunk);
+        }
+        let input: &[u8] = if continued { &pending } else { chunk };
+        let (mut at, mut kept_from) = (0, 0);
         while let Some(end) = event_end(&input[at..]) {
-            let event = &input[at..at + end];
-            let keep = self.keep(event, reader.as_deref_mut());
-            match (&mut gathered, keep) {
-                (Some(out), true) => out.extend_from_slice(event),
-                (None, false) => gathered = Some(BytesMut::from(&input[..at])),
-                _ => {}
+            if !self.keep(&input[at..at + end], reader.as_deref_mut()) {
+                out.extend_from_slice(&input[kept_from..at]);
+                kept_from = at + end;
             }
             at += end;
         }
-        self.pending.extend_from_slice(&input[at..]);
-        gathered.map_or_else(|| input.slice(..at), BytesMut::freeze)
+        out.extend_from_slice(&input[kept_from..at]);
+        if continued {
+            pending.advance(at);
+        } else {
+            pending.extend_from_slice(&chunk[at..]);
+        }
+        self.pending = pending;
     }
 
     /// The usage the stream reported, if it did.
@@ -234,12 +235,12 @@ mod tests {
     );
 
     fn relay_in_pieces(relay: &mut SseRelay, size: usize) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         for piece in STREAM.as_bytes().chunks(size) {
-            out.extend_from_slice(&relay.push(&Bytes::copy_from_slice(piece), None));
+            relay.push(piece, None, &mut out);
         }
         out.extend_from_slice(&relay.finish(None));
-        out
+        out.to_vec()
     }
 
     #[test]
@@ -279,31 +280,36 @@ mod tests {
         }
     }
 
+    /// `chunk` relayed by `relay` on its own: what it sends on.
+    fn pushed(relay: &mut SseRelay, chunk: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        relay.push(chunk, None, &mut out);
+        out.to_vec()
+    }
+
     #[test]
-    fn whole_events_that_all_pass_are_relayed_without_a_copy() {
+    fn an_event_cut_in_two_waits_for_its_end_then_goes_on_whole() {
         let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
-        let chunk = Bytes::from_static(STREAM.as_bytes());
-        let out = relay.push(&chunk, None);
-        assert_eq!(out.as_ptr(), chunk.as_ptr());
-        assert_eq!(out.len(), chunk.len());
-        // An event cut in two waits for its end, then goes on whole.
+        assert_eq!(pushed(&mut relay, STREAM.as_bytes()), STREAM.as_bytes());
         let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
-        assert!(relay
-            .push(&Bytes::from_static(b"data: [DO"), None)
-            .is_empty());
+        let first = b"data: {\"choices\":[]}\n\n";
         assert_eq!(
-            &relay.push(&Bytes::from_static(b"NE]\n\n"), None)[..],
-            b"data: [DONE]\n\n"
+            pushed(&mut relay, &[&first[..], b"data: [DO"].concat()),
+            first
         );
+        assert_eq!(pushed(&mut relay, b"NE]\n"), b"");
+        assert_eq!(pushed(&mut relay, b"\ndata: x"), b"data: [DONE]\n\n");
+        assert_eq!(&relay.finish(None)[..], b"data: x");
     }
 
     #[test]
     fn crlf_events_are_understood() {
         let mut relay = SseRelay::new(Endpoint::ChatCompletions, true);
-        let out = relay.push(&Bytes::from_static(
+        let out = pushed(
+            &mut relay,
             b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\r\n\r\ndata: [DONE]\r\n\r\n",
-        ), None);
-        assert_eq!(&out[..], b"data: [DONE]\r\n\r\n");
+        );
+        assert_eq!(out, b"data: [DONE]\r\n\r\n");
         assert!(relay.usage().is_some());
     }
 
@@ -394,8 +400,8 @@ mod tests {
             assert_eq!(text_chars(data.as_bytes(), key), chars, "{data}");
         }
         let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
-        let cut = Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"content\":\"ab\\\n\n");
-        assert_eq!(relay.push(&cut, None), cut);
+        let cut = b"data: {\"choices\":[{\"delta\":{\"content\":\"ab\\\n\n";
+        assert_eq!(pushed(&mut relay, cut), cut);
     }
 
     #[test]
@@ -414,11 +420,13 @@ mod tests {
                 .filter(|(e, _)| *e == endpoint)
                 .map(|(_, data)| format!("data: {data}\n\n"))
                 .collect();
-            let chunk = Bytes::from(stream);
+            let chunk = stream.as_bytes();
             let mut quick = SseRelay::new(endpoint, false);
             let mut parsed = SseRelay::new(endpoint, false);
-            assert_eq!(quick.push(&chunk, None), chunk);
-            assert_eq!(parsed.push(&chunk, Some(&mut Nothing)), chunk);
+            assert_eq!(pushed(&mut quick, chunk), chunk);
+            let mut out = BytesMut::new();
+            parsed.push(chunk, Some(&mut Nothing), &mut out);
+            assert_eq!(out, chunk);
             assert!(quick.content_chars > 0, "{endpoint:?}");
             assert_eq!(quick.content_chars, parsed.content_chars, "{endpoint:?}");
             assert_eq!(quick.usage(), None);

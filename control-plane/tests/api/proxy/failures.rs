@@ -46,6 +46,45 @@ db_test!(a_silent_provider_is_a_504_and_an_absent_one_a_502, |app| {
     assert!(took < Duration::from_secs(5));
 });
 
+db_test!(
+    a_stream_lives_while_the_provider_speaks_and_breaks_when_it_falls_silent,
+    |app| {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start_with(&app, &provider, |config| {
+            config.idle_timeout_ms = 300;
+        })
+        .await;
+        let (_, raw_key, _) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "silences" }))
+            .await;
+        let stream = |model: &str| {
+            let mut request = simple_chat(model);
+            request["stream"] = json!(true);
+            request
+        };
+        // Fifty events 50 ms apart: 2.5 s, far past the idle timeout, never silent for it.
+        let response = proxy.chat(&raw_key, stream("mock-slow-stream")).await;
+        assert_eq!(response.status(), 200);
+        let body = response.text().await.unwrap();
+        assert_eq!(body.matches("token ").count(), 49, "{body}");
+        assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+
+        // One event, then silence: the stream is broken off after the idle timeout, without
+        // its end, and the event that came is still relayed.
+        let started = Instant::now();
+        let response = proxy.chat(&raw_key, stream("mock-stall-stream")).await;
+        assert_eq!(response.status(), 200);
+        let body = response.text().await.unwrap_or_default();
+        let took = started.elapsed();
+        assert!(body.contains("Hello"), "{body}");
+        assert!(!body.contains("[DONE]"), "{body}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+);
+
 /// A chat request for `model` is refused with `status` and `code`; how long that took.
 async fn expect_refusal(
     proxy: &TestProxy,

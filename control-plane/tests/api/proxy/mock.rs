@@ -156,6 +156,23 @@ async fn chat(State(state): State<MockState>, headers: HeaderMap, body: Bytes) -
         )
             .into_response();
     }
+    if behaviour == "mock-stall-stream" {
+        // A stream's first event, then silence.
+        let chunk = json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0,
+            "delta": { "content": "Hello" } }], "usage": null });
+        let start = futures_util::stream::once(async move {
+            Ok::<_, std::convert::Infallible>(format!("data: {chunk}\n\n"))
+        });
+        let silence = futures_util::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            Ok("data: [DONE]\n\n".to_owned())
+        });
+        return (
+            [("content-type", "text/event-stream")],
+            axum::body::Body::from_stream(futures_util::StreamExt::chain(start, silence)),
+        )
+            .into_response();
+    }
     if behaviour == "mock-slow-stream" {
         let usage = request["stream_options"]["include_usage"] == json!(true);
         return slow_stream(state.abandoned.clone(), usage);
