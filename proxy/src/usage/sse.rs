@@ -2,7 +2,10 @@
 //! and, when the proxy asked for usage the client did not, removing the usage-only chunk
 //! so the client sees exactly the stream it asked for.
 
+use std::sync::LazyLock;
+
 use bytes::{Buf, Bytes, BytesMut};
+use memchr::memmem::Finder;
 
 use super::extract::{read_event, Event, Tokens, UsageParts};
 use crate::endpoint::Endpoint;
@@ -14,12 +17,12 @@ pub(crate) trait EventReader {
 }
 
 /// Holds the unfinished tail of the stream between reads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseRelay {
     pending: BytesMut,
     strip_usage_chunk: bool,
     /// The key of the generated text in the stream's events (see [`text_key`]).
-    text_key: &'static [u8],
+    text_key: &'static Finder<'static>,
     /// The usage the stream reported so far, if it did.
     usage_parts: Option<UsageParts>,
     /// Generated characters seen, for an estimate if usage never comes.
@@ -31,9 +34,11 @@ impl SseRelay {
     /// `stream_options.include_usage`.
     pub fn new(endpoint: Endpoint, strip_usage_chunk: bool) -> Self {
         SseRelay {
+            pending: BytesMut::new(),
             strip_usage_chunk,
             text_key: text_key(endpoint),
-            ..SseRelay::default()
+            usage_parts: None,
+            content_chars: 0,
         }
     }
 
@@ -96,7 +101,7 @@ impl SseRelay {
             // Most events are a few tokens of text: parsing each in full was a tenth of
             // the proxy's CPU a stream. One that cannot hold usage, read by no trace,
             // only has its generated text counted, by a scan for its key.
-            if reader.is_none() && !contains(data, USAGE_KEY) {
+            if reader.is_none() && USAGE_KEY.find(data).is_none() {
                 self.content_chars += text_chars(data, self.text_key);
                 continue;
             }
@@ -122,38 +127,37 @@ impl SseRelay {
 /// The key every usage of a stream's events is under (`usage`, `response.usage`,
 /// `message.usage`). Within a JSON string a quote is always escaped, so these bytes are a
 /// key (or a string value `"usage"`, which only costs a parse), never part of text.
-const USAGE_KEY: &[u8] = b"\"usage\"";
+static USAGE_KEY: Key = LazyLock::new(|| Finder::new(b"\"usage\""));
+static CONTENT_KEY: Key = LazyLock::new(|| Finder::new(b"\"content\""));
+static DELTA_KEY: Key = LazyLock::new(|| Finder::new(b"\"delta\""));
+static TEXT_KEY: Key = LazyLock::new(|| Finder::new(b"\"text\""));
+
+/// A key searched for in every event, with memchr's SIMD substring search built once:
+/// `memmem::find` builds it anew on each call, which on events of a few tokens cost
+/// about as much as the search.
+type Key = LazyLock<Finder<'static>>;
 
 /// The key, quotes included, of the text an endpoint's stream events generate, as the
 /// full parse reads it (`Event::chunk_facts`): chat completions' `choices[].delta.content`,
 /// the Responses API's `delta` (a string), Anthropic's `delta.text`. In those events no
 /// other string value has that key.
-fn text_key(endpoint: Endpoint) -> &'static [u8] {
+fn text_key(endpoint: Endpoint) -> &'static Finder<'static> {
     match endpoint {
-        Endpoint::Responses => b"\"delta\"",
-        Endpoint::Messages => b"\"text\"",
+        Endpoint::Responses => &DELTA_KEY,
+        Endpoint::Messages => &TEXT_KEY,
         Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::MessagesCountTokens => {
-            b"\"content\""
+            &CONTENT_KEY
         }
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    find(haystack, needle).is_some()
-}
-
-/// memchr's SIMD substring search, cheaper than comparing at every byte.
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(haystack, needle)
-}
-
 /// Characters of every string value under `key` in the JSON `data`, unescaped (as
 /// `str::chars` counts them). A key whose value is not a string (`null`) counts none.
-fn text_chars(data: &[u8], key: &[u8]) -> usize {
+fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
     let mut total = 0;
     let mut at = 0;
-    while let Some(found) = find(&data[at..], key) {
-        at += found + key.len();
+    while let Some(found) = key.find(&data[at..]) {
+        at += found + key.needle().len();
         let colon = skip_space(data, at);
         if data.get(colon) != Some(&b':') {
             continue;
@@ -212,7 +216,7 @@ fn is_low_surrogate(hex: &[u8]) -> bool {
 /// ends it; lines end in LF or CRLF).
 fn event_end(buffer: &[u8]) -> Option<usize> {
     let mut from = 0;
-    while let Some(offset) = buffer[from..].iter().position(|b| *b == b'\n') {
+    while let Some(offset) = memchr::memchr(b'\n', &buffer[from..]) {
         let at = from + offset;
         match buffer.get(at + 1) {
             Some(b'\n') => return Some(at + 2),
@@ -373,7 +377,7 @@ mod tests {
     #[test]
     fn the_text_scan_counts_what_the_full_parse_counts() {
         for (endpoint, data) in TEXT_EVENTS {
-            assert!(!contains(data.as_bytes(), USAGE_KEY), "{data}");
+            assert!(USAGE_KEY.find(data.as_bytes()).is_none(), "{data}");
             let parsed = read_event(data.as_bytes()).map_or(0, |e| e.chunk_facts().content_chars);
             assert_eq!(
                 text_chars(data.as_bytes(), text_key(endpoint)),
@@ -382,7 +386,7 @@ mod tests {
             );
         }
         let escaped = r#"{"choices":[{"delta":{"content":"a\"b\u00e9"}}]}"#;
-        assert_eq!(text_chars(escaped.as_bytes(), b"\"content\""), 4);
+        assert_eq!(text_chars(escaped.as_bytes(), &CONTENT_KEY), 4);
     }
 
     #[test]
