@@ -36,6 +36,18 @@ pub(crate) async fn configure(app: &TestApp, key: &str, body: Value) -> Value {
     expect_status(response, 200).await["data"].clone()
 }
 
+/// Turns capture on with one rule, redacting mail addresses at `field_path`.
+pub(crate) async fn capture_redacting_mail(app: &TestApp, key: &str, field_path: &str) {
+    let settings = json!({
+        "enabled": true, "retention_days": 7, "processing_purpose": PURPOSE,
+        "redaction_rules": [{
+            "id": "email", "field_path": field_path,
+            "pattern": "[\\w.+-]+@[\\w-]+\\.[\\w.]+"
+        }]
+    });
+    configure(app, key, settings).await;
+}
+
 /// The tenant's captures, oldest first: (record id, body, omitted, bytes, redactions, version).
 async fn captures(
     app: &TestApp,

@@ -8,7 +8,7 @@ use warden_proxy::otel::Tracer;
 use super::{register, Upstream, MCP_SDK};
 use crate::helpers::{create_policy, Backend, TestApp, TestTenant};
 use crate::otlp::Collector;
-use crate::proxy::capture::configure;
+use crate::proxy::capture::capture_redacting_mail;
 use crate::proxy::{MockProvider, TestProxy};
 
 const AGENT_SPAN: &str = "00f067aa0ba902b7";
@@ -166,15 +166,7 @@ async fn a_tool_calls_arguments_are_on_its_span_only_when_asked_for_and_captured
     );
 
     // With capture on, the arguments are there, redacted by the rules for `arguments`.
-    let settings = json!({
-        "enabled": true, "retention_days": 7,
-        "processing_purpose": "Debugging agent failures reported by customers",
-        "redaction_rules": [{
-            "id": "email", "field_path": "arguments.query",
-            "pattern": "[\\w.+-]+@[\\w-]+\\.[\\w.]+"
-        }]
-    });
-    configure(app, &tenant.admin_key, settings).await;
+    capture_redacting_mail(app, &tenant.admin_key, "arguments.query").await;
     let trace = "8bf92f3577b34da6a3ce929d0e0e4736";
     let answer = search(trace).await;
     assert!(answer["error"].is_null(), "{answer}");

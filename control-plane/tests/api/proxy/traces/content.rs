@@ -5,20 +5,13 @@ use serde_json::{json, Value};
 
 use super::{trace_id, Traced};
 use crate::otlp::{Collector, ReceivedSpan};
-use crate::proxy::capture::configure;
+use crate::proxy::capture::capture_redacting_mail;
 
 /// Turns the tenant's payload capture on, with a rule that redacts mail addresses in
 /// chat and Messages API content.
 async fn enable_capture(traced: &Traced) {
-    let settings = json!({
-        "enabled": true, "retention_days": 7,
-        "processing_purpose": "Debugging agent failures reported by customers",
-        "redaction_rules": [{
-            "id": "email", "field_path": "messages.content",
-            "pattern": "[\\w.+-]+@[\\w-]+\\.[\\w.]+"
-        }]
-    });
-    configure(&traced.app, &traced.tenant.admin_key, settings).await;
+    let (app, key) = (&traced.app, &traced.tenant.admin_key);
+    capture_redacting_mail(app, key, "messages.content").await;
 }
 
 fn json_attr(span: &ReceivedSpan, name: &str) -> Value {
@@ -51,21 +44,27 @@ async fn prompts_are_on_spans_only_when_asked_for_and_captured_and_redacted() {
     });
 
     // The operator asked for content, but the tenant captures no payloads: none.
-    let answer = traced
-        .send("/v1/chat/completions", &trace_id(1), chat.clone())
-        .await;
-    assert_eq!(answer.status(), 200);
-    let spans = traced.spans(&trace_id(1), 1).await;
-    has_no_content(&traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini"));
+    has_no_content(
+        &traced
+            .call(
+                "/v1/chat/completions",
+                &trace_id(1),
+                chat.clone(),
+                "chat gpt-4o-mini",
+            )
+            .await,
+    );
 
     // With capture on, the prompt is on the span, redacted by the tenant's rules.
     enable_capture(&traced).await;
-    let answer = traced
-        .send("/v1/chat/completions", &trace_id(2), chat.clone())
+    let client = traced
+        .call(
+            "/v1/chat/completions",
+            &trace_id(2),
+            chat.clone(),
+            "chat gpt-4o-mini",
+        )
         .await;
-    assert_eq!(answer.status(), 200);
-    let spans = traced.spans(&trace_id(2), 1).await;
-    let client = traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini");
     assert_eq!(
         json_attr(&client, "gen_ai.input.messages"),
         json!([
@@ -89,15 +88,9 @@ async fn prompts_are_on_spans_only_when_asked_for_and_captured_and_redacted() {
             { "type": "text", "text": format!("Mail {secret_mail}") }
         ] }],
     });
-    assert_eq!(
-        traced
-            .send("/v1/messages", &trace_id(3), body)
-            .await
-            .status(),
-        200
-    );
-    let spans = traced.spans(&trace_id(3), 1).await;
-    let client = traced.forwarded(&spans, "/v1/messages", "chat claude-sonnet-4-5");
+    let client = traced
+        .call("/v1/messages", &trace_id(3), body, "chat claude-sonnet-4-5")
+        .await;
     assert_eq!(
         json_attr(&client, "gen_ai.system_instructions"),
         json!([{ "type": "text", "content": "Be brief." }])
@@ -110,25 +103,28 @@ async fn prompts_are_on_spans_only_when_asked_for_and_captured_and_redacted() {
 
     // The conventions have no input for embeddings: nothing is exported for them.
     let body = json!({ "model": "text-embedding-3-small", "input": "hello" });
-    assert_eq!(
-        traced
-            .send("/v1/embeddings", &trace_id(4), body)
-            .await
-            .status(),
-        200
+    has_no_content(
+        &traced
+            .call(
+                "/v1/embeddings",
+                &trace_id(4),
+                body,
+                "embeddings text-embedding-3-small",
+            )
+            .await,
     );
-    let spans = traced.spans(&trace_id(4), 1).await;
-    has_no_content(&traced.forwarded(
-        &spans,
-        "/v1/embeddings",
-        "embeddings text-embedding-3-small",
-    ));
 
     // An operator who did not ask for content gets none, whatever the tenant captures.
     let plain = Traced::start().await;
     enable_capture(&plain).await;
-    let answer = plain.send("/v1/chat/completions", &trace_id(5), chat).await;
-    assert_eq!(answer.status(), 200);
-    let spans = plain.spans(&trace_id(5), 1).await;
-    has_no_content(&plain.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini"));
+    has_no_content(
+        &plain
+            .call(
+                "/v1/chat/completions",
+                &trace_id(5),
+                chat,
+                "chat gpt-4o-mini",
+            )
+            .await,
+    );
 }

@@ -85,6 +85,15 @@ impl Traced {
             .unwrap()
     }
 
+    /// Sends `body` to `path` in trace `trace_id`, expects a 200, and returns the
+    /// request's span, checked as [`Traced::forwarded`] checks one named `name`.
+    async fn call(&self, path: &str, trace_id: &str, body: Value, name: &str) -> ReceivedSpan {
+        let answer = self.send(path, trace_id, body).await;
+        assert_eq!(answer.status(), 200, "{path}");
+        let spans = self.spans(trace_id, 1).await;
+        self.forwarded(&spans, path, name)
+    }
+
     /// Exports what the proxy has ended and returns trace `trace_id`'s `count` spans.
     async fn spans(&self, trace_id: &str, count: usize) -> Vec<ReceivedSpan> {
         self.collector.flushed(&self.tracer, trace_id, count).await
@@ -159,16 +168,14 @@ async fn each_agent_api_call_is_a_genai_client_span_under_the_agents_span() {
     let traced = Traced::start().await;
 
     // Chat completion.
-    let answer = traced
-        .send(
+    let client = traced
+        .call(
             "/v1/chat/completions",
             &trace_id(1),
             simple_chat("gpt-4o-mini"),
+            "chat gpt-4o-mini",
         )
         .await;
-    assert_eq!(answer.status(), 200);
-    let spans = traced.spans(&trace_id(1), 1).await;
-    let client = traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o-mini");
     assert_eq!(client.str("gen_ai.operation.name"), "chat");
     assert_eq!(client.str("gen_ai.provider.name"), "openai");
     assert_eq!(client.str("gen_ai.request.model"), "gpt-4o-mini");
@@ -189,15 +196,9 @@ async fn each_agent_api_call_is_a_genai_client_span_under_the_agents_span() {
 
     // Responses API.
     let body = json!({ "model": "gpt-4o", "input": "Say hello" });
-    assert_eq!(
-        traced
-            .send("/v1/responses", &trace_id(2), body)
-            .await
-            .status(),
-        200
-    );
-    let spans = traced.spans(&trace_id(2), 1).await;
-    let client = traced.forwarded(&spans, "/v1/responses", "chat gpt-4o");
+    let client = traced
+        .call("/v1/responses", &trace_id(2), body, "chat gpt-4o")
+        .await;
     let (input, cached, output, reasoning) = RESPONSE_TOKENS;
     assert_eq!(client.str("gen_ai.response.id"), "resp_mock");
     assert_eq!(
@@ -215,15 +216,9 @@ async fn each_agent_api_call_is_a_genai_client_span_under_the_agents_span() {
     // Anthropic's Messages API.
     let body = json!({ "model": "claude-sonnet-4-5", "max_tokens": 64,
                        "messages": [{ "role": "user", "content": "Say hello" }] });
-    assert_eq!(
-        traced
-            .send("/v1/messages", &trace_id(3), body)
-            .await
-            .status(),
-        200
-    );
-    let spans = traced.spans(&trace_id(3), 1).await;
-    let client = traced.forwarded(&spans, "/v1/messages", "chat claude-sonnet-4-5");
+    let client = traced
+        .call("/v1/messages", &trace_id(3), body, "chat claude-sonnet-4-5")
+        .await;
     let (input, written, read, output) = MESSAGE_TOKENS;
     assert_eq!(client.str("gen_ai.provider.name"), "anthropic");
     assert_eq!(client.str("gen_ai.response.id"), "msg_mock");
@@ -244,19 +239,14 @@ async fn each_agent_api_call_is_a_genai_client_span_under_the_agents_span() {
 
     // Embeddings.
     let body = json!({ "model": "text-embedding-3-small", "input": "hello" });
-    assert_eq!(
-        traced
-            .send("/v1/embeddings", &trace_id(4), body)
-            .await
-            .status(),
-        200
-    );
-    let spans = traced.spans(&trace_id(4), 1).await;
-    let client = traced.forwarded(
-        &spans,
-        "/v1/embeddings",
-        "embeddings text-embedding-3-small",
-    );
+    let client = traced
+        .call(
+            "/v1/embeddings",
+            &trace_id(4),
+            body,
+            "embeddings text-embedding-3-small",
+        )
+        .await;
     assert_eq!(client.str("gen_ai.operation.name"), "embeddings");
     assert_eq!(client.int("gen_ai.usage.input_tokens"), 5);
 
@@ -403,12 +393,14 @@ async fn refusals_end_their_span_with_an_error_and_the_decision() {
     )
     .await;
     // The approval is in force when its decision answers; the retry goes through.
-    let retry = traced
-        .send("/v1/chat/completions", &trace_id(22), simple_chat("gpt-4o"))
+    let released = traced
+        .call(
+            "/v1/chat/completions",
+            &trace_id(22),
+            simple_chat("gpt-4o"),
+            "chat gpt-4o",
+        )
         .await;
-    assert_eq!(retry.status(), 200);
-    let spans = traced.spans(&trace_id(22), 1).await;
-    let released = traced.forwarded(&spans, "/v1/chat/completions", "chat gpt-4o");
     assert_eq!(
         released.int("warden.approval.id"),
         approval,
