@@ -9,10 +9,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::join_all;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, ErrorData, Implementation, ListToolsResult,
-    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -20,14 +19,13 @@ use serde_json::{json, Map, Value};
 use warden_shared::clock::Clock;
 use warden_shared::ids::{new_id, IdKind};
 use warden_shared::mcp::{prefixed, split};
-use warden_shared::policy::{evaluate, Counters, Decision, PolicyType, RatePer, Scope};
 use warden_shared::registry::Provider;
 use warden_shared::snapshot::McpServerState;
 use warden_shared::timestamp::Timestamp;
 
 use super::drift::{DriftReports, ToolStanding};
 use super::metrics::GatewayMetrics;
-use super::upstream::{ListedTool, UpstreamClients};
+use super::upstream::UpstreamClients;
 use crate::admission::{self, Admitted};
 use crate::approval_claims::{ApprovalClaims, RE_EVALUATIONS};
 use crate::capture::CaptureBuffer;
@@ -154,8 +152,8 @@ impl ServerHandler for Gateway {
 }
 
 impl GatewayShared {
-    /// Holds the call's arguments for its span, when the tenant captures payloads: as
-    /// `{"arguments": ...}`, the shape the tenant's rules are written for.
+    /// Holds the call's arguments for its span, when the tenant captures payloads, in
+    /// the shape its rules are written for.
     fn hold_arguments(
         &self,
         trace: &mut ToolCallTrace,
@@ -165,80 +163,9 @@ impl GatewayShared {
         let Some(tenant) = self.state.payload_capture(&caller.view.key.tenant_id) else {
             return;
         };
-        let held = json!({ "arguments": request.arguments.as_ref().unwrap_or(&Map::new()) });
-        let body = Bytes::from(serde_json::to_vec(&held).unwrap_or_default());
+        let held = serde_json::to_vec(&as_rules_address(request)).unwrap_or_default();
+        let body = Bytes::from(held);
         trace.arguments(self.captures.hold(tenant, &body));
-    }
-
-    /// The tools `caller` may see: every enabled server's (or the path's one server's)
-    /// tools whose definitions are the approved ones, minus those an allowlist or block
-    /// policy refuses the caller's agent. Tools a `require_approval` policy holds are
-    /// listed: calling them asks for the approval.
-    async fn visible_tools(&self, caller: &Caller) -> Vec<Tool> {
-        let tenant_id = &caller.view.key.tenant_id;
-        let servers = self.state.mcp_servers(tenant_id).unwrap_or_default();
-        let servers: Vec<&McpServerState> = servers.iter().filter(|s| in_path(caller, s)).collect();
-        // Asked all at once: a listing takes as long as the slowest server, not the sum.
-        let listings = join_all(
-            servers
-                .iter()
-                .map(|server| self.upstreams.list_tools(server)),
-        )
-        .await;
-        let mut visible = Vec::new();
-        for (server, listed) in servers.into_iter().zip(listings) {
-            let listed = match listed {
-                Ok(listed) => listed,
-                Err(error) => {
-                    tracing::warn!(server = %server.name, tenant_id, %error, "MCP server's tools not listed");
-                    continue;
-                }
-            };
-            for ListedTool {
-                mut tool,
-                fingerprint,
-            } in listed
-            {
-                if !self.drifts.is_pinned(server, &tool.name, &fingerprint) {
-                    continue;
-                }
-                let name = prefixed(&server.name, &tool.name);
-                if !self.listable(&caller.view, &name) {
-                    continue;
-                }
-                if caller.server.is_none() {
-                    tool.name = name.into();
-                }
-                visible.push(tool);
-            }
-        }
-        visible
-    }
-
-    /// Whether the policies let the agent see the tool: no allowlist leaves it out, no
-    /// block lists it. Rate limits and approvals are decided per call, not here.
-    fn listable(&self, view: &KeyView, tool: &str) -> bool {
-        let (Some(policies), Some(agent)) = (self.state.policies(&view.key.tenant_id), &view.agent)
-        else {
-            return true;
-        };
-        let facts = warden_shared::policy::RequestFacts {
-            tenant_id: &view.key.tenant_id,
-            agent_id: &agent.id,
-            team_id: agent.team_id.as_deref(),
-            environment: &agent.environment,
-            api_key_id: Some(&view.key.id),
-            provider: Provider::Mcp,
-            model: tool,
-            estimated_cost_micros: 0,
-        };
-        !matches!(
-            evaluate(&policies, &facts, &Listing).decision,
-            Decision::Refuse {
-                policy_type: PolicyType::ToolAllowlist | PolicyType::BlockTool,
-                ..
-            }
-        )
     }
 
     /// Decides, forwards and records one tool call.
@@ -535,7 +462,7 @@ impl CallFacts {
     }
 }
 
-fn in_path(caller: &Caller, server: &McpServerState) -> bool {
+pub(super) fn in_path(caller: &Caller, server: &McpServerState) -> bool {
     caller
         .server
         .as_deref()
@@ -552,7 +479,7 @@ fn approval_details(
     call: &CallFacts,
     request: &CallToolRequestParams,
 ) -> Map<String, Value> {
-    let mut shown = json!({ "arguments": request.arguments.clone().unwrap_or_default() });
+    let mut shown = as_rules_address(request);
     if let Some(rules) = state.payload_capture(&caller.view.key.tenant_id) {
         rules.redact(&mut shown);
     }
@@ -569,6 +496,12 @@ fn approval_details(
     details
 }
 
+/// A call's arguments as the tenant's payload rules address them: `{"arguments": ...}`
+/// (a rule's path starts at `arguments`).
+fn as_rules_address(request: &CallToolRequestParams) -> Value {
+    json!({ "arguments": request.arguments.clone().unwrap_or_default() })
+}
+
 /// A refusal as the JSON-RPC error the agent's MCP client raises.
 fn refused(refusal: &Refusal) -> ErrorData {
     let mut data = json!({ "code": refusal.code() });
@@ -582,20 +515,4 @@ fn refused(refusal: &Refusal) -> ErrorData {
         data["retry_after_secs"] = json!(retry_after_secs);
     }
     ErrorData::new(REFUSED, refusal.message(), Some(data))
-}
-
-/// Counters for deciding what a listing shows: no spend, empty rate windows, no
-/// grants; only allowlists and blocks can hide a tool.
-struct Listing;
-
-impl Counters for Listing {
-    fn month_spend_micros(&self, _scope: &Scope) -> i64 {
-        0
-    }
-    fn minute_counts(&self, _policy_id: i64, _per: RatePer) -> (i64, i64) {
-        (0, 0)
-    }
-    fn approval_granted(&self, _policy_id: i64) -> bool {
-        false
-    }
 }

@@ -16,6 +16,7 @@
 pub mod address_guard;
 pub mod drift;
 pub mod handler;
+mod listing;
 pub mod metrics;
 pub mod upstream;
 
