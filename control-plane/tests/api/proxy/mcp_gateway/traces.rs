@@ -7,7 +7,7 @@ use warden_proxy::otel::Tracer;
 
 use super::{register, Upstream, MCP_SDK};
 use crate::helpers::{create_policy, Backend, TestApp, TestTenant};
-use crate::otlp::Collector;
+use crate::otlp::{Collector, ReceivedSpan};
 use crate::proxy::capture::capture_redacting_mail;
 use crate::proxy::{MockProvider, TestProxy};
 
@@ -57,6 +57,12 @@ impl TracedGateway {
         }
     }
 
+    /// Exports what the proxy has ended and returns trace `trace`'s one span.
+    async fn span(&self, trace: &str) -> ReceivedSpan {
+        let mut spans = self.collector.flushed(&self.tracer, trace, 1).await;
+        spans.remove(0)
+    }
+
     /// The MCP SDK's agent calls `tool` with `arguments` in trace `trace`.
     async fn call(&self, tool: &str, arguments: Value, trace: &str) -> Value {
         let traceparent = format!("00-{trace}-{AGENT_SPAN}-01");
@@ -79,8 +85,6 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
     let TracedGateway {
         app,
         upstream,
-        collector,
-        tracer,
         tenant,
         created,
         ..
@@ -97,8 +101,7 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
     let trace = "5bf92f3577b34da6a3ce929d0e0e4736";
     let answer = call("docs__add", json!({ "a": 2, "b": 3 }), trace).await;
     assert_eq!(answer["text"], json!("5"), "{answer}");
-    let spans = collector.flushed(tracer, trace, 1).await;
-    let span = &spans[0];
+    let span = &traced.span(trace).await;
     assert_eq!(span.name, "execute_tool docs__add");
     assert_eq!(span.kind, "INTERNAL");
     assert_eq!(span.parent_span_id, AGENT_SPAN, "the agent's trace goes on");
@@ -131,8 +134,7 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
         json!("policy_violation"),
         "{answer}"
     );
-    let spans = collector.flushed(tracer, trace, 1).await;
-    let span = &spans[0];
+    let span = &traced.span(trace).await;
     assert_eq!(span.name, "execute_tool docs__delete_repo");
     assert_eq!(span.status, "ERROR");
     assert_eq!(span.str("warden.decision"), "policy_violation");
@@ -144,13 +146,7 @@ async fn a_tool_call_is_an_execute_tool_span_whose_context_reaches_the_server() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_calls_arguments_are_on_its_span_only_when_asked_for_and_captured_and_redacted() {
     let traced = TracedGateway::start(Collector::tracer_with_content).await;
-    let TracedGateway {
-        app,
-        collector,
-        tracer,
-        tenant,
-        ..
-    } = &traced;
+    let TracedGateway { app, tenant, .. } = &traced;
     let arguments = json!({ "query": "mail alice.secret@example.com" });
     let search = |trace| traced.call("docs__search", arguments.clone(), trace);
 
@@ -158,7 +154,7 @@ async fn a_tool_calls_arguments_are_on_its_span_only_when_asked_for_and_captured
     let trace = "7bf92f3577b34da6a3ce929d0e0e4736";
     let answer = search(trace).await;
     assert!(answer["error"].is_null(), "{answer}");
-    let span = collector.flushed(tracer, trace, 1).await.remove(0);
+    let span = traced.span(trace).await;
     assert_eq!(span.name, "execute_tool docs__search");
     assert!(
         span.attr("gen_ai.tool.call.arguments").is_none(),
@@ -170,7 +166,7 @@ async fn a_tool_calls_arguments_are_on_its_span_only_when_asked_for_and_captured
     let trace = "8bf92f3577b34da6a3ce929d0e0e4736";
     let answer = search(trace).await;
     assert!(answer["error"].is_null(), "{answer}");
-    let span = collector.flushed(tracer, trace, 1).await.remove(0);
+    let span = traced.span(trace).await;
     let arguments: Value = serde_json::from_str(span.str("gen_ai.tool.call.arguments")).unwrap();
     assert_eq!(arguments, json!({ "query": "mail [REDACTED:email]" }));
     assert_eq!(span.int("warden.content.redactions"), 1);
