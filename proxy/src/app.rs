@@ -39,7 +39,7 @@ use crate::mcp::upstream::UpstreamClients;
 use crate::mcp::{GatewayShared, McpGateway};
 use crate::metrics::ProxyMetrics;
 use crate::otel::{LostSpans, Tracer};
-use crate::rate_grants::RateGrants;
+use crate::rate_grants::{RateGrantCounters, RateGrants};
 use crate::rate_limit::RateWindows;
 use crate::resources::Resources;
 use crate::service::ProxyService;
@@ -117,6 +117,7 @@ pub struct ProxyApp {
     stream: StreamSource,
     client: reqwest::Client,
     budget_grants: BudgetGrants,
+    rate_grants: RateGrants,
     draining: Arc<AtomicBool>,
     shutdown_delay: Duration,
 }
@@ -228,7 +229,12 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         allowances.clone(),
         &base,
         service_token.expose(),
-        metrics.rate_grant_failures.clone(),
+        rates.clone(),
+        RateGrantCounters {
+            failures: metrics.rate_grant_failures.clone(),
+            asks: metrics.rate_grant_asks.clone(),
+            batches: metrics.rate_grant_batches.clone(),
+        },
     );
     // This instance's id: whose state acknowledgements and budget allowances they are.
     let proxy_id = new_id(IdKind::Instance, system_now_ms());
@@ -303,6 +309,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             .connect_timeout(Duration::from_secs(5))
             .build()?,
         budget_grants,
+        rate_grants,
     })
 }
 
@@ -362,6 +369,7 @@ impl ProxyApp {
             stream,
             client,
             budget_grants,
+            rate_grants,
             draining,
             shutdown_delay,
             ..
@@ -379,6 +387,7 @@ impl ProxyApp {
                 .clone()
                 .renew_forever(budgets.clone(), clock.clone()),
         );
+        let asker = tokio::spawn(rate_grants.ask_forever());
         let forgetter = tokio::spawn(forget_stale(rates, mcp, clock.clone()));
         let accept_failures = metrics.accept_failures.clone();
         let spooled = spool.is_some();
@@ -414,6 +423,7 @@ impl ProxyApp {
         servers.finish().await;
         drop(follower);
         forgetter.abort();
+        asker.abort();
         // The last handle on the usage queue goes with the proxies; the flushers then
         // spool and send what is left and end. What the ledger has not acknowledged by
         // then is safe in the spool when there is one, and sent on the next start.

@@ -39,6 +39,9 @@ pub struct ProxyMetrics {
     pub accept_failures: IntCounter,
     /// Rate limit grants the control plane did not answer (`crate::rate_grants`).
     pub rate_grant_failures: IntCounter,
+    /// Rate limit allowances asked for, and the batches they went in.
+    pub rate_grant_asks: IntCounter,
+    pub rate_grant_batches: IntCounter,
     /// Budget allowance requests the control plane did not answer (`crate::budget_grants`).
     pub budget_grant_failures: IntCounter,
     /// Guardrails' findings by action, and their failed scans (`crate::guardrails`).
@@ -167,6 +170,16 @@ impl ProxyMetrics {
                 "Requests for a rate limit's allowance the control plane did not answer; \
                  that bucket's minute is then counted by this proxy alone",
             )?,
+            rate_grant_asks: counter(
+                "warden_proxy_rate_grant_asks_total",
+                "Rate limit allowances asked from the control plane, one per bucket and \
+                 minute whose allowance on this proxy ran out",
+            )?,
+            rate_grant_batches: counter(
+                "warden_proxy_rate_grant_batches_total",
+                "Requests to the control plane carrying rate limit asks (the asks that \
+                 came while one was on its way go together in the next)",
+            )?,
             guardrail_findings: IntCounterVec::new(
                 Opts::new(
                     "warden_proxy_guardrail_findings_total",
@@ -289,6 +302,8 @@ impl ProxyMetrics {
             &self.decisions_flush_failures,
             &self.accept_failures,
             &self.rate_grant_failures,
+            &self.rate_grant_asks,
+            &self.rate_grant_batches,
             &self.budget_grant_failures,
             &self.guardrail_failures,
         ] {

@@ -93,6 +93,10 @@ pub struct PolicyGate<'a> {
     pub rates: &'a RateWindows,
     pub decisions: &'a DecisionSink,
     pub guardrails: &'a Guardrails,
+    /// A request refused by a shared rate limit only because concurrent requests took
+    /// this proxy's allowance (see `crate::rate_grants`) is not reported but stopped with
+    /// [`Stopped::short_of_allowance`], for the caller to ask for more and check again.
+    pub ask_again_when_short: bool,
 }
 
 impl PolicyGate<'_> {
@@ -189,6 +193,16 @@ impl PolicyGate<'_> {
         for counted in &counted {
             counted.give_back();
         }
+        if self.ask_again_when_short
+            && matches!(refusal, Refusal::RateLimited { .. })
+            && counted.iter().any(Counted::short_of_allowance)
+        {
+            return Err(Stopped {
+                refusal,
+                approval: None,
+                short_of_allowance: true,
+            });
+        }
         let policy_list = Arc::clone(&list.policies);
         let held = Held {
             request: &request,
@@ -207,6 +221,7 @@ impl PolicyGate<'_> {
             return Err(Stopped {
                 refusal,
                 approval: Some(Box::new(report)),
+                short_of_allowance: false,
             });
         }
         self.decisions.report(report);
@@ -221,6 +236,9 @@ pub struct Stopped {
     pub refusal: Refusal,
     /// Boxed: the rare case should not make every refusal large.
     pub approval: Option<Box<DecisionReport>>,
+    /// Refused only for want of this proxy's allowance of a shared rate limit, not
+    /// reported (see [`PolicyGate::ask_again_when_short`]).
+    pub short_of_allowance: bool,
 }
 
 impl From<Refusal> for Stopped {
@@ -228,6 +246,7 @@ impl From<Refusal> for Stopped {
         Stopped {
             refusal,
             approval: None,
+            short_of_allowance: false,
         }
     }
 }

@@ -4,28 +4,93 @@
 //! plane (`POST /internal/v1/rate-grants`) when there is none or it is spent. The
 //! control plane never grants past the limit, whatever the number of proxies.
 //!
-//! A proxy asks at most once per spent allowance and request; when the control plane
-//! does not answer within a second, the bucket's minute is counted by this proxy alone
-//! (up to the whole limit here) and counted in `warden_proxy_rate_grant_failures_total`.
+//! Asks are batched and shared: one task sends them, every bucket whose allowance ran
+//! out while the previous batch was on its way in the next, and the requests of a
+//! bucket that already has an ask queued or on its way wait for that one. At the start
+//! of a minute every bucket asks again; with per-key limits that is thousands of
+//! buckets at once, and an ask each, a write transaction each, stalled every request
+//! behind them for up to half a second.
+//!
+//! When the control plane does not answer within a second, the buckets of the batch are
+//! counted by this proxy alone for the minute (up to the whole limit here) and counted in
+//! `warden_proxy_rate_grant_failures_total`.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use prometheus::IntCounter;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{oneshot, Notify};
 use warden_shared::policy::{rate_bucket_id, Policy, PolicyConfig, RequestFacts};
 
 use crate::flush::ask_for_data;
 use crate::rate_limit::{Limiter, RateWindows};
 
-/// How long a request waits for a grant before its bucket is counted locally.
+/// How long the control plane has to answer a batch before its buckets are counted
+/// locally.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a request waits for its ask at most: the batch on its way, then its own.
+const WAIT_LIMIT: Duration = Duration::from_secs(2);
+/// Most asks in one batch (the control plane's limit).
+const MAX_ASKS: usize = 500;
+/// Most requests one ask wants (the control plane's limit).
+const MAX_WANT: i64 = 10_000;
 
 #[derive(Clone)]
 pub struct RateGrants {
+    inner: Arc<Asker>,
+}
+
+/// What the metrics count about the asks.
+pub struct RateGrantCounters {
+    /// Asks the control plane did not answer.
+    pub failures: IntCounter,
+    /// Asks sent, one per bucket and minute whose allowance ran out.
+    pub asks: IntCounter,
+    /// Batches sent.
+    pub batches: IntCounter,
+}
+
+struct Asker {
     client: reqwest::Client,
     url: String,
     service_token: String,
-    failures: IntCounter,
+    rates: Arc<RateWindows>,
+    counters: RateGrantCounters,
+    pending: Mutex<Pending>,
+    /// Wakes the sending task for a newly queued ask.
+    queued: Notify,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Asks not sent yet, in the order they came.
+    queue: Vec<Ask>,
+    /// The requests waiting for each ask queued or on its way.
+    waiting: std::collections::HashMap<Ask, Vec<oneshot::Sender<()>>>,
+}
+
+/// More of one limit for one bucket and minute, as sent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+struct Ask {
+    tenant_id: String,
+    #[serde(serialize_with = "policy_limiter")]
+    limiter: i64,
+    bucket: String,
+    minute: i64,
+    limit: i64,
+    want: i64,
+}
+
+fn policy_limiter<S: serde::Serializer>(policy_id: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("policy:{policy_id}"))
+}
+
+impl Ask {
+    fn limiter(&self) -> Limiter {
+        Limiter::Policy(self.limiter)
+    }
 }
 
 impl RateGrants {
@@ -33,25 +98,27 @@ impl RateGrants {
         client: reqwest::Client,
         control_plane: &str,
         service_token: &str,
-        failures: IntCounter,
+        rates: Arc<RateWindows>,
+        counters: RateGrantCounters,
     ) -> RateGrants {
         RateGrants {
-            client,
-            url: format!("{control_plane}/internal/v1/rate-grants"),
-            service_token: service_token.to_owned(),
-            failures,
+            inner: Arc::new(Asker {
+                client,
+                url: format!("{control_plane}/internal/v1/rate-grants"),
+                service_token: service_token.to_owned(),
+                rates,
+                counters,
+                pending: Mutex::default(),
+                queued: Notify::new(),
+            }),
         }
     }
 
     /// Gives every shared limit covering `request` an allowance for it where it has
-    /// none left (see the module documentation).
-    pub async fn ensure(
-        &self,
-        rates: &RateWindows,
-        policies: &[Policy],
-        request: &RequestFacts<'_>,
-        now_ms: i64,
-    ) {
+    /// none left (see the module documentation): its asks go out together and are
+    /// waited for together.
+    pub async fn ensure(&self, policies: &[Policy], request: &RequestFacts<'_>, now_ms: i64) {
+        let mut waits = Vec::new();
         for policy in policies {
             let PolicyConfig::RateLimit {
                 requests_per_minute: Some(limit),
@@ -71,40 +138,109 @@ impl RateGrants {
             }
             let bucket = rate_bucket_id(*per, request);
             let limiter = Limiter::Policy(policy.id);
-            let Some(minute) = rates.needs_grant(limiter, bucket, now_ms) else {
+            let Some(minute) = self.inner.rates.needs_grant(limiter, bucket, now_ms) else {
                 continue;
             };
-            match self
-                .ask(request.tenant_id, policy.id, bucket, minute, *limit)
-                .await
-            {
-                Ok(granted) => rates.add_grant(limiter, bucket, minute, *limit, granted),
-                Err(error) => {
-                    tracing::warn!(%error, policy_id = policy.id, "cannot ask the control plane for a rate limit's allowance; counting this minute here alone");
-                    self.failures.inc();
-                    rates.unshare(limiter, bucket, minute);
+            let ask = Ask {
+                tenant_id: request.tenant_id.to_owned(),
+                limiter: policy.id,
+                bucket: bucket.to_owned(),
+                minute,
+                limit: *limit,
+                want: (*limit).min(MAX_WANT),
+            };
+            waits.push(self.inner.enqueue(ask));
+        }
+        if !waits.is_empty() {
+            join_all(waits).await;
+        }
+    }
+
+    /// Sends the queued asks, a batch at a time, for as long as the proxy runs.
+    pub async fn ask_forever(self) {
+        loop {
+            let batch = self.inner.next_batch();
+            if batch.is_empty() {
+                self.inner.queued.notified().await;
+                continue;
+            }
+            self.inner.send(&batch).await;
+            self.inner.answered(&batch);
+        }
+    }
+}
+
+impl Asker {
+    /// Queues `ask` unless the same is queued or on its way, and waits for the answer.
+    /// A request never waits past [`WAIT_LIMIT`]: the bucket's minute is then counted
+    /// here alone, as when the control plane does not answer.
+    async fn enqueue(&self, ask: Ask) {
+        let (done, answered) = oneshot::channel();
+        let (limiter, bucket, minute) = (ask.limiter(), ask.bucket.clone(), ask.minute);
+        {
+            let mut pending = lock(&self.pending);
+            let Pending { queue, waiting } = &mut *pending;
+            match waiting.entry(ask) {
+                std::collections::hash_map::Entry::Occupied(mut entry) => {
+                    entry.get_mut().push(done);
+                }
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    queue.push(entry.key().clone());
+                    entry.insert(vec![done]);
+                    self.queued.notify_one();
+                }
+            }
+        }
+        if !matches!(tokio::time::timeout(WAIT_LIMIT, answered).await, Ok(Ok(()))) {
+            self.rates.unshare(limiter, &bucket, minute);
+        }
+    }
+
+    fn next_batch(&self) -> Vec<Ask> {
+        let mut pending = lock(&self.pending);
+        let take = pending.queue.len().min(MAX_ASKS);
+        pending.queue.drain(..take).collect()
+    }
+
+    /// Asks for `batch` and adds what was granted to the windows (or counts the buckets
+    /// alone when the control plane did not answer).
+    async fn send(&self, batch: &[Ask]) {
+        self.counters.batches.inc();
+        self.counters.asks.inc_by(batch.len() as u64);
+        match self.ask(batch).await {
+            Ok(grants) => {
+                for (ask, granted) in batch.iter().zip(grants) {
+                    self.rates.add_grant(
+                        ask.limiter(),
+                        &ask.bucket,
+                        ask.minute,
+                        ask.limit,
+                        granted,
+                    );
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, asks = batch.len(), "cannot ask the control plane for rate limits' allowances; counting these buckets' minute here alone");
+                self.counters.failures.inc_by(batch.len() as u64);
+                for ask in batch {
+                    self.rates.unshare(ask.limiter(), &ask.bucket, ask.minute);
                 }
             }
         }
     }
 
-    async fn ask(
-        &self,
-        tenant_id: &str,
-        policy_id: i64,
-        bucket: &str,
-        minute: i64,
-        limit: i64,
-    ) -> Result<i64, String> {
-        let body = json!({
-            "tenant_id": tenant_id, "limiter": format!("policy:{policy_id}"), "bucket": bucket,
-            "minute": minute, "limit": limit, "want": limit.min(10_000),
-        });
-        #[derive(serde::Deserialize)]
+    /// The control plane's grants for `batch`, in its order.
+    async fn ask(&self, batch: &[Ask]) -> Result<Vec<i64>, String> {
+        #[derive(Deserialize)]
+        struct Grants {
+            grants: Vec<Grant>,
+        }
+        #[derive(Deserialize)]
         struct Grant {
             granted: i64,
         }
-        let grant: Grant = ask_for_data(
+        let body = serde_json::json!({ "asks": batch });
+        let answer: Grants = ask_for_data(
             &self.client,
             &self.url,
             &self.service_token,
@@ -112,6 +248,31 @@ impl RateGrants {
             ASK_TIMEOUT,
         )
         .await?;
-        Ok(grant.granted)
+        if answer.grants.len() != batch.len() {
+            return Err(format!(
+                "the control plane answered {} grants for {} asks",
+                answer.grants.len(),
+                batch.len()
+            ));
+        }
+        Ok(answer.grants.into_iter().map(|g| g.granted).collect())
+    }
+
+    /// Lets the requests waiting for `batch` go on.
+    fn answered(&self, batch: &[Ask]) {
+        let mut pending = lock(&self.pending);
+        for ask in batch {
+            for waiter in pending.waiting.remove(ask).into_iter().flatten() {
+                let _ = waiter.send(());
+            }
+        }
+    }
+}
+
+/// The pending asks stay consistent even if a holder panicked: every update is one step.
+fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
+    match pending.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
     }
 }

@@ -99,6 +99,10 @@ impl Window {
 pub struct Counted {
     window: Arc<Mutex<Window>>,
     minute: i64,
+    /// The window's limit is shared and this proxy's allowance was used up when the
+    /// request was counted, but the control plane had not said the limit is reached:
+    /// requests concurrent with this one took what its ask brought.
+    short: bool,
 }
 
 impl Counted {
@@ -109,6 +113,11 @@ impl Counted {
         if window.minute == self.minute {
             window.requests -= 1;
         }
+    }
+
+    /// Whether this proxy's allowance was used up, not the limit (see the field).
+    pub fn short_of_allowance(&self) -> bool {
+        self.short
     }
 
     /// Adds the finished request's tokens to the minute it started in.
@@ -140,14 +149,23 @@ impl RateWindows {
     ) -> ((i64, i64), Counted) {
         let minute = minute_of(now_ms);
         let window = self.window(limiter, bucket);
-        let before = {
+        let (before, short) = {
             let mut counts = lock(&window);
             let counts = counts.at(minute);
             let before = (counts.requests_seen(), counts.tokens);
+            let short = matches!(counts.share, Share::Granted { allotted, spent: false, .. }
+                if counts.requests >= allotted);
             counts.requests += 1;
-            before
+            (before, short)
         };
-        (before, Counted { window, minute })
+        (
+            before,
+            Counted {
+                window,
+                minute,
+                short,
+            },
+        )
     }
 
     /// Counts a request against its key's own limits (`rate_limit_override`), which apply
@@ -322,5 +340,41 @@ mod tests {
             windows.count_request(Limiter::Key, "key_a", 120_600).0,
             (1, 1_000)
         );
+    }
+
+    #[test]
+    fn a_shared_window_tells_an_allowance_used_up_from_a_limit_reached() {
+        let windows = RateWindows::default();
+        let p1 = Limiter::Policy(1);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 60_000), Some(1));
+        windows.add_grant(p1, "agt_a", 1, 100, 2);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 60_000), None);
+        // Two granted: the first two are within the allowance, the third is not (seen
+        // as the 101st of 100, but only this proxy's allowance is used up).
+        let (counts, first) = windows.count_request(p1, "agt_a", 60_001);
+        assert_eq!(counts.0, 98);
+        assert!(!first.short_of_allowance());
+        let (_, second) = windows.count_request(p1, "agt_a", 60_002);
+        assert!(!second.short_of_allowance());
+        let (counts, third) = windows.count_request(p1, "agt_a", 60_003);
+        assert_eq!(counts.0, 100);
+        assert!(third.short_of_allowance());
+        third.give_back();
+        assert_eq!(windows.needs_grant(p1, "agt_a", 60_004), Some(1));
+        // The control plane has nothing more: the limit is reached, not the allowance.
+        windows.add_grant(p1, "agt_a", 1, 100, 0);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 60_005), None);
+        assert!(!windows
+            .count_request(p1, "agt_a", 60_006)
+            .1
+            .short_of_allowance());
+        // A window counted here alone is never short.
+        assert_eq!(windows.needs_grant(p1, "agt_b", 60_007), Some(1));
+        windows.unshare(p1, "agt_b", 1);
+        assert_eq!(windows.needs_grant(p1, "agt_b", 60_007), None);
+        assert!(!windows
+            .count_request(p1, "agt_b", 60_007)
+            .1
+            .short_of_allowance());
     }
 }

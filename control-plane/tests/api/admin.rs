@@ -395,14 +395,14 @@ async fn seed_every_table(app: &TestApp) -> (String, String) {
         .post(format!("{}/internal/v1/rate-grants", app.base))
         .bearer_auth(crate::helpers::SERVICE_TOKEN)
         .json(
-            &json!({ "tenant_id": tenant_id, "limiter": "policy:1", "bucket": agent_id,
-                       "minute": app.clock.now().as_millis() / 60_000, "limit": 10, "want": 10 }),
+            &json!({ "asks": [{ "tenant_id": tenant_id, "limiter": "policy:1", "bucket": agent_id,
+                       "minute": app.clock.now().as_millis() / 60_000, "limit": 10, "want": 10 }] }),
         )
         .send()
         .await
         .unwrap();
     assert_eq!(
-        expect_status(granted, 200).await["data"]["granted"],
+        expect_status(granted, 200).await["data"]["grants"][0]["granted"],
         json!(1)
     );
     // A budget's allowance granted to a proxy.

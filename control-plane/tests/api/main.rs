@@ -42,6 +42,7 @@ mod policy_decisions;
 mod proxy;
 mod proxy_keys;
 mod proxy_state;
+mod rate_grants;
 mod python;
 mod replica_process;
 mod risk;

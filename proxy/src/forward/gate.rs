@@ -41,24 +41,25 @@ pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed
     } = ready;
     let now = shared.clock.now_ms();
     let tenant_policies = shared.state.policies(&view.key.tenant_id);
-    if let (Some(list), Some(agent)) = (&tenant_policies, &view.agent) {
-        let request = crate::policy_gate::request_facts(&view.key, agent, admitted, 0);
-        shared
-            .rate_grants
-            .ensure(&shared.rates, list, &request, now)
-            .await;
-    }
-    let policies = PolicyGate {
+    let mut policies = PolicyGate {
         state: &shared.state,
         rates: &shared.rates,
         decisions: &shared.decisions,
         guardrails: &shared.guardrails,
+        ask_again_when_short: true,
     };
-    let mut evaluations = 0;
+    let (mut evaluations, mut asks) = (0, 0);
     // A single-use approval the request passed on is claimed first; one used elsewhere
     // meanwhile leaves the request to be evaluated again (see `crate::approval_claims`).
+    // A shared rate limit's allowance spent by concurrent requests before this one was
+    // counted is asked for again, as a budget's is.
     let passed_policies = loop {
-        let pass = policies.check_policies(
+        if let (Some(list), Some(agent)) = (&tenant_policies, &view.agent) {
+            let request = crate::policy_gate::request_facts(&view.key, agent, admitted, 0);
+            shared.rate_grants.ensure(list, &request, now).await;
+        }
+        policies.ask_again_when_short = asks < ASKS;
+        let pass = match policies.check_policies(
             tenant_policies.clone(),
             view,
             admitted,
@@ -66,7 +67,13 @@ pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed
             endpoint.request_type(),
             *estimate_micros,
             now,
-        )?;
+        ) {
+            Err(stopped) if stopped.short_of_allowance => {
+                asks += 1;
+                continue;
+            }
+            checked => checked?,
+        };
         if pass.claims.is_empty()
             || shared
                 .approval_claims
@@ -115,8 +122,9 @@ impl Drop for GiveBack {
     }
 }
 
-/// How many times a request asks the control plane for allowances (concurrent
-/// requests on this proxy may take what an ask brought before it is used).
+/// How many times a request asks the control plane for a budget's allowance, or again
+/// for a rate limit's (concurrent requests on this proxy may take what an ask brought
+/// before it is used).
 const ASKS: usize = 3;
 
 /// Holds the request's estimated cost in every budget that covers it: the key's own,

@@ -179,7 +179,9 @@ impl GatewayShared {
         let mut call = CallFacts::resolve(caller, &request.name);
         let (server, redacted) = match self.decide(caller, &mut call, &request).await {
             Ok(decided) => decided,
-            Err(Stopped { refusal, approval }) => {
+            Err(Stopped {
+                refusal, approval, ..
+            }) => {
                 if let Some(report) = approval {
                     // Queued before the refusal is answered, as for model requests: a
                     // reviewer listing pending approvals right after finds it.
@@ -292,6 +294,8 @@ impl GatewayShared {
             rates: &self.rates,
             decisions: &self.decisions,
             guardrails: &self.guardrails,
+            // Tool calls' limits are counted by each proxy alone.
+            ask_again_when_short: false,
         };
         // The action an approval can be bound to: the call's arguments and the tool's
         // approved definition.

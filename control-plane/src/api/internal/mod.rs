@@ -158,7 +158,7 @@ async fn ingest_policy_decisions(
 
 #[utoipa::path(post, path = "/internal/v1/rate-grants", tag = "internal", request_body = rate_grants::RateGrantRequest,
     security(("service_token" = [])),
-    responses((status = 200, description = "What was granted", body = Envelope<rate_grants::RateGrant>)))]
+    responses((status = 200, description = "What was granted for each ask, in order", body = Envelope<rate_grants::RateGrants>)))]
 async fn grant_rate(
     _service: ServiceCaller,
     State(state): State<AppState>,

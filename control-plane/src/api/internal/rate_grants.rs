@@ -4,6 +4,10 @@
 //! limit (`store::grant_rate`), so however many proxies serve an agent, together they
 //! admit at most the limit in a minute; the allowance they hold unused when it is
 //! reached is the bound below it (each grant is at most an eighth of what is left).
+//!
+//! A proxy sends its asks in batches (every bucket whose allowance ran out while its
+//! previous batch was on its way): at the start of a minute each bucket asks once, and
+//! ten thousand buckets must not be ten thousand write transactions.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -14,13 +18,26 @@ use crate::state::AppState;
 
 /// Longest limiter or bucket name (policy and key ids, agent and team ids).
 const MAX_NAME: usize = 200;
-/// Most requests one grant may ask for.
+/// Most requests one ask may want.
 const MAX_WANT: i64 = 10_000;
+/// Most asks in one request.
+const MAX_ASKS: usize = 500;
 
-/// A proxy's request for more of a limit in one bucket and minute.
+/// A proxy's asks for more of limits, one per bucket and minute.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({ "asks": [{ "tenant_id": "ten_01M8EJ57PHZ3VJ9QF03X3YBQ1X",
+    "limiter": "policy:12", "bucket": "agt_01M8EJ57PHZ3VJ9QF03X3YBQ1X", "minute": 29_891_520,
+    "limit": 600, "want": 600 }] }))]
 pub struct RateGrantRequest {
+    #[schema(min_items = 1, max_items = 500)]
+    pub asks: Vec<RateAsk>,
+}
+
+/// More of one limit in one bucket and minute.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateAsk {
     #[schema(max_length = 200)]
     pub tenant_id: String,
     /// `policy:<id>` for a `rate_limit` policy.
@@ -41,50 +58,79 @@ pub struct RateGrantRequest {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+pub struct RateGrants {
+    /// One per ask, in the request's order.
+    pub grants: Vec<RateGrant>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RateGrant {
-    /// Requests granted (0: the limit is reached this minute).
+    /// Requests granted (0: the limit is reached this minute, or the tenant is gone).
     pub granted: i64,
 }
 
-pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<RateGrant> {
-    let field =
-        |name: &str, message: &str| Err(ApiError::validation(name, format!("{name}: {message}")));
-    if request.limiter.is_empty() || request.limiter.len() > MAX_NAME {
-        return field("limiter", "1 to 200 characters");
-    }
-    if request.bucket.len() > MAX_NAME {
-        return field("bucket", "at most 200 characters");
-    }
-    if request.tenant_id.len() > MAX_NAME {
-        return field("tenant_id", "at most 200 characters");
-    }
-    if !(1..=1_000_000_000).contains(&request.limit) {
-        return field("limit", "from 1 to 1,000,000,000");
-    }
-    if !(1..=MAX_WANT).contains(&request.want) {
-        return field("want", "from 1 to 10,000");
-    }
-    if request.minute < 0 {
-        return field("minute", "a Unix minute");
-    }
+pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<RateGrants> {
+    check(&request)?;
+    let asks = &request.asks;
     let mut tx = state.db.begin_write().await?;
     // A tenant deleted meanwhile gets nothing (and has no rows to write to).
-    let live = store::live_tenants(&mut tx, [request.tenant_id.as_str()]).await?;
-    if live.is_empty() {
-        return Ok(RateGrant { granted: 0 });
+    let live = store::live_tenants(&mut tx, asks.iter().map(|a| a.tenant_id.as_str())).await?;
+    // Key order, so that concurrent batches lock shared rows in the same order.
+    let mut order: Vec<usize> = (0..asks.len()).collect();
+    order.sort_unstable_by_key(|&i| {
+        let a = &asks[i];
+        (&a.tenant_id, &a.limiter, &a.bucket, a.minute)
+    });
+    let mut granted = vec![0; asks.len()];
+    for index in order {
+        let ask = &asks[index];
+        if !live.contains(&ask.tenant_id) {
+            continue;
+        }
+        let key = (
+            ask.tenant_id.as_str(),
+            ask.limiter.as_str(),
+            ask.bucket.as_str(),
+            ask.minute,
+        );
+        granted[index] = store::grant_rate(&mut tx, key, ask.limit, ask.want).await?;
     }
-    let granted = store::grant_rate(
-        &mut tx,
-        (
-            &request.tenant_id,
-            &request.limiter,
-            &request.bucket,
-            request.minute,
-        ),
-        request.limit,
-        request.want,
-    )
-    .await?;
     tx.commit().await?;
-    Ok(RateGrant { granted })
+    Ok(RateGrants {
+        grants: granted
+            .into_iter()
+            .map(|granted| RateGrant { granted })
+            .collect(),
+    })
+}
+
+fn check(request: &RateGrantRequest) -> ApiResult<()> {
+    let field =
+        |name: &str, message: &str| Err(ApiError::validation(name, format!("{name}: {message}")));
+    if request.asks.is_empty() || request.asks.len() > MAX_ASKS {
+        return field("asks", "1 to 500 asks");
+    }
+    let chars = |text: &str| text.chars().count();
+    for (index, ask) in request.asks.iter().enumerate() {
+        let name = |part: &str| format!("asks[{index}].{part}");
+        if ask.limiter.is_empty() || chars(&ask.limiter) > MAX_NAME {
+            return field(&name("limiter"), "1 to 200 characters");
+        }
+        if chars(&ask.bucket) > MAX_NAME {
+            return field(&name("bucket"), "at most 200 characters");
+        }
+        if chars(&ask.tenant_id) > MAX_NAME {
+            return field(&name("tenant_id"), "at most 200 characters");
+        }
+        if !(1..=1_000_000_000).contains(&ask.limit) {
+            return field(&name("limit"), "from 1 to 1,000,000,000");
+        }
+        if !(1..=MAX_WANT).contains(&ask.want) {
+            return field(&name("want"), "from 1 to 10,000");
+        }
+        if ask.minute < 0 {
+            return field(&name("minute"), "a Unix minute");
+        }
+    }
+    Ok(())
 }

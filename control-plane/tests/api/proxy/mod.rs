@@ -25,6 +25,7 @@ mod moto;
 mod openai_client;
 mod outage;
 mod policies;
+mod rate_grants;
 mod read_your_writes;
 mod replicas;
 mod responses_api;
