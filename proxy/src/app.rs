@@ -235,6 +235,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             asks: metrics.rate_grant_asks.clone(),
             batches: metrics.rate_grant_batches.clone(),
         },
+        clock.clone(),
     );
     // This instance's id: whose state acknowledgements and budget allowances they are.
     let proxy_id = new_id(IdKind::Instance, system_now_ms());

@@ -11,10 +11,18 @@
 //! buckets at once, and an ask each, a write transaction each, stalled every request
 //! behind them for up to half a second.
 //!
+//! A bucket's requests wait only for its first ask of a minute, and not even then when it
+//! was used the minute before: from the 45th second of a minute, the buckets that were
+//! granted and used in it ask ahead for the next (in the same batches), so that a
+//! minute's start does not stop every busy bucket at once. A bucket falling idle holds
+//! an allowance it does not use for one minute at most.
+//!
 //! When the control plane does not answer within a second, the buckets of the batch are
 //! counted by this proxy alone for the minute (up to the whole limit here) and counted in
 //! `warden_proxy_rate_grant_failures_total`.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,10 +30,12 @@ use futures_util::future::join_all;
 use prometheus::IntCounter;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
+use tokio::time::MissedTickBehavior;
+use warden_shared::clock::Clock;
 use warden_shared::policy::{rate_bucket_id, Policy, PolicyConfig, RequestFacts};
 
 use crate::flush::ask_for_data;
-use crate::rate_limit::{Limiter, RateWindows};
+use crate::rate_limit::{minute_of, Limiter, RateWindows};
 
 /// How long the control plane has to answer a batch before its buckets are counted
 /// locally.
@@ -36,6 +46,8 @@ const WAIT_LIMIT: Duration = Duration::from_secs(2);
 const MAX_ASKS: usize = 500;
 /// Most requests one ask wants (the control plane's limit).
 const MAX_WANT: i64 = 10_000;
+/// From this millisecond of a minute on, the buckets used in it ask ahead for the next.
+const AHEAD_FROM_MS: i64 = 45_000;
 
 #[derive(Clone)]
 pub struct RateGrants {
@@ -58,6 +70,7 @@ struct Asker {
     service_token: String,
     rates: Arc<RateWindows>,
     counters: RateGrantCounters,
+    clock: Clock,
     pending: Mutex<Pending>,
     /// Wakes the sending task for a newly queued ask.
     queued: Notify,
@@ -67,8 +80,13 @@ struct Asker {
 struct Pending {
     /// Asks not sent yet, in the order they came.
     queue: Vec<Ask>,
-    /// The requests waiting for each ask queued or on its way.
-    waiting: std::collections::HashMap<Ask, Vec<oneshot::Sender<()>>>,
+    /// The requests waiting for each ask queued or on its way (none for an ask ahead).
+    waiting: HashMap<Ask, Vec<oneshot::Sender<()>>>,
+    /// The asks granted something, by minute and bucket (the last of each): the
+    /// buckets that may ask ahead for the minute after.
+    granted: HashMap<i64, HashMap<(i64, String), Ask>>,
+    /// The minute whose buckets asked ahead for the next.
+    ahead_of: i64,
 }
 
 /// More of one limit for one bucket and minute, as sent.
@@ -100,6 +118,7 @@ impl RateGrants {
         service_token: &str,
         rates: Arc<RateWindows>,
         counters: RateGrantCounters,
+        clock: Clock,
     ) -> RateGrants {
         RateGrants {
             inner: Arc::new(Asker {
@@ -108,6 +127,7 @@ impl RateGrants {
                 service_token: service_token.to_owned(),
                 rates,
                 counters,
+                clock,
                 pending: Mutex::default(),
                 queued: Notify::new(),
             }),
@@ -156,12 +176,19 @@ impl RateGrants {
         }
     }
 
-    /// Sends the queued asks, a batch at a time, for as long as the proxy runs.
+    /// Sends the queued asks, a batch at a time, and the asks ahead at the end of each
+    /// minute, for as long as the proxy runs.
     pub async fn ask_forever(self) {
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         loop {
+            self.inner.ask_ahead();
             let batch = self.inner.next_batch();
             if batch.is_empty() {
-                self.inner.queued.notified().await;
+                tokio::select! {
+                    () = self.inner.queued.notified() => {}
+                    _ = ticker.tick() => {}
+                }
                 continue;
             }
             self.inner.send(&batch).await;
@@ -179,12 +206,10 @@ impl Asker {
         let (limiter, bucket, minute) = (ask.limiter(), ask.bucket.clone(), ask.minute);
         {
             let mut pending = lock(&self.pending);
-            let Pending { queue, waiting } = &mut *pending;
+            let Pending { queue, waiting, .. } = &mut *pending;
             match waiting.entry(ask) {
-                std::collections::hash_map::Entry::Occupied(mut entry) => {
-                    entry.get_mut().push(done);
-                }
-                std::collections::hash_map::Entry::Vacant(entry) => {
+                Entry::Occupied(mut entry) => entry.get_mut().push(done),
+                Entry::Vacant(entry) => {
                     queue.push(entry.key().clone());
                     entry.insert(vec![done]);
                     self.queued.notify_one();
@@ -193,6 +218,38 @@ impl Asker {
         }
         if !matches!(tokio::time::timeout(WAIT_LIMIT, answered).await, Ok(Ok(()))) {
             self.rates.unshare(limiter, &bucket, minute);
+        }
+    }
+
+    /// From [`AHEAD_FROM_MS`] of a minute, once: queues an ask for the next minute of
+    /// every bucket granted something this minute that admitted requests in it.
+    fn ask_ahead(&self) {
+        let now = self.clock.now_ms();
+        let minute = minute_of(now);
+        let candidates = {
+            let mut pending = lock(&self.pending);
+            pending.granted.retain(|m, _| *m >= minute);
+            if now.rem_euclid(60_000) < AHEAD_FROM_MS || pending.ahead_of >= minute {
+                return;
+            }
+            pending.ahead_of = minute;
+            pending.granted.remove(&minute).unwrap_or_default()
+        };
+        let ahead: Vec<Ask> = candidates
+            .into_values()
+            .filter(|ask| self.rates.used_in(ask.limiter(), &ask.bucket, minute))
+            .map(|ask| Ask {
+                minute: minute + 1,
+                ..ask
+            })
+            .collect();
+        let mut pending = lock(&self.pending);
+        let Pending { queue, waiting, .. } = &mut *pending;
+        for ask in ahead {
+            if let Entry::Vacant(entry) = waiting.entry(ask) {
+                queue.push(entry.key().clone());
+                entry.insert(Vec::new());
+            }
         }
     }
 
@@ -209,7 +266,7 @@ impl Asker {
         self.counters.asks.inc_by(batch.len() as u64);
         match self.ask(batch).await {
             Ok(grants) => {
-                for (ask, granted) in batch.iter().zip(grants) {
+                for (ask, &granted) in batch.iter().zip(&grants) {
                     self.rates.add_grant(
                         ask.limiter(),
                         &ask.bucket,
@@ -217,6 +274,14 @@ impl Asker {
                         ask.limit,
                         granted,
                     );
+                }
+                let mut pending = lock(&self.pending);
+                for (ask, granted) in batch.iter().zip(grants) {
+                    if granted > 0 {
+                        let bucket = (ask.limiter, ask.bucket.clone());
+                        let minute = pending.granted.entry(ask.minute).or_default();
+                        minute.insert(bucket, ask.clone());
+                    }
                 }
             }
             Err(error) => {

@@ -49,6 +49,9 @@ struct Window {
     requests: i64,
     tokens: i64,
     share: Share,
+    /// The next minute's allowance, asked ahead (`crate::rate_grants`): the share the
+    /// window starts that minute with.
+    next: Option<Share>,
 }
 
 /// Whose requests a window's limit counts (see `crate::rate_grants`).
@@ -73,8 +76,13 @@ enum Share {
 impl Window {
     fn at(&mut self, minute: i64) -> &mut Window {
         if self.minute != minute {
+            let share = match self.next {
+                Some(next) if minute == self.minute + 1 => next,
+                _ => Share::Local,
+            };
             *self = Window {
                 minute,
+                share,
                 ..Window::default()
             };
         }
@@ -222,22 +230,41 @@ impl RateWindows {
         }
     }
 
-    /// Adds `granted` requests of `limit` to the bucket's allowance for `minute`.
+    /// Adds `granted` requests of `limit` to the bucket's allowance for `minute`: the
+    /// current one, or the next (asked ahead).
     pub fn add_grant(&self, limiter: Limiter, bucket: &str, minute: i64, limit: i64, granted: i64) {
         let window = self.window(limiter, bucket);
         let mut window = lock(&window);
-        if window.minute != minute {
+        let share = if window.minute == minute {
+            &mut window.share
+        } else if window.minute + 1 == minute {
+            window.next.get_or_insert(Share::Local)
+        } else {
             return; // The minute is over.
-        }
-        let allotted = match window.share {
+        };
+        let allotted = match *share {
             Share::Granted { allotted, .. } => allotted,
             Share::Local | Share::Unshared => 0,
         };
-        window.share = Share::Granted {
+        *share = Share::Granted {
             limit,
             allotted: allotted + granted,
             spent: granted == 0,
         };
+    }
+
+    /// Whether the bucket admitted requests in `minute` (asked ahead for the next only
+    /// then: a bucket falling idle holds no allowance past the minute after its last).
+    pub fn used_in(&self, limiter: Limiter, bucket: &str, minute: i64) -> bool {
+        let Some(window) = self
+            .windows
+            .get(&limiter)
+            .and_then(|buckets| buckets.get(bucket).map(|w| w.clone()))
+        else {
+            return false;
+        };
+        let window = lock(&window);
+        window.minute == minute && window.requests > 0
     }
 
     /// Counts the bucket's `minute` on this proxy alone (the control plane did not
@@ -253,7 +280,12 @@ impl RateWindows {
     /// Drops windows of minutes before `minute` (called now and then, not per request).
     pub fn forget_before(&self, minute: i64) {
         self.windows.retain(|_, buckets| {
-            buckets.retain(|_, window| lock(window).minute >= minute);
+            buckets.retain(|_, window| {
+                let window = lock(window);
+                // A window of the minute before keeps the allowance asked ahead for this
+                // one until its first request.
+                window.minute >= minute || (window.minute + 1 == minute && window.next.is_some())
+            });
             !buckets.is_empty()
         });
     }
@@ -376,5 +408,30 @@ mod tests {
             .count_request(p1, "agt_b", 60_007)
             .1
             .short_of_allowance());
+    }
+
+    #[test]
+    fn an_allowance_asked_ahead_starts_the_next_minute_only() {
+        let windows = RateWindows::default();
+        let p1 = Limiter::Policy(1);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 60_000), Some(1));
+        windows.add_grant(p1, "agt_a", 1, 100, 5);
+        assert!(!windows.used_in(p1, "agt_a", 1));
+        windows.count_request(p1, "agt_a", 60_001);
+        assert!(windows.used_in(p1, "agt_a", 1));
+        // Asked ahead for minute 2: minute 1's allowance is unchanged, and the window
+        // outlives minute 1's forgetting until minute 2 begins for it.
+        windows.add_grant(p1, "agt_a", 2, 100, 7);
+        assert_eq!(windows.count_request(p1, "agt_a", 60_002).0 .0, 96);
+        windows.forget_before(2);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 120_000), None);
+        assert_eq!(windows.count_request(p1, "agt_a", 120_001).0 .0, 93);
+        // Nothing asked ahead, or a minute skipped: the window starts with no allowance.
+        assert_eq!(windows.needs_grant(p1, "agt_a", 180_000), Some(3));
+        windows.add_grant(p1, "agt_a", 4, 100, 7);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 300_000), Some(5));
+        // A grant for a minute past is dropped.
+        windows.add_grant(p1, "agt_a", 4, 100, 7);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 300_001), Some(5));
     }
 }

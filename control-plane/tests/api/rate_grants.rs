@@ -44,7 +44,11 @@ db_test!(a_batch_is_granted_in_order_and_never_past_a_limit, |app| {
     assert_eq!(
         grants(
             &app,
-            vec![ask_of(id, "agt_b", m), ask_of(id, "agt_a", m), ask_of(id, "agt_b", m)]
+            vec![
+                ask_of(id, "agt_b", m),
+                ask_of(id, "agt_a", m),
+                ask_of(id, "agt_b", m)
+            ]
         )
         .await,
         [10, 10, 8]
@@ -59,7 +63,11 @@ db_test!(a_batch_is_granted_in_order_and_never_past_a_limit, |app| {
     assert_eq!(grants(&app, vec![ask_of(id, "agt_b", m + 1)]).await, [10]);
     // A tenant that is gone gets nothing and no row, beside one that gets its grant.
     assert_eq!(
-        grants(&app, vec![ask_of("ten_gone", "agt_a", m), ask_of(id, "agt_c", m)]).await,
+        grants(
+            &app,
+            vec![ask_of("ten_gone", "agt_a", m), ask_of(id, "agt_c", m)]
+        )
+        .await,
         [0, 10]
     );
     assert_eq!(app.count_rows("rate_grants", "ten_gone").await, 0);

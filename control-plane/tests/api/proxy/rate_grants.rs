@@ -1,11 +1,14 @@
 //! A proxy's asks for rate limits' allowances (`warden_proxy::rate_grants`): in a
 //! minute, a bucket asks the control plane once however many of its requests come at
-//! once, and the buckets whose allowance ran out together ask in one batch.
+//! once, the buckets whose allowance ran out together ask in one batch, and the buckets
+//! used in a minute ask ahead for the next.
+
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde_json::json;
 
-use super::{simple_chat, MockProvider, TestProxy};
+use super::{eventually, simple_chat, MockProvider, TestProxy};
 use crate::helpers::{create_policy, metric};
 
 /// The proxy's (asks, batches) so far.
@@ -21,16 +24,25 @@ async fn asked(proxy: &TestProxy) -> (f64, f64) {
 db_test!(
     a_minutes_first_requests_ask_once_a_bucket_and_together,
     |app| {
+        // The fifth second of a minute: asking ahead starts at the 45th.
+        let now = app.clock.now_ms();
+        app.clock.advance(60_000 - now.rem_euclid(60_000) + 5_000);
         let provider = MockProvider::start().await;
         let proxy = TestProxy::start(&app, &provider).await;
-        let (tenant, first, _) = proxy
+        let (tenant, first, created) = proxy
             .tenant_with_key(&app, json!({ "developer_label": "key-0" }))
             .await;
-        let admin = tenant.admin_key.clone();
+        let (admin, agent) = (tenant.admin_key.clone(), created["agent_id"].clone());
+        // Keys of one agent: a bucket each under a per-key limit.
+        let key_of = |label: &str| json!({ "developer_label": label, "agent_id": agent });
         let mut keys = vec![first];
         for i in 1..40 {
-            let label = json!({ "developer_label": format!("key-{i}") });
-            keys.push(proxy.new_key(&app, &admin, label).await.0);
+            keys.push(
+                proxy
+                    .new_key(&app, &admin, key_of(&format!("key-{i}")))
+                    .await
+                    .0,
+            );
         }
         create_policy(
             &app,
@@ -43,7 +55,10 @@ db_test!(
 
         // Forty keys' first requests of the minute at once: forty buckets, one ask each,
         // in a few batches (the first alone, the others queued behind it).
-        let answers = join_all(keys.iter().map(|key| proxy.chat(key, simple_chat("gpt-4o"))));
+        let answers = join_all(
+            keys.iter()
+                .map(|key| proxy.chat(key, simple_chat("gpt-4o"))),
+        );
         for answer in answers.await {
             assert_eq!(answer.status(), 200);
         }
@@ -53,18 +68,53 @@ db_test!(
         assert!(batches <= 20.0, "{batches} batches for 40 asks");
 
         // Twenty requests at once of a key new this minute: they wait for one ask.
-        let (fresh, _) = proxy
-            .new_key(&app, &admin, json!({ "developer_label": "fresh" }))
-            .await;
+        let (fresh, _) = proxy.new_key(&app, &admin, key_of("fresh")).await;
         let answers = join_all((0..20).map(|_| proxy.chat(&fresh, simple_chat("gpt-4o"))));
         for answer in answers.await {
             assert_eq!(answer.status(), 200);
         }
         assert_eq!(asked(&proxy).await.0, 41.0);
 
-        // The next minute, each bucket asks again.
-        app.clock.advance(60_000);
-        assert_eq!(proxy.chat(&fresh, simple_chat("gpt-4o")).await.status(), 200);
-        assert_eq!(asked(&proxy).await.0, 42.0);
+        keys.push(fresh);
+
+        // At the 50th second, the 41 buckets used in the minute ask ahead for the next,
+        // in batches; at the next minute's start their requests wait for no ask.
+        app.clock.advance(45_000);
+        eventually(Duration::from_secs(5), || async {
+            (asked(&proxy).await.0 == 82.0).then_some(())
+        })
+        .await;
+        app.clock.advance(10_000);
+        let answers = join_all(
+            keys.iter()
+                .map(|key| proxy.chat(key, simple_chat("gpt-4o"))),
+        );
+        for answer in answers.await {
+            assert_eq!(answer.status(), 200);
+        }
+        assert_eq!(asked(&proxy).await.0, 82.0);
+
+        // A bucket first used late in the minute asks then, and ahead with the others.
+        let (late, _) = proxy.new_key(&app, &admin, key_of("late")).await;
+        assert_eq!(proxy.chat(&late, simple_chat("gpt-4o")).await.status(), 200);
+        assert_eq!(asked(&proxy).await.0, 83.0);
+        app.clock.advance(45_000);
+        eventually(Duration::from_secs(5), || async {
+            (asked(&proxy).await.0 == 125.0).then_some(())
+        })
+        .await;
+        // Buckets not used in a minute do not ask ahead: of the 42 granted ahead for
+        // this one, the 10 used in it ask for the next.
+        app.clock.advance(15_000);
+        for key in &keys[..10] {
+            assert_eq!(proxy.chat(key, simple_chat("gpt-4o")).await.status(), 200);
+        }
+        app.clock.advance(45_000);
+        eventually(Duration::from_secs(5), || async {
+            (asked(&proxy).await.0 == 135.0).then_some(())
+        })
+        .await;
+        let (asks, batches) = asked(&proxy).await;
+        println!("after three minutes: {asks} asks in {batches} batches");
     }
 );
