@@ -183,6 +183,8 @@ call() {
   [ "$code" = "$4" ] || { echo "$1 /$2 answered $code: $(cat "$WORK/answer.json")" >&2; exit 1; }
 }
 field() { sed -E "s/.*\"$1\":\"?([^,\"]*).*/\1/" "$WORK/answer.json"; }
+# A series of the proxy's /metrics.
+metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 POLICY_IDS=()
 policy() { call POST policies "$1" 201; POLICY_IDS+=("$(field id)"); }
 policy '{"name":"allowlist","policy_type":"model_allowlist","config":{"allowed_models":["gpt-4o*","claude-*"]}}'
@@ -241,6 +243,10 @@ alternate() {
 }
 if wanted governed; then
   alternate "10 policies and a budget limit" governed
+  # The rate limits' allowances (per key: 10,000 buckets a minute), asked in batches.
+  printf '  rate limit allowances asked: %s in %s batches, %s unanswered\n' \
+    "$(metric warden_proxy_rate_grant_asks_total)" "$(metric warden_proxy_rate_grant_batches_total)" \
+    "$(metric warden_proxy_rate_grant_failures_total)"
 fi
 governed off
 
@@ -303,7 +309,6 @@ fi
 if wanted messages; then
   alternate "Anthropic's Messages API instead of chat completions" unchanged /v1/messages
 fi
-metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 sleep 2 # the last batches' flush
 echo "decision reports dropped by the proxy: $(metric warden_proxy_policy_decisions_dropped_total)"
 dropped=$(metric warden_proxy_usage_dropped_total); buffered=$(metric warden_proxy_usage_buffer_depth)
