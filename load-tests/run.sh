@@ -16,7 +16,8 @@
 #   MOCK_CHUNKED=1 load-tests/run.sh   # streams chunked, an HTTP chunk per event, as
 #                                      # providers send them (default: one Content-Length body)
 #   ONLY="targets traced" load-tests/run.sh  # only these parts: targets, governed,
-#                                      # guarded, traced, captured, responses, messages
+#                                      # minute, guarded, traced, captured, responses,
+#                                      # messages
 #
 # The control plane runs at the proxy's priority (CP_NICE, default 0). The load saturates
 # both cores, so a control plane at a lower priority gets too little to keep up: at nice
@@ -249,6 +250,22 @@ if wanted governed; then
     "$(metric warden_proxy_rate_grant_failures_total)"
 fi
 governed off
+
+# A minute's turn under the same policies: the per-key rate limit's 10,000 buckets, used
+# in the minute, ask ahead for the next, so its first requests wait for no allowance. The
+# policies on, warm-up load until the 40th second of a minute (every bucket granted and
+# used; at least 15 s), then 30 s across the turn.
+if wanted minute; then
+  governed on
+  second=$(( $(date +%s) % 60 ))
+  warm=$(( second <= 25 ? 40 - second : 100 - second ))
+  DURATION=$warm run warden "http://$PROXY/v1/chat/completions" 0 "$WORK/keys.txt" >/dev/null
+  read -r m_rps m_p50 m_p99 _ m_bad < <(DURATION=30 run warden "http://$PROXY/v1/chat/completions" 0 "$WORK/keys.txt")
+  printf '\nwith the 10 policies and the budget limit, 30 s across a minute'"'"'s turn (after %s s of warm-up):\n' "$warm"
+  printf '%-28s %12s %10s %10s %9s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200"
+  printf '%-28s %12s %10s %10s %9s\n' "warden (plain)" "$m_rps" "$m_p50" "$m_p99" "$m_bad"
+  governed off
+fi
 
 # A guardrail policy (every detector, blocking; the load carries nothing it finds, so it
 # scans every request's body and lets it through) against none, in the same rounds.

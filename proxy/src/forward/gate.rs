@@ -52,13 +52,13 @@ pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed
     // A single-use approval the request passed on is claimed first; one used elsewhere
     // meanwhile leaves the request to be evaluated again (see `crate::approval_claims`).
     // A shared rate limit's allowance spent by concurrent requests before this one was
-    // counted is asked for again, as a budget's is.
+    // counted is asked for again, until the control plane says the limit is reached.
     let passed_policies = loop {
         if let (Some(list), Some(agent)) = (&tenant_policies, &view.agent) {
             let request = crate::policy_gate::request_facts(&view.key, agent, admitted, 0);
             shared.rate_grants.ensure(list, &request, now).await;
         }
-        policies.ask_again_when_short = asks < ASKS;
+        policies.ask_again_when_short = asks < SHORT_ASKS;
         let pass = match policies.check_policies(
             tenant_policies.clone(),
             view,
@@ -122,10 +122,15 @@ impl Drop for GiveBack {
     }
 }
 
-/// How many times a request asks the control plane for a budget's allowance, or again
-/// for a rate limit's (concurrent requests on this proxy may take what an ask brought
-/// before it is used).
+/// How many times a request asks the control plane for allowances (concurrent
+/// requests on this proxy may take what an ask brought before it is used).
 const ASKS: usize = 3;
+
+/// How many times a request short of a rate limit's allowance asks again. Each ask
+/// gives at least one request or says the limit is reached, and a grant is an eighth of
+/// what is left, so a burst of any size on one proxy needs a few dozen at most; this
+/// only bounds the unforeseen.
+const SHORT_ASKS: usize = 64;
 
 /// Holds the request's estimated cost in every budget that covers it: the key's own,
 /// the tenant's budget limits on the tenant, the agent's team and the agent, and the

@@ -118,3 +118,35 @@ db_test!(
         println!("after three minutes: {asks} asks in {batches} batches");
     }
 );
+
+db_test!(a_burst_past_one_grant_asks_again_not_refused, |app| {
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start(&app, &provider).await;
+    let (tenant, key, created) = proxy
+        .tenant_with_key(&app, json!({ "developer_label": "bursty" }))
+        .await;
+    // 100 a minute: the first grant is 12, so most of a burst of 60 finds this proxy's
+    // allowance used up by the others, not the limit reached.
+    let scope = format!("agent:{}", created["agent_id"].as_str().unwrap());
+    create_policy(
+        &app,
+        &tenant.admin_key,
+        json!({ "name": "a hundred", "policy_type": "rate_limit", "scope": scope,
+                "config": { "requests_per_minute": 100 } }),
+    )
+    .await;
+    let burst = || join_all((0..60).map(|_| proxy.chat(&key, simple_chat("gpt-4o"))));
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        statuses.extend(burst().await.into_iter().map(|a| a.status().as_u16()));
+    }
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    println!(
+        "two bursts of 60 against 100 a minute: {admitted} admitted, {refused} refused, {} asks",
+        asked(&proxy).await.0
+    );
+    // The whole limit and not one more: the 60 of the first burst all pass.
+    assert_eq!(statuses[..60].iter().filter(|s| **s == 200).count(), 60);
+    assert_eq!((admitted, refused), (100, 20));
+});
