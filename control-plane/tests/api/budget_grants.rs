@@ -7,13 +7,7 @@ use warden_shared::timestamp::Timestamp;
 use crate::helpers::{expect_error, expect_status, TestApp, SERVICE_TOKEN};
 
 async fn ask(app: &TestApp, token: &str, body: &Value) -> reqwest::Response {
-    app.client
-        .post(format!("{}/internal/v1/budget-grants", app.base))
-        .bearer_auth(token)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
+    app.post_internal("budget-grants", token, body).await
 }
 
 fn month(app: &TestApp) -> i64 {

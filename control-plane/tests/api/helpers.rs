@@ -238,6 +238,14 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Posts `body` to the internal endpoint `path` (`/internal/v1/...`) with `token`, as
+    /// a proxy would with the service token.
+    pub async fn post_internal(&self, path: &str, token: &str, body: &Value) -> Response {
+        let url = format!("{}/internal/v1/{path}", self.base);
+        let request = self.client.post(url).bearer_auth(token).json(body);
+        request.send().await.unwrap()
+    }
+
     pub async fn post(&self, path: &str, key: &str, body: Value) -> Response {
         self.request(Method::POST, path, Some(key))
             .json(&body)
@@ -460,13 +468,8 @@ pub async fn create_policy(app: &TestApp, key: &str, body: Value) -> Value {
 /// Posts a whole decision batch (`batch_id`, `decisions`, maybe `result_lists`) to
 /// `/internal/v1/policy-decisions` with the service token.
 pub async fn post_decision_batch(app: &TestApp, batch: &Value) -> reqwest::Response {
-    app.client
-        .post(format!("{}/internal/v1/policy-decisions", app.base))
-        .bearer_auth(SERVICE_TOKEN)
-        .json(batch)
-        .send()
+    app.post_internal("policy-decisions", SERVICE_TOKEN, batch)
         .await
-        .unwrap()
 }
 
 /// Posts `decisions` to `/internal/v1/policy-decisions` as a proxy would; returns the

@@ -9,13 +9,8 @@ use crate::helpers::{
 };
 
 async fn ingest(app: &TestApp, body: &Value) -> reqwest::Response {
-    app.client
-        .post(format!("{}/internal/v1/usage-batches", app.base))
-        .bearer_auth(SERVICE_TOKEN)
-        .json(body)
-        .send()
+    app.post_internal("usage-batches", SERVICE_TOKEN, body)
         .await
-        .unwrap()
 }
 
 fn results() -> Value {

@@ -7,13 +7,7 @@ use crate::helpers::{
 };
 
 async fn ingest(app: &TestApp, token: &str, body: &Value) -> reqwest::Response {
-    app.client
-        .post(format!("{}/internal/v1/usage-batches", app.base))
-        .bearer_auth(token)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
+    app.post_internal("usage-batches", token, body).await
 }
 
 /// A batch acknowledgement's counts of new and already-seen records.

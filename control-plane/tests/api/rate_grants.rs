@@ -6,13 +6,7 @@ use serde_json::{json, Value};
 use crate::helpers::{expect_error, expect_status, TestApp, SERVICE_TOKEN};
 
 async fn ask(app: &TestApp, token: &str, body: &Value) -> reqwest::Response {
-    app.client
-        .post(format!("{}/internal/v1/rate-grants", app.base))
-        .bearer_auth(token)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
+    app.post_internal("rate-grants", token, body).await
 }
 
 fn minute(app: &TestApp) -> i64 {
