@@ -35,7 +35,7 @@ use warden_shared::clock::Clock;
 use warden_shared::policy::{rate_bucket_id, Policy, PolicyConfig, RequestFacts};
 
 use crate::flush::ask_for_data;
-use crate::rate_limit::{minute_of, Limiter, RateWindows};
+use crate::rate_limit::{lock, minute_of, Limiter, RateWindows};
 
 /// How long the control plane has to answer a batch before its buckets are counted
 /// locally.
@@ -87,6 +87,20 @@ struct Pending {
     granted: HashMap<i64, HashMap<(i64, String), Ask>>,
     /// The minute whose buckets asked ahead for the next.
     ahead_of: i64,
+}
+
+impl Pending {
+    /// Queues `ask` unless the same is queued or on its way: its waiters, and whether
+    /// it is newly queued.
+    fn queue(&mut self, ask: Ask) -> (&mut Vec<oneshot::Sender<()>>, bool) {
+        match self.waiting.entry(ask) {
+            Entry::Occupied(entry) => (entry.into_mut(), false),
+            Entry::Vacant(entry) => {
+                self.queue.push(entry.key().clone());
+                (entry.insert(Vec::new()), true)
+            }
+        }
+    }
 }
 
 /// More of one limit for one bucket and minute, as sent.
@@ -206,14 +220,10 @@ impl Asker {
         let (limiter, bucket, minute) = (ask.limiter(), ask.bucket.clone(), ask.minute);
         {
             let mut pending = lock(&self.pending);
-            let Pending { queue, waiting, .. } = &mut *pending;
-            match waiting.entry(ask) {
-                Entry::Occupied(mut entry) => entry.get_mut().push(done),
-                Entry::Vacant(entry) => {
-                    queue.push(entry.key().clone());
-                    entry.insert(vec![done]);
-                    self.queued.notify_one();
-                }
+            let (waiters, queued) = pending.queue(ask);
+            waiters.push(done);
+            if queued {
+                self.queued.notify_one();
             }
         }
         if !matches!(tokio::time::timeout(WAIT_LIMIT, answered).await, Ok(Ok(()))) {
@@ -244,12 +254,8 @@ impl Asker {
             })
             .collect();
         let mut pending = lock(&self.pending);
-        let Pending { queue, waiting, .. } = &mut *pending;
         for ask in ahead {
-            if let Entry::Vacant(entry) = waiting.entry(ask) {
-                queue.push(entry.key().clone());
-                entry.insert(Vec::new());
-            }
+            pending.queue(ask);
         }
     }
 
@@ -331,13 +337,5 @@ impl Asker {
                 let _ = waiter.send(());
             }
         }
-    }
-}
-
-/// The pending asks stay consistent even if a holder panicked: every update is one step.
-fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
-    match pending.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
     }
 }

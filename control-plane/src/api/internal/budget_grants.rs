@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use warden_shared::timestamp::Timestamp;
 
-use super::store;
-use crate::error::{ApiError, ApiResult};
+use super::{invalid, store};
+use crate::error::ApiResult;
 use crate::state::AppState;
 
 /// How long a holding counts without being renewed.
@@ -165,25 +165,23 @@ fn grant_size(need: i64, room: i64) -> i64 {
 }
 
 fn check(request: &BudgetGrantRequest) -> ApiResult<()> {
-    let field =
-        |name: &str, message: &str| Err(ApiError::validation(name, format!("{name}: {message}")));
     let chars = |text: &str| text.chars().count();
     if request.holder.is_empty() || chars(&request.holder) > MAX_NAME {
-        return field("holder", "1 to 200 characters");
+        return invalid("holder", "1 to 200 characters");
     }
     if request.month < 0 {
-        return field("month", "an instant of the month, in Unix milliseconds");
+        return invalid("month", "an instant of the month, in Unix milliseconds");
     }
     if request.scopes.is_empty() || request.scopes.len() > MAX_SCOPES {
-        return field("scopes", "1 to 500 scopes");
+        return invalid("scopes", "1 to 500 scopes");
     }
     for (index, asked) in request.scopes.iter().enumerate() {
         let name = |part: &str| format!("scopes[{index}].{part}");
         if chars(&asked.tenant_id) > MAX_NAME {
-            return field(&name("tenant_id"), "at most 200 characters");
+            return invalid(&name("tenant_id"), "at most 200 characters");
         }
         if !is_budget_scope(&asked.scope) {
-            return field(
+            return invalid(
                 &name("scope"),
                 "tenant, team:<id>, agent:<id> or key:<id>, at most 200 characters",
             );
@@ -194,7 +192,7 @@ fn check(request: &BudgetGrantRequest) -> ApiResult<()> {
             ("release_micros", asked.release_micros),
         ] {
             if !(0..=MAX_MICROS).contains(&value) {
-                return field(&name(part), "from 0 to 10^15 micro-dollars");
+                return invalid(&name(part), "from 0 to 10^15 micro-dollars");
             }
         }
     }

@@ -46,6 +46,11 @@ pub use budget_grants::LAPSE_MS as BUDGET_GRANT_LAPSE_MS;
 pub use policy_decisions::{forget_batches_before, BATCH_ID_RETENTION_MS};
 pub use store::{forget_budget_grants, forget_rate_grants};
 
+/// A refused field of an internal request: its name, then what it must be.
+fn invalid<T>(name: &str, message: &str) -> ApiResult<T> {
+    Err(ApiError::validation(name, format!("{name}: {message}")))
+}
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(ingest_usage_batch))

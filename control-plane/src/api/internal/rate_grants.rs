@@ -12,8 +12,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::store;
-use crate::error::{ApiError, ApiResult};
+use super::{invalid, store};
+use crate::error::ApiResult;
 use crate::state::AppState;
 
 /// Longest limiter or bucket name (policy and key ids, agent and team ids).
@@ -105,31 +105,29 @@ pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<Rat
 }
 
 fn check(request: &RateGrantRequest) -> ApiResult<()> {
-    let field =
-        |name: &str, message: &str| Err(ApiError::validation(name, format!("{name}: {message}")));
     if request.asks.is_empty() || request.asks.len() > MAX_ASKS {
-        return field("asks", "1 to 500 asks");
+        return invalid("asks", "1 to 500 asks");
     }
     let chars = |text: &str| text.chars().count();
     for (index, ask) in request.asks.iter().enumerate() {
         let name = |part: &str| format!("asks[{index}].{part}");
         if ask.limiter.is_empty() || chars(&ask.limiter) > MAX_NAME {
-            return field(&name("limiter"), "1 to 200 characters");
+            return invalid(&name("limiter"), "1 to 200 characters");
         }
         if chars(&ask.bucket) > MAX_NAME {
-            return field(&name("bucket"), "at most 200 characters");
+            return invalid(&name("bucket"), "at most 200 characters");
         }
         if chars(&ask.tenant_id) > MAX_NAME {
-            return field(&name("tenant_id"), "at most 200 characters");
+            return invalid(&name("tenant_id"), "at most 200 characters");
         }
         if !(1..=1_000_000_000).contains(&ask.limit) {
-            return field(&name("limit"), "from 1 to 1,000,000,000");
+            return invalid(&name("limit"), "from 1 to 1,000,000,000");
         }
         if !(1..=MAX_WANT).contains(&ask.want) {
-            return field(&name("want"), "from 1 to 10,000");
+            return invalid(&name("want"), "from 1 to 10,000");
         }
         if ask.minute < 0 {
-            return field(&name("minute"), "a Unix minute");
+            return invalid(&name("minute"), "a Unix minute");
         }
     }
     Ok(())
