@@ -220,6 +220,13 @@ impl Asker {
         let (limiter, bucket, minute) = (ask.limiter(), ask.bucket.clone(), ask.minute);
         {
             let mut pending = lock(&self.pending);
+            // The request saw the bucket short before taking this lock; the ask it would
+            // have joined may have been answered since (its grant is added before its
+            // waiters are let go), and then there is nothing to ask.
+            let in_flight = pending.waiting.contains_key(&ask);
+            if !in_flight && !self.rates.still_needs_grant(limiter, &bucket, minute) {
+                return;
+            }
             let (waiters, queued) = pending.queue(ask);
             waiters.push(done);
             if queued {

@@ -89,6 +89,18 @@ impl Window {
         self
     }
 
+    /// Whether the allowance must grow before the next request: none asked for yet, or
+    /// used up while the limit is not reached.
+    fn short(&self) -> bool {
+        match self.share {
+            Share::Local => true,
+            Share::Granted {
+                allotted, spent, ..
+            } => !spent && self.requests >= allotted,
+            Share::Unshared => false,
+        }
+    }
+
     /// The requests counted as the limit sees them: under a grant, the requests the
     /// other proxies may admit (the limit less this one's allowance) count as made.
     fn requests_seen(&self) -> i64 {
@@ -220,14 +232,16 @@ impl RateWindows {
         let minute = minute_of(now_ms);
         let window = self.window(limiter, bucket);
         let mut window = lock(&window);
-        let window = window.at(minute);
-        match window.share {
-            Share::Local => Some(minute),
-            Share::Granted {
-                allotted, spent, ..
-            } if !spent && window.requests >= allotted => Some(minute),
-            Share::Granted { .. } | Share::Unshared => None,
-        }
+        window.at(minute).short().then_some(minute)
+    }
+
+    /// Whether `minute`'s allowance must still grow, read without starting that minute
+    /// (a request that saw the bucket short may come after the grant it would have
+    /// waited for): yes when the window is not at that minute.
+    pub fn still_needs_grant(&self, limiter: Limiter, bucket: &str, minute: i64) -> bool {
+        let window = self.window(limiter, bucket);
+        let window = lock(&window);
+        window.minute != minute || window.short()
     }
 
     /// Adds `granted` requests of `limit` to the bucket's allowance for `minute`: the
