@@ -9,13 +9,18 @@ pub mod bulk;
 mod migrations_in_step;
 #[cfg(test)]
 mod migrations_landed;
+#[cfg(test)]
+mod writers_in_turn;
 
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
-use sqlx::{Any, AnyPool, Executor, Transaction};
+use sqlx::{Any, AnyConnection, AnyPool, Executor, Transaction};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -27,15 +32,50 @@ pub enum Backend {
     Postgres,
 }
 
+/// How long a SQLite writer waits for the database's one write lock before it fails
+/// (`PRAGMA busy_timeout`, and the same for its turn in [`Db::begin_write`]).
+const SQLITE_WRITE_WAIT: Duration = Duration::from_secs(10);
+
 /// A pooled connection to the control plane's database.
 #[derive(Clone, Debug)]
 pub struct Db {
     pool: AnyPool,
     backend: Backend,
+    /// SQLite: the writers' queue (see [`Db::begin_write`]).
+    writers: Arc<Mutex<()>>,
 }
 
-/// A transaction that writes; see [`Db::begin_write`].
-pub type WriteTx = Transaction<'static, Any>;
+/// A transaction that writes; see [`Db::begin_write`]. Used as the connection it runs
+/// on (`&mut *tx`), ended by [`WriteTx::commit`], rolled back when dropped.
+pub struct WriteTx {
+    tx: Transaction<'static, Any>,
+    /// SQLite: this writer's turn, given to the next one once the transaction ends.
+    _turn: Option<OwnedMutexGuard<()>>,
+}
+
+impl WriteTx {
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+
+    pub async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.tx.rollback().await
+    }
+}
+
+impl Deref for WriteTx {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbSetupError {
@@ -75,7 +115,9 @@ impl Db {
                         // WAL lets readers proceed while one writer commits; the busy
                         // timeout makes concurrent writers queue instead of failing.
                         conn.execute("PRAGMA journal_mode = WAL").await?;
-                        conn.execute("PRAGMA busy_timeout = 10000").await?;
+                        let busy_timeout = SQLITE_WRITE_WAIT.as_millis();
+                        conn.execute(format!("PRAGMA busy_timeout = {busy_timeout}").as_str())
+                            .await?;
                         conn.execute("PRAGMA foreign_keys = ON").await?;
                         conn.execute("PRAGMA synchronous = NORMAL").await?;
                     } else {
@@ -90,7 +132,11 @@ impl Db {
             .connect_with(options)
             .await
             .map_err(DbSetupError::Connect)?;
-        Ok(Db { pool, backend })
+        Ok(Db {
+            pool,
+            backend,
+            writers: Arc::default(),
+        })
     }
 
     /// Applies the embedded migrations of this backend that have not run yet.
@@ -118,10 +164,31 @@ impl Db {
     /// On SQLite it takes the write lock up front (`BEGIN IMMEDIATE`): a deferred
     /// transaction that reads and then writes can fail with `SQLITE_BUSY` without waiting
     /// when another writer committed in between.
+    ///
+    /// SQLite has one writer at a time, and a transaction that finds the lock taken
+    /// sleeps in SQLite's busy handler, waking in steps of up to 100 ms to try again: a
+    /// herd of writers is then served by polling, not in order, and the lock lies idle
+    /// between a commit and the next writer's wake-up. So the writers of this process
+    /// take turns first, in the order they came (a fair queue), and each begins when the
+    /// one before it has ended. A writer of another process (another control plane on
+    /// the same file, or the `sqlite3` shell) still meets the busy handler.
     pub async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {
         match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await,
+            Backend::Sqlite => {
+                let turn =
+                    tokio::time::timeout(SQLITE_WRITE_WAIT, self.writers.clone().lock_owned())
+                        .await
+                        .map_err(|_| sqlx::Error::PoolTimedOut)?;
+                let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+                Ok(WriteTx {
+                    tx,
+                    _turn: Some(turn),
+                })
+            }
+            Backend::Postgres => Ok(WriteTx {
+                tx: self.pool.begin().await?,
+                _turn: None,
+            }),
         }
     }
 
