@@ -248,6 +248,10 @@ if wanted governed; then
   printf '  rate limit allowances asked: %s in %s batches, %s unanswered\n' \
     "$(metric warden_proxy_rate_grant_asks_total)" "$(metric warden_proxy_rate_grant_batches_total)" \
     "$(metric warden_proxy_rate_grant_failures_total)"
+  # The budgets' allowances: asked by a request short of one, shared by a scope's
+  # requests at once; renewed every second.
+  printf '  budget allowances asked: %s, %s unanswered\n' \
+    "$(metric warden_proxy_budget_grant_asks_total)" "$(metric warden_proxy_budget_grant_failures_total)"
 fi
 governed off
 

@@ -24,7 +24,7 @@ use warden_shared::secret::Secret;
 
 use crate::approval_claims::ApprovalClaims;
 use crate::batch_queue::BatchReceiver;
-use crate::budget_grants::BudgetGrants;
+use crate::budget_grants::{BudgetGrantCounters, BudgetGrants};
 use crate::capture::{CaptureBuffer, CaptureMetrics};
 use crate::config::OwnCredential;
 use crate::config::{ProvidersConfig, ProxyConfig};
@@ -244,7 +244,10 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         &base,
         service_token.expose(),
         &proxy_id,
-        metrics.budget_grant_failures.clone(),
+        BudgetGrantCounters {
+            failures: metrics.budget_grant_failures.clone(),
+            asks: metrics.budget_grant_asks.clone(),
+        },
     );
     let mut proxies = Vec::new();
     for _ in 0..config.event_loops.max(1) {

@@ -44,6 +44,8 @@ pub struct ProxyMetrics {
     pub rate_grant_batches: IntCounter,
     /// Budget allowance requests the control plane did not answer (`crate::budget_grants`).
     pub budget_grant_failures: IntCounter,
+    /// Budget allowance requests sent by requests short of one (`crate::budget_grants`).
+    pub budget_grant_asks: IntCounter,
     /// Guardrails' findings by action, and their failed scans (`crate::guardrails`).
     pub guardrail_findings: IntCounterVec,
     pub guardrail_failures: IntCounter,
@@ -198,6 +200,11 @@ impl ProxyMetrics {
                 "Requests for budgets' allowances (or their renewals) the control plane did \
                  not answer; the scopes asked for are then counted by this proxy alone for 10 s",
             )?,
+            budget_grant_asks: counter(
+                "warden_proxy_budget_grant_asks_total",
+                "Requests to the control plane for budgets' allowances by requests short of \
+                 one (a scope's concurrent requests wait for one ask)",
+            )?,
             decisions_flush_failures: counter(
                 "warden_proxy_policy_decisions_flush_failures_total",
                 "Failed attempts to send a batch of policy decision reports",
@@ -305,6 +312,7 @@ impl ProxyMetrics {
             &self.rate_grant_asks,
             &self.rate_grant_batches,
             &self.budget_grant_failures,
+            &self.budget_grant_asks,
             &self.guardrail_failures,
         ] {
             r.register(Box::new(counter.clone()))?;

@@ -39,6 +39,9 @@ pub struct Allowance {
     last_used: i64,
     /// The block threshold the scope was last checked against (for renewals).
     block_micros: i64,
+    /// How many answers to asks (a grant, or none: counted alone) have come: a request
+    /// found short asks only when none came since it looked.
+    answers: u64,
 }
 
 /// What a renewal round tells the control plane about one scope.
@@ -85,6 +88,7 @@ impl Allowance {
 
     /// The control plane granted `granted` in answer to a request sent at `sent_at`.
     pub fn granted(&mut self, granted: i64, sent_at: i64) {
+        self.answers += 1;
         self.held += granted;
         if self.held > 0 {
             self.rely_until = self.rely_until.max(sent_at + RELY_FOR_MS);
@@ -93,6 +97,7 @@ impl Allowance {
 
     /// The control plane did not answer: count the scope alone for a while.
     pub fn alone(&mut self, now: i64) {
+        self.answers += 1;
         self.alone_until = now + ALONE_FOR_MS;
     }
 
@@ -138,12 +143,17 @@ impl Allowance {
     pub fn next_month(&self) -> Allowance {
         Allowance {
             alone_until: self.alone_until,
+            answers: self.answers + 1,
             ..Allowance::default()
         }
     }
 
     pub fn held(&self) -> i64 {
         self.held
+    }
+
+    pub fn answers(&self) -> u64 {
+        self.answers
     }
 }
 

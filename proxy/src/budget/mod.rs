@@ -172,8 +172,8 @@ pub struct Shortfall {
     pub scope: String,
     pub block_micros: i64,
     pub need_micros: i64,
-    /// Given back with the ask (see `allowance`).
-    pub release_micros: i64,
+    /// The allowance's answers when the request found it short (see `allowance`).
+    pub answers_seen: u64,
     /// The budget to name if the control plane has no room.
     pub over: OverBudget,
 }
@@ -340,7 +340,7 @@ impl Budgets {
                     scope: over.scope.clone(),
                     block_micros: over.block_micros,
                     need_micros: need,
-                    release_micros: counters.allowance.take_release(now_ms),
+                    answers_seen: counters.allowance.answers(),
                     over: over.clone(),
                 });
             }
@@ -378,6 +378,19 @@ impl Budgets {
                 counters.allowance.granted(*granted, sent_at);
             }
         }
+    }
+
+    /// What goes back to the control plane with an ask for the scope sent at `now_ms`
+    /// (see `allowance`): taken, so it is sent once.
+    pub fn take_release(&self, tenant_id: &str, scope: &str, now_ms: i64) -> i64 {
+        self.existing(tenant_id, scope)
+            .map_or(0, |counters| lock(&counters).allowance.take_release(now_ms))
+    }
+
+    /// Whether an ask for the scope was answered since `short` was found.
+    pub fn answered_since(&self, tenant_id: &str, short: &Shortfall) -> bool {
+        self.existing(tenant_id, &short.scope)
+            .is_some_and(|counters| lock(&counters).allowance.answers() != short.answers_seen)
     }
 
     /// No control plane answered for `scopes`: they are counted by this proxy alone for

@@ -225,8 +225,13 @@ fn a_request_fits_the_allowance_or_names_what_it_needs() {
     let Err(Refused::Short(short)) = budgets.reserve(TENANT, &rules, 700, MONTH, NOW) else {
         panic!("reserved past the allowance");
     };
-    let releases: Vec<i64> = short.iter().map(|s| s.release_micros).collect();
+    let releases: Vec<i64> = short
+        .iter()
+        .map(|s| budgets.take_release(TENANT, &s.scope, NOW))
+        .collect();
     assert_eq!(releases, [350, 350]);
+    // Taken once: a second ask carries nothing more.
+    assert_eq!(budgets.take_release(TENANT, &short[0].scope, NOW), 0);
 }
 
 #[test]

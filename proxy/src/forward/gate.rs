@@ -12,6 +12,7 @@ use warden_shared::timestamp::Timestamp;
 use super::Ready;
 use crate::approval_claims::RE_EVALUATIONS;
 use crate::budget::{Admission, BudgetRule, BudgetWarning, OverBudget, Refused, RuleSource};
+use crate::budget_grants::Asked;
 use crate::policy_gate::{Action, PolicyGate, PolicyPass, Stopped};
 use crate::refusal::Refusal;
 use crate::resources::Resources;
@@ -126,6 +127,11 @@ impl Drop for GiveBack {
 /// requests on this proxy may take what an ask brought before it is used).
 const ASKS: usize = 3;
 
+/// How many other requests' asks a request waits for before it is refused as short:
+/// each ends within the ask's timeout, granted, refused or counted alone, so this only
+/// bounds the unforeseen.
+const WAITS: usize = 64;
+
 /// How many times a request short of a rate limit's allowance asks again. Each ask
 /// gives at least one request or says the limit is reached, and a grant is an eighth of
 /// what is left, so a burst of any size on one proxy needs a few dozen at most; this
@@ -147,19 +153,24 @@ async fn reserve_budget(
     let tenant_id = &view.key.tenant_id;
     let month = Timestamp::from_millis(now_ms).month_start();
     let budgets = &shared.state.budgets;
-    for _ in 0..ASKS {
+    let (mut asks, mut waits) = (0, 0);
+    while asks < ASKS && waits < WAITS {
         match budgets.reserve(tenant_id, &rules, estimate_micros, month, now_ms) {
             Ok(admission) => return Ok(admission),
             Err(Refused::Over(over)) => return Err(budget_refusal(over)),
             Err(Refused::Short(short)) => {
-                let no_room = shared
+                match shared
                     .budget_grants
                     .ask(budgets, tenant_id, month, &short, now_ms)
-                    .await;
-                if let Some((asked, committed_micros)) = no_room {
-                    let mut over = asked.over;
-                    over.spent_micros = over.spent_micros.max(committed_micros);
-                    return Err(budget_refusal(over));
+                    .await
+                {
+                    Asked::Granted => asks += 1,
+                    Asked::Waited => waits += 1,
+                    Asked::NoRoom(asked, committed_micros) => {
+                        let mut over = asked.over;
+                        over.spent_micros = over.spent_micros.max(committed_micros);
+                        return Err(budget_refusal(over));
+                    }
                 }
             }
         }

@@ -4,6 +4,7 @@
 mod action_approvals;
 mod balancer;
 mod bodies;
+mod budget_asks;
 mod budgets;
 mod capture;
 mod declared_providers;
