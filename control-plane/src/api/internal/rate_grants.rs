@@ -9,6 +9,8 @@
 //! previous batch was on its way): at the start of a minute each bucket asks once, and
 //! ten thousand buckets must not be ten thousand write transactions.
 
+use std::collections::{BTreeMap, HashSet};
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -81,19 +83,41 @@ pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<Rat
         let a = &asks[i];
         (&a.tenant_id, &a.limiter, &a.bucket, a.minute)
     });
-    let mut granted = vec![0; asks.len()];
+    // One statement for the asks of each limit and want (a policy's: usually all of a
+    // batch), in key order within it; the same key twice in one batch (a proxy never
+    // sends that) is granted again on its own after.
+    let mut groups: BTreeMap<(i64, i64), Vec<usize>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    let mut again = Vec::new();
     for index in order {
         let ask = &asks[index];
         if !live.contains(&ask.tenant_id) {
             continue;
         }
-        let key = (
-            ask.tenant_id.as_str(),
-            ask.limiter.as_str(),
-            ask.bucket.as_str(),
-            ask.minute,
-        );
-        granted[index] = store::grant_rate(&mut tx, key, ask.limit, ask.want).await?;
+        if seen.insert(key(ask)) {
+            groups.entry((ask.limit, ask.want)).or_default().push(index);
+        } else {
+            again.push(index);
+        }
+    }
+    let mut granted = vec![0; asks.len()];
+    for ((limit, want), indices) in groups {
+        let keys: Vec<_> = indices.iter().map(|&i| key(&asks[i])).collect();
+        let gave = store::grant_rates(&mut tx, &keys, limit, want).await?;
+        for index in indices {
+            let ask = &asks[index];
+            let owned = (
+                ask.tenant_id.clone(),
+                ask.limiter.clone(),
+                ask.bucket.clone(),
+                ask.minute,
+            );
+            granted[index] = gave.get(&owned).copied().unwrap_or(0);
+        }
+    }
+    for index in again {
+        let ask = &asks[index];
+        granted[index] = store::grant_rate(&mut tx, key(ask), ask.limit, ask.want).await?;
     }
     tx.commit().await?;
     Ok(RateGrants {
@@ -102,6 +126,16 @@ pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<Rat
             .map(|granted| RateGrant { granted })
             .collect(),
     })
+}
+
+/// The bucket and minute `ask` is for.
+fn key(ask: &RateAsk) -> store::RateKey<'_> {
+    (
+        ask.tenant_id.as_str(),
+        ask.limiter.as_str(),
+        ask.bucket.as_str(),
+        ask.minute,
+    )
 }
 
 fn check(request: &RateGrantRequest) -> ApiResult<()> {

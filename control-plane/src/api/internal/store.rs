@@ -4,12 +4,12 @@
 //! the proxies', not a tenant's. Usage is written by
 //! `crate::ledger`, evaluation records by `api::policies`, approvals by `api::approvals`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use warden_shared::timestamp::Timestamp;
 
 use super::input::{ProxyUsageRecord, ToolCallInput};
-use crate::db::bulk::is_postgres;
+use crate::db::bulk::{self, is_postgres};
 use crate::db::WriteTx;
 
 /// Which of `tenant_ids` still exist. On PostgreSQL each found tenant row is locked
@@ -204,6 +204,59 @@ pub async fn grant_rate(
     .bind(RATE_SHARE_DIVISOR)
     .fetch_one(&mut **tx)
     .await
+}
+
+/// A rate limit's bucket and minute: tenant id, limiter, bucket, minute.
+pub type RateKey<'a> = (&'a str, &'a str, &'a str, i64);
+
+/// [`grant_rate`] for many buckets and minutes of one `limit` and `want` (a policy's),
+/// in one statement per [`bulk::rows_per_statement`]: what each key was granted. The
+/// keys must differ (PostgreSQL refuses to update a row twice in one statement) and
+/// come in key order (row locks taken in one order by every batch).
+pub async fn grant_rates(
+    tx: &mut WriteTx,
+    keys: &[RateKey<'_>],
+    limit: i64,
+    want: i64,
+) -> Result<HashMap<(String, String, String, i64), i64>, sqlx::Error> {
+    // What is left's share, as in `grant_rate`, from the statement's first parameters.
+    const SHARE: &str = "CASE WHEN rate_grants.granted >= rate_limit THEN 0 \
+        WHEN (rate_limit - rate_grants.granted) / divisor < 1 THEN 1 \
+        WHEN (rate_limit - rate_grants.granted) / divisor < want \
+          THEN (rate_limit - rate_grants.granted) / divisor \
+        ELSE want END";
+    let first = (limit / RATE_SHARE_DIVISOR).clamp(1, want).min(limit);
+    let mut granted = HashMap::with_capacity(keys.len());
+    for chunk in keys.chunks(bulk::rows_per_statement(tx, 6)) {
+        let rows = bulk::placeholders(tx, chunk.len(), 6, 4);
+        let sql = format!(
+            "WITH share (rate_limit, want, divisor) AS (SELECT $1, $2, $3) \
+             INSERT INTO rate_grants (tenant_id, limiter, bucket, minute, granted, last_grant) \
+             VALUES {rows} \
+             ON CONFLICT (tenant_id, limiter, bucket, minute) DO UPDATE SET \
+             last_grant = (SELECT {SHARE} FROM share), \
+             granted = rate_grants.granted + (SELECT {SHARE} FROM share) \
+             RETURNING tenant_id, limiter, bucket, minute, last_grant"
+        );
+        let sql = bulk::for_backend(tx, sql);
+        let mut query = sqlx::query_as::<_, (String, String, String, i64, i64)>(&sql)
+            .bind(limit)
+            .bind(want)
+            .bind(RATE_SHARE_DIVISOR);
+        for (tenant_id, limiter, bucket, minute) in chunk {
+            query = query
+                .bind(*tenant_id)
+                .bind(*limiter)
+                .bind(*bucket)
+                .bind(*minute)
+                .bind(first)
+                .bind(first);
+        }
+        for (tenant_id, limiter, bucket, minute, gave) in query.fetch_all(&mut **tx).await? {
+            granted.insert((tenant_id, limiter, bucket, minute), gave);
+        }
+    }
+    Ok(granted)
 }
 
 /// A grant gives at most this fraction of what is left of a limit, so that the
