@@ -427,12 +427,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_requests_ask_goes_before_asks_ahead_which_go_a_few_a_batch() {
+    /// Pending asks ahead for minute 2 of buckets 0 to `buckets - 1`.
+    fn asking_ahead(buckets: usize) -> Pending {
         let mut pending = Pending::default();
-        for bucket in 0..120 {
+        for bucket in 0..buckets {
             pending.queue_ahead(ask(bucket, 2));
         }
+        pending
+    }
+
+    #[test]
+    fn a_requests_ask_goes_before_asks_ahead_which_go_a_few_a_batch() {
+        let mut pending = asking_ahead(120);
         let (_, queued) = pending.queue(ask(500, 1));
         assert!(queued);
         let first = pending.next_batch();
@@ -446,10 +452,7 @@ mod tests {
 
     #[test]
     fn a_request_joining_an_ask_ahead_not_sent_moves_it_first() {
-        let mut pending = Pending::default();
-        for bucket in 0..120 {
-            pending.queue_ahead(ask(bucket, 2));
-        }
+        let mut pending = asking_ahead(120);
         // The first ask ahead queued is the last to go: a request needs it now.
         let (waiters, promoted) = pending.queue(ask(0, 2));
         assert!(promoted && waiters.is_empty());

@@ -4,17 +4,14 @@
 use futures_util::future::join_all;
 use serde_json::json;
 
+use super::budgets::create_limit;
 use super::{simple_chat, MockProvider, TestProxy};
-use crate::helpers::{expect_status, metric, TestApp};
+use crate::helpers::metric;
 
 /// The asks this proxy's requests have sent for budgets' allowances.
 async fn asks(proxy: &TestProxy) -> f64 {
     let series = "warden_proxy_budget_grant_asks_total";
     metric(&proxy.metrics().await, series).unwrap_or_else(|| panic!("{series} missing"))
-}
-
-async fn create_limit(app: &TestApp, admin_key: &str, body: serde_json::Value) {
-    expect_status(app.post("/budget/limits", admin_key, body).await, 201).await;
 }
 
 /// Twenty requests of one key at once, all served.

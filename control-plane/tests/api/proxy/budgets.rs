@@ -147,7 +147,7 @@ async fn burst(proxies: &[&TestProxy], raw: &str) -> i64 {
 
 /// Creates a budget limit: in force on the proxies, with its scope's spend, when the
 /// call returns.
-async fn create_limit(app: &TestApp, admin_key: &str, body: Value) -> String {
+pub(super) async fn create_limit(app: &TestApp, admin_key: &str, body: Value) -> String {
     let created = expect_status(app.post("/budget/limits", admin_key, body).await, 201).await;
     created["data"]["id"].as_str().unwrap().to_owned()
 }
