@@ -83,7 +83,12 @@ pub async fn forward(
     let answer = send::send(shared, session, &ready, &added, trace.as_deref_mut())
         .await
         .map_err(refused)?;
-    settle::settle(shared, ready, passed, answer, trace).await;
+    if let Some(exchange) = settle::settle(shared, ready, passed, answer, trace) {
+        // Boxed: pingora's check of the connection is a 4.5 KiB future that would
+        // otherwise be part of every request's future, which is allocated as large as
+        // its largest step for the whole request, a stream's included.
+        Box::pin(shared.upstreams.release(exchange)).await;
+    }
     Ok(())
 }
 

@@ -18,18 +18,29 @@ use crate::metrics::{model_label, status_class, ProxyMetrics};
 use crate::otel::{RequestTrace, Settled};
 use crate::relay::Relayed;
 use crate::resources::Resources;
+use crate::upstream::Exchange;
 use crate::usage::extract::{estimate_tokens, Tokens};
 use crate::usage::UsageRecord;
 
-/// Records what the request came to and lets its provider connection go.
-pub(super) async fn settle(
+/// Records what the request came to; returns the provider's connection when the answer
+/// was read to its end, for the pool. Not async: what this holds (the answer, the
+/// gate's counts, the record) would otherwise stay in the request's future, which lives
+/// as long as its connection.
+pub(super) fn settle(
     shared: &Resources,
     ready: Ready<'_>,
     passed: Passed,
     answer: Answer,
     trace: Option<&mut RequestTrace>,
-) {
+) -> Option<Exchange> {
     let work = Instant::now();
+    eprintln!(
+        "PROBE sizes answer {} passed {} ready {} exchange {}",
+        std::mem::size_of::<Answer>(),
+        std::mem::size_of::<Passed>(),
+        std::mem::size_of::<Ready<'_>>(),
+        std::mem::size_of::<crate::upstream::Exchange>()
+    );
     let Answer {
         status,
         relayed,
@@ -87,9 +98,6 @@ pub(super) async fn settle(
         capture,
         tool_call: None,
     });
-    if let Some(exchange) = exchange.filter(|_| relayed.complete) {
-        shared.upstreams.release(exchange).await;
-    }
     let outcome = Outcome {
         status,
         tokens,
@@ -119,6 +127,7 @@ pub(super) async fn settle(
         ready.started.elapsed(),
         overhead,
     );
+    exchange.filter(|_| relayed.complete)
 }
 
 /// Usage the provider reported. Without it: an error answer (4xx, 5xx) counts as a
