@@ -34,13 +34,6 @@ pub(super) fn settle(
     trace: Option<&mut RequestTrace>,
 ) -> Option<Exchange> {
     let work = Instant::now();
-    eprintln!(
-        "PROBE sizes answer {} passed {} ready {} exchange {}",
-        std::mem::size_of::<Answer>(),
-        std::mem::size_of::<Passed>(),
-        std::mem::size_of::<Ready<'_>>(),
-        std::mem::size_of::<crate::upstream::Exchange>()
-    );
     let Answer {
         status,
         relayed,
