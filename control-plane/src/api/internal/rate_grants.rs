@@ -104,15 +104,8 @@ pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<Rat
     for ((limit, want), indices) in groups {
         let keys: Vec<_> = indices.iter().map(|&i| key(&asks[i])).collect();
         let gave = store::grant_rates(&mut tx, &keys, limit, want).await?;
-        for index in indices {
-            let ask = &asks[index];
-            let owned = (
-                ask.tenant_id.clone(),
-                ask.limiter.clone(),
-                ask.bucket.clone(),
-                ask.minute,
-            );
-            granted[index] = gave.get(&owned).copied().unwrap_or(0);
+        for (index, gave) in indices.into_iter().zip(gave) {
+            granted[index] = gave;
         }
     }
     for index in again {

@@ -210,15 +210,15 @@ pub async fn grant_rate(
 pub type RateKey<'a> = (&'a str, &'a str, &'a str, i64);
 
 /// [`grant_rate`] for many buckets and minutes of one `limit` and `want` (a policy's),
-/// in one statement per [`bulk::rows_per_statement`]: what each key was granted. The
-/// keys must differ (PostgreSQL refuses to update a row twice in one statement) and
+/// in one statement per [`bulk::rows_per_statement`]: what each key was granted, in the
+/// keys' order (a key the statement did not return: 0). The keys must differ (PostgreSQL refuses to update a row twice in one statement) and
 /// come in key order (row locks taken in one order by every batch).
 pub async fn grant_rates(
     tx: &mut WriteTx,
     keys: &[RateKey<'_>],
     limit: i64,
     want: i64,
-) -> Result<HashMap<(String, String, String, i64), i64>, sqlx::Error> {
+) -> Result<Vec<i64>, sqlx::Error> {
     // What is left's share, as in `grant_rate`, from the statement's first parameters.
     const SHARE: &str = "CASE WHEN rate_grants.granted >= rate_limit THEN 0 \
         WHEN (rate_limit - rate_grants.granted) / divisor < 1 THEN 1 \
@@ -226,7 +226,10 @@ pub async fn grant_rates(
           THEN (rate_limit - rate_grants.granted) / divisor \
         ELSE want END";
     let first = (limit / RATE_SHARE_DIVISOR).clamp(1, want).min(limit);
-    let mut granted = HashMap::with_capacity(keys.len());
+    // RETURNING gives rows in no set order on either engine: each is placed by its key.
+    let position: HashMap<RateKey<'_>, usize> =
+        keys.iter().enumerate().map(|(i, key)| (*key, i)).collect();
+    let mut granted = vec![0; keys.len()];
     for chunk in keys.chunks(bulk::rows_per_statement(tx, 6)) {
         let rows = bulk::placeholders(tx, chunk.len(), 6, 4);
         let sql = format!(
@@ -253,7 +256,15 @@ pub async fn grant_rates(
                 .bind(first);
         }
         for (tenant_id, limiter, bucket, minute, gave) in query.fetch_all(&mut **tx).await? {
-            granted.insert((tenant_id, limiter, bucket, minute), gave);
+            let key = (
+                tenant_id.as_str(),
+                limiter.as_str(),
+                bucket.as_str(),
+                minute,
+            );
+            if let Some(&i) = position.get(&key) {
+                granted[i] = gave;
+            }
         }
     }
     Ok(granted)
