@@ -3,10 +3,11 @@
 //! flusher and the accept loop (which deals connections to the event loops of
 //! `event_loops`) until the shutdown future resolves.
 //!
-//! pingora's `HttpProxy` is driven from our own listener through `ServerApp::process_new`
-//! rather than by pingora's `Server`, which owns the process (its own runtimes, signals,
-//! `run_forever` exiting): the proxy then starts beside the control plane in one process
-//! (`warden dev`), in tests on port 0, and alone (`warden proxy`) the same way.
+//! Connections are served from our own listener (`crate::connection` drives pingora's
+//! HTTP/1 session) rather than by pingora's `Server`, which owns the process (its own
+//! runtimes, signals, `run_forever` exiting): the proxy then starts beside the control
+//! plane in one process (`warden dev`), in tests on port 0, and alone (`warden proxy`)
+//! the same way.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,8 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::proxy::HttpProxy;
-use pingora::server::configuration::ServerConf;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use warden_shared::clock::{system_now_ms, Clock};
@@ -102,7 +101,7 @@ pub struct ProxyApp {
     metrics: ProxyMetrics,
     listener: TcpListener,
     /// One per event loop (one in all when connections share the runtime's workers).
-    proxies: Vec<Arc<HttpProxy<ProxyService>>>,
+    services: Vec<Arc<ProxyService>>,
     event_loops: usize,
     usage: BatchReceiver<UsageRecord>,
     flush: FlushTarget,
@@ -220,7 +219,6 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         &config.mcp_allowed_origins,
         config.max_body_bytes,
     ));
-    let server_conf = Arc::new(ServerConf::default());
     // One proxy per event loop, each with its own provider connections: a connection
     // is registered with the loop that opened it, so sharing one pool across loops
     // would send its readiness through another thread.
@@ -249,7 +247,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             asks: metrics.budget_grant_asks.clone(),
         },
     );
-    let mut proxies = Vec::new();
+    let mut services = Vec::new();
     for _ in 0..config.event_loops.max(1) {
         let service = ProxyService::new(Resources {
             state: state.clone(),
@@ -274,7 +272,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
             draining: draining.clone(),
             tracer: tracer.clone(),
         });
-        proxies.push(Arc::new(pingora::proxy::http_proxy(&server_conf, service)));
+        services.push(Arc::new(service));
     }
     drop((usage_sink, decision_sink));
     Ok(ProxyApp {
@@ -284,7 +282,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         draining,
         shutdown_delay: Duration::from_millis(config.shutdown_delay_ms),
         listener,
-        proxies,
+        services,
         event_loops: config.event_loops,
         usage,
         spool,
@@ -359,7 +357,7 @@ impl ProxyApp {
             state,
             metrics,
             listener,
-            proxies,
+            services,
             event_loops,
             usage,
             flush,
@@ -402,7 +400,7 @@ impl ProxyApp {
         };
         let mut flusher = sink::start(usage, outlet, metrics, budgets.clone(), usage_capacity);
         let (stop, stopping) = watch::channel(false);
-        let handlers = proxies.into_iter().map(proxy_handler).collect();
+        let handlers = services.into_iter().map(proxy_handler).collect();
         let mut servers = Servers::start(handlers, event_loops > 0, &stopping)?;
         // Not ready first, while the listener still accepts, so that load balancers take
         // this proxy out before it closes (`shutdown_delay_ms`).

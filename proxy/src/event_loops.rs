@@ -19,16 +19,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::apps::ServerApp;
 use pingora::protocols::l4::stream::Stream as L4Stream;
-use pingora::protocols::Stream;
-use pingora::proxy::HttpProxy;
 use prometheus::IntCounter;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::buffered_io::BufferedIo;
+use crate::connection;
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::service::ProxyService;
 
@@ -50,17 +48,12 @@ pub type Handler = Arc<
 
 /// The handler of a proxy's connections: its requests, one after another while the
 /// agent keeps the connection alive.
-pub fn proxy_handler(proxy: Arc<HttpProxy<ProxyService>>) -> Handler {
+pub fn proxy_handler(service: Arc<ProxyService>) -> Handler {
     Arc::new(move |tcp, stopping| {
-        let proxy = proxy.clone();
+        let service = service.clone();
         Box::pin(async move {
-            let mut stream: Stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
-            while let Some(reused) = proxy.process_new(stream, &stopping).await {
-                if *stopping.borrow() {
-                    break;
-                }
-                stream = reused;
-            }
+            let stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
+            connection::serve(&service, stream, &stopping).await;
         })
     })
 }

@@ -21,6 +21,7 @@ pub(crate) mod budget;
 pub(crate) mod buffered_io;
 pub(crate) mod capture;
 pub mod config;
+pub(crate) mod connection;
 pub(crate) mod decisions;
 pub(crate) mod endpoint;
 pub(crate) mod event_loops;

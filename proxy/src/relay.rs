@@ -8,7 +8,7 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession;
 use warden_shared::registry::Provider;
 
 use crate::buffered_io::{BufferedIo, Cork};
@@ -42,7 +42,7 @@ pub struct Relayed {
 }
 
 pub async fn relay_stream(
-    session: &mut Session,
+    session: &mut ServerSession,
     exchange: &mut Exchange,
     endpoint: Endpoint,
     strip_usage: bool,
@@ -67,7 +67,7 @@ pub async fn relay_stream(
     let cork = client_cork(session);
     cork.set(true);
     if session
-        .write_response_header(Box::new(header), false)
+        .write_response_header(Box::new(header))
         .await
         .is_err()
     {
@@ -90,12 +90,12 @@ pub async fn relay_stream(
     // The rest and the end, in one write: corked while the rest goes in.
     in_hand.extend_from_slice(&relay.finish(facts.map(|f| f as &mut dyn EventReader)));
     let rest = session
-        .write_response_body(Some(in_hand.freeze()), false)
+        .write_response_body(in_hand.freeze(), false)
         .await
         .is_ok();
     cork.set(false);
     let ended = session
-        .write_response_body(Some(Bytes::new()), true)
+        .write_response_body(Bytes::new(), true)
         .await
         .is_ok();
     outcome(&relay, complete && rest && ended)
@@ -105,7 +105,7 @@ pub async fn relay_stream(
 /// next read would wait (or past [`MAX_BURST`]). Returns at the stream's end whether it
 /// ended complete (false: the provider broke it off), or `None` when the client hung up.
 async fn relay_events(
-    session: &mut Session,
+    session: &mut ServerSession,
     exchange: &mut Exchange,
     relay: &mut SseRelay,
     in_hand: &mut BytesMut,
@@ -153,20 +153,20 @@ async fn relay_events(
 /// the header if it is still waiting); false when the client hung up, in which case
 /// dropping the upstream connection (not returning it to the pool) cancels the
 /// provider's generation.
-async fn write_in_hand(session: &mut Session, in_hand: &mut BytesMut, cork: &Cork) -> bool {
+async fn write_in_hand(session: &mut ServerSession, in_hand: &mut BytesMut, cork: &Cork) -> bool {
     if in_hand.is_empty() {
         return true;
     }
     cork.set(false);
     let written = session
-        .write_response_body(Some(in_hand.split().freeze()), false)
+        .write_response_body(in_hand.split().freeze(), false)
         .await;
     cork.set(true);
     written.is_ok()
 }
 
 pub async fn relay_whole(
-    session: &mut Session,
+    session: &mut ServerSession,
     exchange: &mut Exchange,
     status: u16,
     provider: Provider,
@@ -206,10 +206,10 @@ pub async fn relay_whole(
         };
     };
     let written = session
-        .write_response_header(Box::new(header), body.is_empty())
+        .write_response_header(Box::new(header))
         .await
         .is_ok()
-        && (body.is_empty() || session.write_response_body(Some(body), true).await.is_ok());
+        && (body.is_empty() || session.write_response_body(body, true).await.is_ok());
     Relayed {
         complete: written,
         usage,
@@ -236,7 +236,7 @@ async fn read_whole(exchange: &mut Exchange, provider: Provider) -> Result<Bytes
 
 /// The cork of the client's connection: every connection the proxy's accept loop takes
 /// is a [`BufferedIo`]. Any other gets a cork of its own that holds nothing back.
-fn client_cork(session: &Session) -> Cork {
+fn client_cork(session: &ServerSession) -> Cork {
     session
         .stream()
         .and_then(|stream| stream.as_any().downcast_ref::<BufferedIo>())

@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -40,7 +40,7 @@ pub struct StreamOptions {
 }
 
 /// Reads the whole body (answering `Expect: 100-continue` first), refusing more than `max`.
-pub async fn read_body(session: &mut Session, max: usize) -> Result<Bytes, Refusal> {
+pub async fn read_body(session: &mut ServerSession, max: usize) -> Result<Bytes, Refusal> {
     let headers = &session.req_header().headers;
     let declared = headers
         .get(http::header::CONTENT_LENGTH)

@@ -4,31 +4,31 @@
 
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession;
 
 /// Answers `status` with `body` of `content_type`.
-pub async fn respond(session: &mut Session, status: u16, content_type: &str, body: Bytes) {
+pub async fn respond(session: &mut ServerSession, status: u16, content_type: &str, body: Bytes) {
     let Ok(mut header) = ResponseHeader::build_no_case(status, Some(3)) else {
         return;
     };
     let _ = header.insert_header(http::header::CONTENT_TYPE, content_type);
     let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
     if session
-        .write_response_header(Box::new(header), body.is_empty())
+        .write_response_header(Box::new(header))
         .await
         .is_err()
     {
         return;
     }
     if !body.is_empty() {
-        let _ = session.write_response_body(Some(body), true).await;
+        let _ = session.write_response_body(body, true).await;
     }
 }
 
 /// Answers a refusal: `status` with the JSON error `body`, and `Retry-After` when the
 /// refusal says when a retry may pass.
 pub async fn respond_refusal(
-    session: &mut Session,
+    session: &mut ServerSession,
     status: u16,
     body: Bytes,
     retry_after_secs: Option<u64>,
@@ -42,10 +42,10 @@ pub async fn respond_refusal(
         let _ = header.insert_header(http::header::RETRY_AFTER, seconds.to_string());
     }
     if session
-        .write_response_header(Box::new(header), false)
+        .write_response_header(Box::new(header))
         .await
         .is_ok()
     {
-        let _ = session.write_response_body(Some(body), true).await;
+        let _ = session.write_response_body(body, true).await;
     }
 }

@@ -1,16 +1,11 @@
-//! The one `ProxyHttp` implementation. Everything happens in `request_filter`, which
-//! answers every request itself (returning `Ok(true)`): the proxy's own endpoints, its
-//! refusals, and forwarded requests through [`crate::forward`]. `upstream_peer` is never
-//! reached.
+//! Answers one request of an agent's connection (`crate::connection` reads it): the
+//! proxy's own endpoints, its refusals, and forwarded requests through
+//! [`crate::forward`].
 
 use std::sync::atomic::Ordering;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use pingora::modules::http::HttpModules;
-use pingora::proxy::{ProxyHttp, Session};
-use pingora::upstreams::peer::HttpPeer;
-use pingora::{Error, ErrorType};
+use pingora::protocols::http::ServerSession;
 use serde_json::json;
 use warden_shared::keys::hash_credential;
 
@@ -26,25 +21,18 @@ use crate::respond::{respond, respond_refusal};
 use crate::state::KeyView;
 use warden_shared::clock::system_now_ms;
 
-/// The proxy as pingora drives it: what every request shares, answering each request.
+/// What every request of an event loop shares, answering each request.
 pub struct ProxyService {
     resources: Resources,
 }
 
-#[async_trait]
-impl ProxyHttp for ProxyService {
-    type CTX = ();
+impl ProxyService {
+    pub fn new(resources: Resources) -> ProxyService {
+        ProxyService { resources }
+    }
 
-    fn new_ctx(&self) -> Self::CTX {}
-
-    /// No downstream modules. pingora's default adds its response-compression module
-    /// (disabled, level 0), which still costs a context per request and a call per
-    /// written chunk; Warden relays providers' bodies as they come and never
-    /// compresses them.
-    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
-
-    /// Answers the request completely; `Ok(true)` tells pingora that the response is sent.
-    async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> pingora::Result<bool> {
+    /// Answers the request whose header `session` has read, completely.
+    pub async fn answer(&self, session: &mut ServerSession) {
         // Anthropic's SDKs read refusals in Anthropic's error shape.
         let anthropic = session.req_header().uri.path().starts_with("/v1/messages");
         let mut trace = self.trace(session);
@@ -86,27 +74,11 @@ impl ProxyHttp for ProxyService {
                 .map_or(0, |header| header.status.as_u16());
             trace.end(status, refused.as_ref().map(|r| &r.refusal));
         }
-        Ok(true)
-    }
-
-    /// Never reached: `request_filter` answers every request.
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        _ctx: &mut (),
-    ) -> pingora::Result<Box<HttpPeer>> {
-        Err(Error::new(ErrorType::InternalError))
-    }
-}
-
-impl ProxyService {
-    pub fn new(resources: Resources) -> ProxyService {
-        ProxyService { resources }
     }
 
     /// The request's trace when tracing is on, for the agent APIs (`/v1/...`); the
     /// probes and metrics are not traced, and MCP traces its tool calls itself.
-    fn trace(&self, session: &Session) -> Option<RequestTrace> {
+    fn trace(&self, session: &ServerSession) -> Option<RequestTrace> {
         let tracer = self.resources.tracer.as_ref()?;
         let header = session.req_header();
         let path = header.uri.path();
@@ -116,7 +88,7 @@ impl ProxyService {
 
     async fn route(
         &self,
-        session: &mut Session,
+        session: &mut ServerSession,
         trace: Option<&mut RequestTrace>,
     ) -> Result<(), Refused> {
         let shared = &self.resources;
@@ -253,7 +225,7 @@ impl ProxyService {
 
     /// The key behind `Authorization: Bearer ...` (or `x-api-key`, as Anthropic's SDKs
     /// send it), from memory.
-    fn authenticate(&self, session: &Session) -> Result<KeyView, Refusal> {
+    fn authenticate(&self, session: &ServerSession) -> Result<KeyView, Refusal> {
         let state = &self.resources.state;
         if !state.is_loaded() {
             return Err(Refusal::NotReady);

@@ -2,8 +2,8 @@
 //! connections, TLS with rustls (SNI always set to the provider's host), DNS resolved
 //! asynchronously and cached, and timeouts for connecting, the first byte and silences.
 //!
-//! The proxy writes requests and reads answers itself rather than through `ProxyHttp`'s
-//! upstream phases: pingora's replay buffer for a body read before choosing the upstream
+//! The proxy writes requests and reads answers itself rather than through pingora's
+//! proxy (`ProxyHttp`'s upstream phases): pingora's replay buffer for a body read before choosing the upstream
 //! holds 64 KiB and silently drops larger bodies, and an LLM request must be read (for
 //! its model) before the provider is known. One path serves every body size.
 //!

@@ -12,7 +12,7 @@ mod settle;
 use std::time::Instant;
 
 use bytes::Bytes;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession;
 use warden_shared::catalog::ProviderCatalog;
 use warden_shared::registry::Provider;
 
@@ -33,7 +33,7 @@ use crate::state::KeyView;
 /// carries the provider and model, for the metrics.
 pub async fn forward(
     shared: &Resources,
-    session: &mut Session,
+    session: &mut ServerSession,
     view: KeyView,
     endpoint: Endpoint,
     mut trace: Option<&mut RequestTrace>,
@@ -177,7 +177,7 @@ fn unreadable(body: &[u8]) -> Refusal {
     Refusal::BadRequest(message)
 }
 
-fn ensure_json(session: &Session) -> Result<(), Refusal> {
+fn ensure_json(session: &ServerSession) -> Result<(), Refusal> {
     let is_json = session
         .req_header()
         .headers

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderValue;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession;
 
 use super::Ready;
 use crate::otel::{operation_name, AnswerFacts, Attempt, RequestTrace};
@@ -60,7 +60,7 @@ impl Answer {
 /// answer: no credential, no connection, no answer in time.
 pub(super) async fn send(
     shared: &Resources,
-    session: &mut Session,
+    session: &mut ServerSession,
     ready: &Ready<'_>,
     added: &[(&'static str, String)],
     trace: Option<&mut RequestTrace>,
@@ -161,7 +161,7 @@ fn upstream_body(ready: &Ready<'_>) -> Result<Bytes, Refusal> {
 /// provider answers with one, whole otherwise (errors included). Returns the provider's
 /// status.
 async fn relay(
-    session: &mut Session,
+    session: &mut ServerSession,
     exchange: &mut Exchange,
     ready: &Ready<'_>,
     added: &[(&'static str, String)],
@@ -200,7 +200,7 @@ async fn relay(
 /// request with and without it). Starting it after a delay instead cost a timer, whose
 /// registration woke the event loop's driver through an eventfd `write` on 5 to 14 %
 /// of requests.
-async fn client_gone(session: &mut Session) {
+async fn client_gone(session: &mut ServerSession) {
     if let Err(error) = session.read_body_or_idle(true).await {
         tracing::debug!(%error, "client went away while its provider was answering");
     }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use pingora::http::ResponseHeader;
-use pingora::proxy::Session;
+use pingora::protocols::http::ServerSession;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -79,7 +79,7 @@ impl McpGateway {
     /// Answers one HTTP request of the MCP transport for `caller`.
     pub async fn serve(
         &self,
-        session: &mut Session,
+        session: &mut ServerSession,
         caller: Caller,
         max_body_bytes: usize,
     ) -> Result<(), Refusal> {
@@ -105,7 +105,7 @@ impl McpGateway {
 /// Writes the SDK's answer: JSON with its length, an event stream chunk by chunk as the
 /// SDK produces it (until it ends or the agent goes away).
 async fn write_response(
-    session: &mut Session,
+    session: &mut ServerSession,
     response: http::Response<http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>>,
 ) {
     let (parts, mut body) = response.into_parts();
@@ -120,7 +120,7 @@ async fn write_response(
         let _ = header.insert_header(http::header::TRANSFER_ENCODING, "chunked");
     }
     if session
-        .write_response_header(Box::new(header), false)
+        .write_response_header(Box::new(header))
         .await
         .is_err()
     {
@@ -130,13 +130,9 @@ async fn write_response(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if session
-            .write_response_body(Some(data), false)
-            .await
-            .is_err()
-        {
+        if session.write_response_body(data, false).await.is_err() {
             return;
         }
     }
-    let _ = session.write_response_body(None, true).await;
+    let _ = session.write_response_body(Bytes::new(), true).await;
 }

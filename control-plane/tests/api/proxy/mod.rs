@@ -7,6 +7,7 @@ mod bodies;
 mod budget_asks;
 mod budgets;
 mod capture;
+mod connections;
 mod declared_providers;
 mod descriptors;
 mod enforcement;

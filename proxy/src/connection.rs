@@ -1,0 +1,80 @@
+//! One agent connection: its HTTP/1 requests read and answered one after another while
+//! the agent keeps the connection alive.
+//!
+//! Warden answers every request itself ([`ProxyService::answer`]), so it drives pingora's
+//! HTTP/1 server session directly. pingora's `HttpProxy` would hold, for as long as a
+//! connection is open, a future sized for the proxying, caching and module steps Warden
+//! never reaches (14 KiB a connection), and run their hooks on every request.
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::ServerSession;
+use pingora::protocols::Stream;
+use pingora::ErrorType;
+use tokio::sync::watch;
+
+use crate::refusal::Refusal;
+use crate::service::ProxyService;
+
+/// How long a connection may stay open without a request (before its first one and
+/// between two), as pingora's own server allows.
+pub const KEEPALIVE_SECS: u64 = 60;
+
+/// Serves the requests that arrive on `stream` until the agent closes it, a request
+/// leaves it unusable, or `stopping` turns true (at once when it waits for a request;
+/// after the answer when one is in progress).
+pub async fn serve(service: &ProxyService, mut stream: Stream, stopping: &watch::Receiver<bool>) {
+    let mut stop = stopping.clone();
+    loop {
+        let mut session = ServerSession::new_http1(stream);
+        session.set_keepalive(Some(KEEPALIVE_SECS));
+        let read = tokio::select! {
+            // A request already in hand is read, and answered, before shutdown counts.
+            biased;
+            read = session.read_request() => read,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        match read {
+            Ok(true) => {}
+            // Closed by the agent, or idle past the keep-alive.
+            Ok(false) => return,
+            Err(error) => {
+                if error.etype() == &ErrorType::InvalidHTTPHeader {
+                    refuse_and_close(
+                        &mut session,
+                        &Refusal::BadRequest("malformed HTTP request".into()),
+                    )
+                    .await;
+                }
+                session.shutdown().await;
+                return;
+            }
+        }
+        // CONNECT frames what follows differently (RFC 9112 §6.3): answered, never reused.
+        if session.req_header().method == http::Method::CONNECT {
+            refuse_and_close(&mut session, &Refusal::MethodNotAllowed).await;
+            session.shutdown().await;
+            return;
+        }
+        if *stop.borrow() {
+            session.set_keepalive(None);
+        }
+        service.answer(&mut session).await;
+        match session.finish().await {
+            Ok(Some(reusable)) => stream = reusable.into_parts().0,
+            _ => return,
+        }
+    }
+}
+
+/// Answers `refusal` in the JSON error envelope and marks the connection to close: what
+/// follows the request on it cannot be trusted to start a new one.
+async fn refuse_and_close(session: &mut ServerSession, refusal: &Refusal) {
+    let body = Bytes::from(refusal.body());
+    let Ok(mut header) = ResponseHeader::build_no_case(refusal.status(), Some(3)) else {
+        return;
+    };
+    let _ = header.insert_header(http::header::CONTENT_TYPE, "application/json");
+    let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
+    let _ = session.write_error_response(header, body).await;
+}
