@@ -74,8 +74,12 @@ enum Share {
 }
 
 impl Window {
+    /// The window moved on to `minute` if that is later than its own. An earlier
+    /// `minute` leaves it as it is: a request whose clock was read just before the minute
+    /// turned, and counted just after another event loop turned it, counts in the new
+    /// minute; turning the window back would drop the new minute's counts and allowance.
     fn at(&mut self, minute: i64) -> &mut Window {
-        if self.minute != minute {
+        if minute > self.minute {
             let share = match self.next {
                 Some(next) if minute == self.minute + 1 => next,
                 _ => Share::Local,
@@ -169,14 +173,14 @@ impl RateWindows {
     ) -> ((i64, i64), Counted) {
         let minute = minute_of(now_ms);
         let window = self.window(limiter, bucket);
-        let (before, short) = {
+        let (before, short, minute) = {
             let mut counts = lock(&window);
             let counts = counts.at(minute);
             let before = (counts.requests_seen(), counts.tokens);
             let short = matches!(counts.share, Share::Granted { allotted, spent: false, .. }
                 if counts.requests >= allotted);
             counts.requests += 1;
-            (before, short)
+            (before, short, counts.minute)
         };
         (
             before,
@@ -232,7 +236,8 @@ impl RateWindows {
         let minute = minute_of(now_ms);
         let window = self.window(limiter, bucket);
         let mut window = lock(&window);
-        window.at(minute).short().then_some(minute)
+        let window = window.at(minute);
+        window.short().then_some(window.minute)
     }
 
     /// Whether `minute`'s allowance must still grow, read without starting that minute
@@ -317,6 +322,30 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_counted_after_the_minute_turned_counts_in_the_new_minute() {
+        let windows = RateWindows::default();
+        let p1 = Limiter::Policy(1);
+        windows.count_request(p1, "agt_a", 60_000);
+        let (_, new) = windows.count_request(p1, "agt_a", 120_000);
+        windows.add_grant(p1, "agt_a", 2, 10, 5);
+        // Its clock read at 119,999 ms, on another event loop, before the minute turned.
+        let (counts, late) = windows.count_request(p1, "agt_a", 119_999);
+        assert_eq!(
+            counts,
+            (1 + 5, 0),
+            "the new minute's count and allowance stay"
+        );
+        new.add_tokens(100);
+        late.add_tokens(200);
+        assert_eq!(windows.count_request(p1, "agt_a", 120_001).0, (2 + 5, 300));
+        late.give_back();
+        assert_eq!(windows.count_request(p1, "agt_a", 120_002).0, (2 + 5, 300));
+        // Asked with that stale clock, the allowance to grow is the new minute's.
+        windows.add_grant(p1, "agt_a", 2, 10, 0);
+        assert_eq!(windows.needs_grant(p1, "agt_a", 119_999), None);
+    }
 
     #[test]
     fn windows_count_per_minute_and_give_back() {
