@@ -103,6 +103,8 @@ pub struct ProxyApp {
     /// One per event loop (one in all when connections share the runtime's workers).
     services: Vec<Arc<ProxyService>>,
     event_loops: usize,
+    /// How long an agent's connection may wait for a request, in seconds.
+    keepalive_secs: u64,
     usage: BatchReceiver<UsageRecord>,
     flush: FlushTarget,
     /// The usage spool and the batches an earlier run left in it (`None`: turned off).
@@ -284,6 +286,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         listener,
         services,
         event_loops: config.event_loops,
+        keepalive_secs: config.keepalive_timeout_secs.max(1),
         usage,
         spool,
         usage_capacity: config.usage_buffer_capacity,
@@ -359,6 +362,7 @@ impl ProxyApp {
             listener,
             services,
             event_loops,
+            keepalive_secs,
             usage,
             flush,
             spool,
@@ -400,7 +404,10 @@ impl ProxyApp {
         };
         let mut flusher = sink::start(usage, outlet, metrics, budgets.clone(), usage_capacity);
         let (stop, stopping) = watch::channel(false);
-        let handlers = services.into_iter().map(proxy_handler).collect();
+        let handlers = services
+            .into_iter()
+            .map(|service| proxy_handler(service, keepalive_secs))
+            .collect();
         let mut servers = Servers::start(handlers, event_loops > 0, &stopping)?;
         // Not ready first, while the listener still accepts, so that load balancers take
         // this proxy out before it closes (`shutdown_delay_ms`).

@@ -78,6 +78,10 @@ pub struct ProxyConfig {
     /// before the proxy accepts them. A burst beyond it waits for SYN retransmissions (a
     /// second or more); the kernel caps it at `net.core.somaxconn`.
     pub listen_backlog: u32,
+    /// How long an agent's connection may stay open without a request (before its first
+    /// and between two), in seconds (at least 1). Above a load balancer's idle timeout,
+    /// the balancer closes an idle connection first and no request races the close.
+    pub keepalive_timeout_secs: u64,
     /// Longest a request's `guardrail` policies may take to scan it; a scan that takes
     /// longer refuses the request (503 `guardrail_unavailable`): guardrails fail closed.
     pub guardrail_timeout_ms: u64,
@@ -184,6 +188,7 @@ impl Default for ProxyConfig {
             mcp_call_timeout_secs: 60,
             shutdown_delay_ms: 0,
             listen_backlog: 4096,
+            keepalive_timeout_secs: 75,
             guardrail_timeout_ms: 250,
         }
     }

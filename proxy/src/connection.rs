@@ -16,18 +16,20 @@ use tokio::sync::watch;
 use crate::refusal::Refusal;
 use crate::service::ProxyService;
 
-/// How long a connection may stay open without a request (before its first one and
-/// between two), as pingora's own server allows.
-pub const KEEPALIVE_SECS: u64 = 60;
-
-/// Serves the requests that arrive on `stream` until the agent closes it, a request
-/// leaves it unusable, or `stopping` turns true (at once when it waits for a request;
-/// after the answer when one is in progress).
-pub async fn serve(service: &ProxyService, mut stream: Stream, stopping: &watch::Receiver<bool>) {
+/// Serves the requests that arrive on `stream` until the agent closes it, leaves it
+/// without a request for `keepalive_secs`, a request leaves it unusable, or `stopping`
+/// turns true (at once when it waits for a request; after the answer when one is in
+/// progress).
+pub async fn serve(
+    service: &ProxyService,
+    mut stream: Stream,
+    keepalive_secs: u64,
+    stopping: &watch::Receiver<bool>,
+) {
     let mut stop = stopping.clone();
     loop {
         let mut session = ServerSession::new_http1(stream);
-        session.set_keepalive(Some(KEEPALIVE_SECS));
+        session.set_keepalive(Some(keepalive_secs));
         let read = tokio::select! {
             // A request already in hand is read, and answered, before shutdown counts.
             biased;

@@ -47,13 +47,13 @@ pub type Handler = Arc<
 >;
 
 /// The handler of a proxy's connections: its requests, one after another while the
-/// agent keeps the connection alive.
-pub fn proxy_handler(service: Arc<ProxyService>) -> Handler {
+/// agent keeps the connection alive (up to `keepalive_secs` without a request).
+pub fn proxy_handler(service: Arc<ProxyService>, keepalive_secs: u64) -> Handler {
     Arc::new(move |tcp, stopping| {
         let service = service.clone();
         Box::pin(async move {
             let stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
-            connection::serve(&service, stream, &stopping).await;
+            connection::serve(&service, stream, keepalive_secs, &stopping).await;
         })
     })
 }

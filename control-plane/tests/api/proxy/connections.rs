@@ -1,6 +1,7 @@
 //! The agents' connections as HTTP/1 sees them, spoken byte by byte: requests one after
 //! another on a kept-alive connection, malformed requests refused in the error envelope,
-//! and idle connections closed at once when the proxy stops.
+//! idle connections closed after the keep-alive timeout, and at once when the proxy
+//! stops.
 
 use std::time::{Duration, Instant};
 
@@ -156,4 +157,26 @@ async fn a_stopping_proxy_closes_its_idle_connections_at_once() {
     let waited = closed_within(&mut idle).await;
     println!("the idle connection closed {waited:?} after the signal");
     proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_a_request_closes_after_the_keepalive_timeout() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |_| {}).await;
+    let provider = MockProvider::start().await;
+    let proxy = TestProxy::start_with(&app, &provider, |config| {
+        config.keepalive_timeout_secs = 1;
+    })
+    .await;
+    // Between two requests, and before the first (the default, 75 s, would outlast
+    // `closed_within`'s 5 s).
+    let mut kept = connect(&proxy).await;
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, _) = read_response(&mut kept).await;
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    let mut silent = connect(&proxy).await;
+    let waited = closed_within(&mut kept).await;
+    println!("the kept-alive connection closed after {waited:?}");
+    closed_within(&mut silent).await;
 }
