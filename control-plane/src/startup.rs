@@ -114,7 +114,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
             warden_shared::keys::generate_api_key()
         }
     };
-    let publisher = Publisher::start(db.pool().clone(), clock.clone())
+    let publisher = Publisher::start(db.clone(), clock.clone())
         .await
         .map_err(StartupError::Publisher)?;
     let (stop, stopping) = tokio::sync::watch::channel(false);

@@ -20,9 +20,10 @@ use std::time::Duration;
 
 use sqlx::AnyPool;
 use tokio::sync::{broadcast, Notify};
+use warden_shared::clock::Clock;
 use warden_shared::snapshot::{Delta, ScopeSpend};
 
-use warden_shared::clock::Clock;
+use crate::db::Db;
 
 /// How often the publisher looks for new changes when not nudged: bounds how long a
 /// change made through another replica takes to reach this replica's proxies.
@@ -59,14 +60,14 @@ impl Drop for AbortOnDrop {
 }
 
 impl Publisher {
-    /// Starts polling `pool` from the current version, on the current runtime.
-    pub async fn start(pool: AnyPool, clock: Clock) -> Result<Publisher, sqlx::Error> {
+    /// Starts polling `db` from the current version, on the current runtime.
+    pub async fn start(db: Db, clock: Clock) -> Result<Publisher, sqlx::Error> {
         let (deltas, _) = broadcast::channel(CHANNEL_CAPACITY);
         let (spend, _) = broadcast::channel(CHANNEL_CAPACITY);
-        let from = load::current_version(&pool).await?;
+        let from = load::current_version(db.pool()).await?;
         let nudge = Arc::new(Notify::new());
         let poller = tokio::spawn(poll(
-            pool,
+            db,
             clock.clone(),
             Channels {
                 deltas: deltas.clone(),
@@ -114,7 +115,8 @@ struct Channels {
     nudge: Arc<Notify>,
 }
 
-async fn poll(pool: AnyPool, clock: Clock, channels: Channels, mut at: i64) {
+async fn poll(db: Db, clock: Clock, channels: Channels, mut at: i64) {
+    let pool = db.pool().clone();
     let mut ticker = tokio::time::interval(POLL_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_prune: Option<i64> = None;
@@ -145,7 +147,7 @@ async fn poll(pool: AnyPool, clock: Clock, channels: Channels, mut at: i64) {
         let now = clock.now().as_millis();
         if last_prune.is_none_or(|last| now.saturating_sub(last) > 600_000) {
             last_prune = Some(now);
-            if let Err(error) = prune(&pool, now - RETENTION_MS).await {
+            if let Err(error) = prune(&db, now - RETENTION_MS).await {
                 tracing::warn!(%error, "cannot prune the proxy change outbox");
             }
         }
@@ -170,10 +172,12 @@ async fn publish_new(
     Ok(at)
 }
 
-async fn prune(pool: &AnyPool, before_ms: i64) -> Result<(), sqlx::Error> {
+/// Deletes the outbox's rows older than `before_ms`, in its turn among the writers.
+async fn prune(db: &Db, before_ms: i64) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin_write().await?;
     sqlx::query("DELETE FROM proxy_changes WHERE changed_at < $1")
         .bind(before_ms)
-        .execute(pool)
-        .await
-        .map(|_| ())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
 }

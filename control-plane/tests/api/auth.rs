@@ -380,3 +380,36 @@ db_test!(missing_and_malformed_credentials_are_401, |app| {
         .unwrap();
     expect_error(response, 401, "invalid_credentials").await;
 });
+
+/// On SQLite a login's session is written in its turn among the writers
+/// (`Db::begin_write`), not by a statement of its own that meets the write lock held
+/// and sleeps in SQLite's busy handler (which serves a steady queue of writers by
+/// polling, not in order). With the busy handler off, a login that met the lock held
+/// would fail at once; here it waits for the writer ahead of it and succeeds.
+#[tokio::test]
+async fn a_login_waits_its_turn_among_sqlite_writers() {
+    let app = TestApp::spawn_with(crate::helpers::Backend::Sqlite, |_| {}).await;
+    let email = unique_email();
+    expect_status(signup(&app, &email).await, 201).await;
+    let pool = app.db.pool();
+    let mut connections = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        connections.push(pool.acquire().await.unwrap());
+    }
+    for connection in &mut connections {
+        sqlx::query("PRAGMA busy_timeout = 0")
+            .execute(&mut **connection)
+            .await
+            .unwrap();
+    }
+    drop(connections);
+
+    let ahead = app.db.begin_write().await.unwrap();
+    let (answer, ()) = tokio::join!(login(&app, &email, "correct horse battery"), async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        ahead.commit().await.unwrap();
+    });
+    let session = expect_status(answer, 200).await;
+    let token = session["data"]["access_token"].as_str().unwrap();
+    expect_status(app.get("/auth/me", token).await, 200).await;
+}

@@ -172,7 +172,9 @@ pub async fn open_session(
         token_hash: keys::hash_credential(&token),
         expires_at: now.as_millis() + SESSION_TTL_SECS * 1000,
     };
-    store::insert_session(state.db.pool(), user, &session, now).await?;
+    let mut tx = state.db.begin_write().await?;
+    store::insert_session(&mut tx, user, &session, now).await?;
+    tx.commit().await?;
     Ok(LoginOutput {
         access_token: token,
         token_type: "bearer",
@@ -199,15 +201,16 @@ pub async fn open_key_session(state: &AppState, raw_key: &str) -> ApiResult<Logi
         token_hash: keys::hash_credential(&token),
         expires_at: now.as_millis() + SESSION_TTL_SECS * 1000,
     };
-    let pool = state.db.pool();
+    let mut tx = state.db.begin_write().await?;
     store::insert_key_session(
-        pool,
+        &mut tx,
         &caller.tenant_id,
         &caller.credential_id,
         &session,
         now,
     )
     .await?;
+    tx.commit().await?;
     Ok(LoginOutput {
         access_token: token,
         token_type: "bearer",
@@ -219,7 +222,9 @@ pub async fn open_key_session(state: &AppState, raw_key: &str) -> ApiResult<Logi
 /// Ends the session `token` opened (signing out of the console): its row goes, so the
 /// token stops working at once. An unknown token changes nothing.
 pub async fn close_session(state: &AppState, token: &str) -> ApiResult<()> {
-    Ok(store::delete_session(state.db.pool(), &keys::hash_credential(token)).await?)
+    let mut tx = state.db.begin_write().await?;
+    store::delete_session(&mut tx, &keys::hash_credential(token)).await?;
+    Ok(tx.commit().await?)
 }
 
 /// How to name the caller to a person: a user's email, or the API key's id.

@@ -73,7 +73,7 @@ pub struct NewSession {
 
 /// Stores a session carrying the user's scopes.
 pub async fn insert_session(
-    pool: &AnyPool,
+    tx: &mut WriteTx,
     user: &LoginUser,
     session: &NewSession,
     now: Timestamp,
@@ -89,26 +89,26 @@ pub async fn insert_session(
     .bind(format_scopes(&user.scopes))
     .bind(session.expires_at)
     .bind(now.as_millis())
-    .execute(pool)
+    .execute(&mut **tx)
     .await
     .map(|_| ())
 }
 
 /// Ends the session whose token hashes to `token_hash`, a user's or an API key's: its
 /// token stops working at once.
-pub async fn delete_session(pool: &AnyPool, token_hash: &str) -> Result<(), sqlx::Error> {
+pub async fn delete_session(tx: &mut WriteTx, token_hash: &str) -> Result<(), sqlx::Error> {
     for sql in [
         "DELETE FROM sessions WHERE token_hash = $1",
         "DELETE FROM key_sessions WHERE token_hash = $1",
     ] {
-        sqlx::query(sql).bind(token_hash).execute(pool).await?;
+        sqlx::query(sql).bind(token_hash).execute(&mut **tx).await?;
     }
     Ok(())
 }
 
 /// Stores a console session that acts as the API key `api_key_id`.
 pub async fn insert_key_session(
-    pool: &AnyPool,
+    tx: &mut WriteTx,
     tenant_id: &str,
     api_key_id: &str,
     session: &NewSession,
@@ -124,7 +124,7 @@ pub async fn insert_key_session(
     .bind(&session.token_hash)
     .bind(session.expires_at)
     .bind(now.as_millis())
-    .execute(pool)
+    .execute(&mut **tx)
     .await
     .map(|_| ())
 }

@@ -105,14 +105,10 @@ pub async fn start(
         relay_state,
     )
     .map_err(ApiError::internal)?;
-    store::sweep(state.db.pool(), now).await?;
-    store::insert_request(
-        state.db.pool(),
-        tenant_id,
-        &request_id,
-        now + REQUEST_TTL_MS,
-    )
-    .await?;
+    let mut tx = state.db.begin_write().await?;
+    store::sweep(&mut tx, now).await?;
+    store::insert_request(&mut tx, tenant_id, &request_id, now + REQUEST_TTL_MS).await?;
+    tx.commit().await?;
     Ok(url)
 }
 

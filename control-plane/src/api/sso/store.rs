@@ -133,7 +133,7 @@ pub async fn set_enabled(
 pub const MAX_PENDING_REQUESTS: i64 = 1_000;
 
 pub async fn insert_request(
-    pool: &AnyPool,
+    tx: &mut WriteTx,
     tenant_id: &str,
     request_id: &str,
     expires_at: i64,
@@ -142,7 +142,7 @@ pub async fn insert_request(
         .bind(request_id)
         .bind(tenant_id)
         .bind(expires_at)
-        .execute(pool)
+        .execute(&mut **tx)
         .await
         .map(|_| ())
 }
@@ -200,14 +200,14 @@ pub async fn consume_assertion(
 
 /// Forgets requests and assertion ids past their expiry (an expired assertion is refused
 /// on its validity window, so its id need not be kept).
-pub async fn sweep(pool: &AnyPool, now_ms: i64) -> Result<(), sqlx::Error> {
+pub async fn sweep(tx: &mut WriteTx, now_ms: i64) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM sso_requests WHERE expires_at <= $1")
         .bind(now_ms)
-        .execute(pool)
+        .execute(&mut **tx)
         .await?;
     sqlx::query("DELETE FROM sso_assertions WHERE expires_at <= $1")
         .bind(now_ms)
-        .execute(pool)
+        .execute(&mut **tx)
         .await?;
     Ok(())
 }
