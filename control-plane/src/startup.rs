@@ -119,7 +119,7 @@ pub async fn build(config: Config, clock: Clock) -> Result<Application, StartupE
         .map_err(StartupError::Publisher)?;
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let confirmations = Confirmations::new(
-        db.pool().clone(),
+        db.clone(),
         std::time::Duration::from_millis(config.enforcement_wait_ms),
     );
     let metrics = Arc::new(HttpMetrics::new()?);

@@ -17,11 +17,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::AnyPool;
 use tokio::sync::Notify;
+use warden_shared::clock::Clock;
 use warden_shared::ids::{new_id, IdKind};
 
-use warden_shared::clock::Clock;
+use crate::db::Db;
 
 /// How often a replica renews the leases of its streams.
 pub const LEASE_RENEW: Duration = Duration::from_millis(250);
@@ -41,7 +41,10 @@ pub enum Confirmation {
 
 /// This replica's side of the proxies' acknowledgements. Cheap to share (`Arc`).
 pub struct Confirmations {
-    pool: AnyPool,
+    /// Its writes (a stream's row, acknowledgements, leases) take their turn among the
+    /// writers (`Db::begin_write`): on SQLite under load a statement of its own would
+    /// sleep in the busy handler, and a lease renewed late lapses.
+    db: Db,
     replica_id: String,
     bound: Duration,
     acked: Notify,
@@ -54,9 +57,9 @@ impl Confirmations {
     }
 
     /// Confirmations for a new replica, waiting at most `bound` for the proxies.
-    pub fn new(pool: AnyPool, bound: Duration) -> Arc<Confirmations> {
+    pub fn new(db: Db, bound: Duration) -> Arc<Confirmations> {
         Arc::new(Confirmations {
-            pool,
+            db,
             replica_id: new_id(IdKind::Instance, wall_clock_ms()),
             bound,
             acked: Notify::new(),
@@ -66,6 +69,7 @@ impl Confirmations {
     /// Records that proxy `proxy_id` opened a stream, holding version `holds` (`-1`:
     /// nothing yet, it is about to load a snapshot). Returns the stream's id.
     pub async fn open_stream(&self, proxy_id: &str, holds: i64) -> Result<String, sqlx::Error> {
+        let mut tx = self.db.begin_write().await?;
         let now = wall_clock_ms();
         let stream_id = new_id(IdKind::Instance, now);
         sqlx::query(
@@ -79,18 +83,23 @@ impl Confirmations {
         .bind(holds)
         .bind(now)
         .bind(now + lease_ms())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(stream_id)
     }
 
     /// Forgets a stream that ended: its proxy no longer counts.
     pub async fn close_stream(&self, stream_id: &str) {
-        let deleted = sqlx::query("DELETE FROM proxy_streams WHERE stream_id = $1")
-            .bind(stream_id)
-            .execute(&self.pool)
-            .await;
-        if let Err(error) = deleted {
+        let deleted = async {
+            let mut tx = self.db.begin_write().await?;
+            sqlx::query("DELETE FROM proxy_streams WHERE stream_id = $1")
+                .bind(stream_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        };
+        if let Err(error) = deleted.await {
             // Its lease runs out instead.
             tracing::warn!(%error, %stream_id, "cannot forget a closed proxy stream");
         }
@@ -98,14 +107,16 @@ impl Confirmations {
 
     /// Records that `proxy_id` has applied every change up to `version`.
     pub async fn acknowledge(&self, proxy_id: &str, version: i64) -> Result<bool, sqlx::Error> {
+        let mut tx = self.db.begin_write().await?;
         let updated = sqlx::query(
             "UPDATE proxy_streams SET acked_version = $2 \
              WHERE proxy_id = $1 AND acked_version < $2",
         )
         .bind(proxy_id)
         .bind(version)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         self.acked.notify_waiters();
         Ok(updated.rows_affected() > 0)
     }
@@ -146,7 +157,7 @@ impl Confirmations {
         )
         .bind(version)
         .bind(wall_clock_ms())
-        .fetch_one(&self.pool)
+        .fetch_one(self.db.pool())
         .await
     }
 
@@ -166,11 +177,15 @@ impl Confirmations {
                 tracing::warn!(%error, "cannot renew the proxy streams' leases");
             }
         }
-        let forgotten = sqlx::query("DELETE FROM proxy_streams WHERE replica_id = $1")
-            .bind(&self.replica_id)
-            .execute(&self.pool)
-            .await;
-        if let Err(error) = forgotten {
+        let forgotten = async {
+            let mut tx = self.db.begin_write().await?;
+            sqlx::query("DELETE FROM proxy_streams WHERE replica_id = $1")
+                .bind(&self.replica_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        };
+        if let Err(error) = forgotten.await {
             tracing::warn!(%error, "cannot forget this replica's proxy streams");
         }
     }
@@ -179,19 +194,21 @@ impl Confirmations {
 impl Confirmations {
     /// Renews this replica's leases, and forgets the rows of replicas long gone.
     async fn renew(&self, forget: bool) -> Result<(), sqlx::Error> {
+        let mut tx = self.db.begin_write().await?;
+        // Read once the turn came: the lease runs from when it is written.
         let now = wall_clock_ms();
         sqlx::query("UPDATE proxy_streams SET lease_until = $2 WHERE replica_id = $1")
             .bind(&self.replica_id)
             .bind(now + lease_ms())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
         if forget {
             sqlx::query("DELETE FROM proxy_streams WHERE lease_until < $1")
                 .bind(now - FORGET_AFTER_MS)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
         }
-        Ok(())
+        tx.commit().await
     }
 }
 

@@ -391,18 +391,7 @@ async fn a_login_waits_its_turn_among_sqlite_writers() {
     let app = TestApp::spawn_with(crate::helpers::Backend::Sqlite, |_| {}).await;
     let email = unique_email();
     expect_status(signup(&app, &email).await, 201).await;
-    let pool = app.db.pool();
-    let mut connections = Vec::new();
-    for _ in 0..pool.options().get_max_connections() {
-        connections.push(pool.acquire().await.unwrap());
-    }
-    for connection in &mut connections {
-        sqlx::query("PRAGMA busy_timeout = 0")
-            .execute(&mut **connection)
-            .await
-            .unwrap();
-    }
-    drop(connections);
+    crate::helpers::without_busy_handler(&app).await;
 
     let ahead = app.db.begin_write().await.unwrap();
     let (answer, ()) = tokio::join!(login(&app, &email, "correct horse battery"), async {

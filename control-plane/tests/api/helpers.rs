@@ -479,3 +479,20 @@ pub async fn report_decisions(app: &TestApp, batch_id: &str, decisions: &[Value]
     let batch = json!({ "batch_id": batch_id, "decisions": decisions });
     expect_status(post_decision_batch(app, &batch).await, 200).await["data"].clone()
 }
+
+/// Turns SQLite's busy handler off on every connection of `app`'s pool: a write that then
+/// meets the write lock held fails at once (500) instead of sleeping, so a test sees
+/// whether a write took its turn among the writers (`Db::begin_write`).
+pub async fn without_busy_handler(app: &TestApp) {
+    let pool = app.db.pool();
+    let mut connections = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        connections.push(pool.acquire().await.unwrap());
+    }
+    for connection in &mut connections {
+        sqlx::query("PRAGMA busy_timeout = 0")
+            .execute(&mut **connection)
+            .await
+            .unwrap();
+    }
+}

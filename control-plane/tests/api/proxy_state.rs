@@ -191,3 +191,24 @@ db_test!(the_stream_needs_the_service_token, |app| {
         .unwrap();
     assert_eq!(response.status().as_u16(), 422);
 });
+
+/// On SQLite a proxy's acknowledgement is written in its turn among the writers, not by a
+/// statement that meets the write lock held and sleeps in the busy handler (under load,
+/// late acknowledgements hold writes waiting for read-your-writes, and late lease
+/// renewals let connected proxies stop counting). With the busy handler off, an
+/// acknowledgement that met the lock held would fail at once.
+#[tokio::test]
+async fn an_acknowledgement_waits_its_turn_among_sqlite_writers() {
+    let app = TestApp::spawn_with(crate::helpers::Backend::Sqlite, |_| {}).await;
+    crate::helpers::without_busy_handler(&app).await;
+    let ahead = app.db.begin_write().await.unwrap();
+    let ack = json!({ "proxy": "ins_waiting_proxy", "version": 1 });
+    let (answer, ()) = tokio::join!(
+        app.post_internal("proxy-acks", SERVICE_TOKEN, &ack),
+        async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            ahead.commit().await.unwrap();
+        }
+    );
+    expect_status(answer, 204).await;
+}
