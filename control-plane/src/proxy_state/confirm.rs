@@ -42,8 +42,9 @@ pub enum Confirmation {
 /// This replica's side of the proxies' acknowledgements. Cheap to share (`Arc`).
 pub struct Confirmations {
     /// Its writes (a stream's row, acknowledgements, leases) take their turn among the
-    /// writers (`Db::begin_write`): on SQLite under load a statement of its own would
-    /// sleep in the busy handler, and a lease renewed late lapses.
+    /// writers (`Db::execute_in_turn`, `Db::begin_write`): on SQLite under load a
+    /// statement outside the turns would sleep in the busy handler, and a lease renewed
+    /// late lapses.
     db: Db,
     replica_id: String,
     bound: Duration,
@@ -69,10 +70,9 @@ impl Confirmations {
     /// Records that proxy `proxy_id` opened a stream, holding version `holds` (`-1`:
     /// nothing yet, it is about to load a snapshot). Returns the stream's id.
     pub async fn open_stream(&self, proxy_id: &str, holds: i64) -> Result<String, sqlx::Error> {
-        let mut tx = self.db.begin_write().await?;
         let now = wall_clock_ms();
         let stream_id = new_id(IdKind::Instance, now);
-        sqlx::query(
+        let inserted = sqlx::query(
             "INSERT INTO proxy_streams \
              (stream_id, proxy_id, replica_id, acked_version, connected_at, lease_until) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -82,24 +82,15 @@ impl Confirmations {
         .bind(&self.replica_id)
         .bind(holds)
         .bind(now)
-        .bind(now + lease_ms())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(now + lease_ms());
+        self.db.execute_in_turn(inserted).await?;
         Ok(stream_id)
     }
 
     /// Forgets a stream that ended: its proxy no longer counts.
     pub async fn close_stream(&self, stream_id: &str) {
-        let deleted = async {
-            let mut tx = self.db.begin_write().await?;
-            sqlx::query("DELETE FROM proxy_streams WHERE stream_id = $1")
-                .bind(stream_id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await
-        };
-        if let Err(error) = deleted.await {
+        let deleted = sqlx::query("DELETE FROM proxy_streams WHERE stream_id = $1").bind(stream_id);
+        if let Err(error) = self.db.execute_in_turn(deleted).await {
             // Its lease runs out instead.
             tracing::warn!(%error, %stream_id, "cannot forget a closed proxy stream");
         }
@@ -107,16 +98,13 @@ impl Confirmations {
 
     /// Records that `proxy_id` has applied every change up to `version`.
     pub async fn acknowledge(&self, proxy_id: &str, version: i64) -> Result<bool, sqlx::Error> {
-        let mut tx = self.db.begin_write().await?;
-        let updated = sqlx::query(
+        let raise = sqlx::query(
             "UPDATE proxy_streams SET acked_version = $2 \
              WHERE proxy_id = $1 AND acked_version < $2",
         )
         .bind(proxy_id)
-        .bind(version)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(version);
+        let updated = self.db.execute_in_turn(raise).await?;
         self.acked.notify_waiters();
         Ok(updated.rows_affected() > 0)
     }
@@ -177,15 +165,9 @@ impl Confirmations {
                 tracing::warn!(%error, "cannot renew the proxy streams' leases");
             }
         }
-        let forgotten = async {
-            let mut tx = self.db.begin_write().await?;
-            sqlx::query("DELETE FROM proxy_streams WHERE replica_id = $1")
-                .bind(&self.replica_id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await
-        };
-        if let Err(error) = forgotten.await {
+        let forgotten =
+            sqlx::query("DELETE FROM proxy_streams WHERE replica_id = $1").bind(&self.replica_id);
+        if let Err(error) = self.db.execute_in_turn(forgotten).await {
             tracing::warn!(%error, "cannot forget this replica's proxy streams");
         }
     }
