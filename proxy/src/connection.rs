@@ -7,13 +7,13 @@
 //! never reaches (14 KiB a connection), and run their hooks on every request.
 
 use bytes::Bytes;
-use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::Stream;
 use pingora::ErrorType;
 use tokio::sync::watch;
 
 use crate::refusal::Refusal;
+use crate::respond::respond_refusal;
 use crate::service::ProxyService;
 
 /// Serves the requests that arrive on `stream` until the agent closes it, leaves it
@@ -24,9 +24,8 @@ pub async fn serve(
     service: &ProxyService,
     mut stream: Stream,
     keepalive_secs: u64,
-    stopping: &watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
 ) {
-    let mut stop = stopping.clone();
     loop {
         let mut session = ServerSession::new_http1(stream);
         session.set_keepalive(Some(keepalive_secs));
@@ -69,14 +68,10 @@ pub async fn serve(
     }
 }
 
-/// Answers `refusal` in the JSON error envelope and marks the connection to close: what
+/// Answers `refusal` in the JSON error envelope on a connection marked to close: what
 /// follows the request on it cannot be trusted to start a new one.
 async fn refuse_and_close(session: &mut ServerSession, refusal: &Refusal) {
+    session.set_keepalive(None);
     let body = Bytes::from(refusal.body());
-    let Ok(mut header) = ResponseHeader::build_no_case(refusal.status(), Some(3)) else {
-        return;
-    };
-    let _ = header.insert_header(http::header::CONTENT_TYPE, "application/json");
-    let _ = header.insert_header(http::header::CONTENT_LENGTH, body.len().to_string());
-    let _ = session.write_error_response(header, body).await;
+    respond_refusal(session, refusal.status(), body, refusal.retry_after_secs()).await;
 }

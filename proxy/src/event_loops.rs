@@ -53,7 +53,7 @@ pub fn proxy_handler(service: Arc<ProxyService>, keepalive_secs: u64) -> Handler
         let service = service.clone();
         Box::pin(async move {
             let stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
-            connection::serve(&service, stream, keepalive_secs, &stopping).await;
+            connection::serve(&service, stream, keepalive_secs, stopping).await;
         })
     })
 }

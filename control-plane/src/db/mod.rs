@@ -173,23 +173,12 @@ impl Db {
     /// one before it has ended. A writer of another process (another control plane on
     /// the same file, or the `sqlite3` shell) still meets the busy handler.
     pub async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {
-        match self.backend {
-            Backend::Sqlite => {
-                let turn =
-                    tokio::time::timeout(SQLITE_WRITE_WAIT, self.writers.clone().lock_owned())
-                        .await
-                        .map_err(|_| sqlx::Error::PoolTimedOut)?;
-                let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-                Ok(WriteTx {
-                    tx,
-                    _turn: Some(turn),
-                })
-            }
-            Backend::Postgres => Ok(WriteTx {
-                tx: self.pool.begin().await?,
-                _turn: None,
-            }),
-        }
+        let turn = self.turn().await?;
+        let tx = match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        };
+        Ok(WriteTx { tx, _turn: turn })
     }
 
     /// Runs one statement that writes, by itself (autocommit), in its turn among the
@@ -200,15 +189,22 @@ impl Db {
         &self,
         statement: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
     ) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
-        let _turn = match self.backend {
-            Backend::Sqlite => Some(
+        let _turn = self.turn().await?;
+        statement.execute(&self.pool).await
+    }
+
+    /// This writer's turn on SQLite, once the writers that came before it have ended
+    /// (see [`Db::begin_write`]); PostgreSQL's writers need none.
+    async fn turn(&self) -> Result<Option<OwnedMutexGuard<()>>, sqlx::Error> {
+        match self.backend {
+            Backend::Sqlite => {
                 tokio::time::timeout(SQLITE_WRITE_WAIT, self.writers.clone().lock_owned())
                     .await
-                    .map_err(|_| sqlx::Error::PoolTimedOut)?,
-            ),
-            Backend::Postgres => None,
-        };
-        statement.execute(&self.pool).await
+                    .map(Some)
+                    .map_err(|_| sqlx::Error::PoolTimedOut)
+            }
+            Backend::Postgres => Ok(None),
+        }
     }
 
     /// Checks that the database answers; used by `/readyz`.

@@ -211,8 +211,9 @@ pub type RateKey<'a> = (&'a str, &'a str, &'a str, i64);
 
 /// [`grant_rate`] for many buckets and minutes of one `limit` and `want` (a policy's),
 /// in one statement per [`bulk::rows_per_statement`]: what each key was granted, in the
-/// keys' order (a key the statement did not return: 0). The keys must differ (PostgreSQL refuses to update a row twice in one statement) and
-/// come in key order (row locks taken in one order by every batch).
+/// keys' order (a key the statement did not return: 0). The keys must differ
+/// (PostgreSQL refuses to update a row twice in one statement) and come in key order
+/// (row locks taken in one order by every batch).
 pub async fn grant_rates(
     tx: &mut WriteTx,
     keys: &[RateKey<'_>],

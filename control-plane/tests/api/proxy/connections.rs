@@ -51,6 +51,13 @@ async fn read_response(stream: &mut TcpStream) -> (String, Value) {
     }
 }
 
+/// Sends `GET path` on `stream` and reads its response.
+async fn get(stream: &mut TcpStream, path: &str) -> (String, Value) {
+    let request = format!("GET {path} HTTP/1.1\r\nhost: proxy\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    read_response(stream).await
+}
+
 /// Waits until the proxy closes `stream` and says how long that took (5 s at most).
 async fn closed_within(stream: &mut TcpStream) -> Duration {
     let started = Instant::now();
@@ -73,9 +80,7 @@ db_test!(
         let proxy = TestProxy::start(&app, &provider).await;
         let mut stream = connect(&proxy).await;
         for path in ["/healthz", "/v1/nowhere", "/readyz"] {
-            let request = format!("GET {path} HTTP/1.1\r\nhost: proxy\r\n\r\n");
-            stream.write_all(request.as_bytes()).await.unwrap();
-            let (head, body) = read_response(&mut stream).await;
+            let (head, body) = get(&mut stream, path).await;
             match path {
                 "/v1/nowhere" => {
                     assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
@@ -127,11 +132,7 @@ db_test!(
         }
         // The proxy serves on.
         let mut stream = connect(&proxy).await;
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nhost: proxy\r\n\r\n")
-            .await
-            .unwrap();
-        let (head, _) = read_response(&mut stream).await;
+        let (head, _) = get(&mut stream, "/healthz").await;
         assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
     }
 );
@@ -145,10 +146,7 @@ async fn a_stopping_proxy_closes_its_idle_connections_at_once() {
     })
     .await;
     let mut idle = connect(&proxy).await;
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: proxy\r\n\r\n")
-        .await
-        .unwrap();
-    let (head, _) = read_response(&mut idle).await;
+    let (head, _) = get(&mut idle, "/healthz").await;
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
 
     // Kept alive, waiting for a request that never comes: closed when the proxy stops
@@ -170,10 +168,7 @@ async fn a_connection_without_a_request_closes_after_the_keepalive_timeout() {
     // Between two requests, and before the first (the default, 75 s, would outlast
     // `closed_within`'s 5 s).
     let mut kept = connect(&proxy).await;
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: proxy\r\n\r\n")
-        .await
-        .unwrap();
-    let (head, _) = read_response(&mut kept).await;
+    let (head, _) = get(&mut kept, "/healthz").await;
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
     let mut silent = connect(&proxy).await;
     let waited = closed_within(&mut kept).await;
