@@ -1,7 +1,8 @@
 //! A fast OpenAI-compatible mock provider for load tests: answers every POST at once with
 //! a fixed chat completion, or (when the body asks for `"stream": true`) a fixed stream
-//! of five chunks, then a usage chunk when the body asks for it
-//! (`"stream_options": {"include_usage": true}`, as the proxy does), then `[DONE]`.
+//! of five text chunks and a finish chunk, then a usage chunk when the body asks for it
+//! (`"stream_options": {"include_usage": true}`, as the proxy does; the chunks before
+//! it then carry `"usage":null`, as OpenAI's do), then `[DONE]`.
 //! `POST /v1/responses` gets the Responses API's equivalents: a fixed response, or its
 //! typed events (created, five text deltas, completed with usage); `POST /v1/messages`
 //! Anthropic's (a message, or message_start, five text deltas, message_delta with the
@@ -14,7 +15,7 @@
 //!
 //! With `--pace FIRST_MS,CHUNKS,GAP_MS` a streamed chat completion is paced as a model
 //! generates one: the answer starts after `FIRST_MS`, then `CHUNKS` content chunks go
-//! out `GAP_MS` apart (chunked), the usage chunk and `[DONE]` with the last. The stream
+//! out `GAP_MS` apart (chunked), the finish and usage chunks and `[DONE]` with the last. The stream
 //! load test (`streams.sh`) runs it with `100,50,10`: about 0.6 s a stream.
 //!
 //! Run: `mock-provider 127.0.0.1:9100 [--chunked] [--pace 100,50,10]`
@@ -40,12 +41,19 @@ const COMPLETION: &str = r#"{"id":"chatcmpl-load","object":"chat.completion","cr
 
 /// The stream's events, each with its blank line.
 fn stream_events(with_usage: bool) -> Vec<String> {
+    // As OpenAI streams them: with usage asked for, every chunk before the usage chunk
+    // carries `"usage":null`; the last choice chunk has an empty delta and the finish
+    // reason.
+    let usage = if with_usage { ",\"usage\":null" } else { "" };
     let mut events = Vec::new();
     for word in ["Hello", " from", " the", " load-test", " mock."] {
         events.push(format!(
-            "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"finish_reason\":null}}]}}\n\n"
+            "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"finish_reason\":null}}]{usage}}}\n\n"
         ));
     }
+    events.push(format!(
+        "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]{usage}}}\n\n"
+    ));
     if with_usage {
         events.push("data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":8,\"total_tokens\":20}}\n\n".to_owned());
     }
@@ -100,10 +108,12 @@ fn response_events() -> Vec<String> {
 /// A paced stream's events: `chunks` content chunks, the last one carrying the usage
 /// chunk (when asked) and `[DONE]`.
 fn paced_events(chunks: usize, with_usage: bool) -> Vec<Bytes> {
-    let chunk = "data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"finish_reason\":null}]}\n\n";
-    let mut events: Vec<String> = vec![chunk.to_owned(); chunks.max(1)];
+    let usage = if with_usage { ",\"usage\":null" } else { "" };
+    let chunk = format!("data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" token\"}},\"finish_reason\":null}}]{usage}}}\n\n");
+    let mut events: Vec<String> = vec![chunk; chunks.max(1)];
     let tail = stream_events(with_usage);
-    // The usage chunk (when asked) and [DONE], after the five fixed words.
+    // The finish chunk, the usage chunk (when asked) and [DONE], after the five fixed
+    // words.
     for event in &tail[5..] {
         events.last_mut().unwrap().push_str(event);
     }

@@ -3,14 +3,29 @@
 //! the same parse as the answer's usage (`crate::usage::extract::Event`): a whole answer
 //! once, a stream event by event as the relay reads them.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
+
+use memchr::memmem::Finder;
 
 use super::record::{Field, SpanRecord};
 use crate::usage::extract::{Event, EventDelta, TokenDetails, Tokens, UsageField};
-use crate::usage::sse::EventReader;
+use crate::usage::sse::{has_value, EventReader};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
+
+/// The keys under which an event that carries no usage can say how the answer ended
+/// (chat completions' `finish_reason`, Anthropic's `stop_reason`, a response's
+/// `status`); with a string value only (`"finish_reason":null` is in every chat chunk).
+/// Within a JSON string a quote is escaped, so these bytes are never part of text.
+static ENDING_KEYS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
+    [
+        Finder::new(b"\"finish_reason\""),
+        Finder::new(b"\"stop_reason\""),
+        Finder::new(b"\"status\""),
+    ]
+});
 
 #[derive(Debug)]
 pub struct AnswerFacts {
@@ -121,6 +136,15 @@ impl AnswerFacts {
 }
 
 impl EventReader for AnswerFacts {
+    /// Until the answer's id and model are known every event; then only one that may
+    /// end a choice (an event with usage is parsed anyway). A stream's text events,
+    /// most of it, are not parsed for the trace.
+    fn wants(&self, data: &[u8]) -> bool {
+        self.id.is_none()
+            || self.model.is_none()
+            || ENDING_KEYS.iter().any(|key| has_value(data, key, b'"'))
+    }
+
     /// One event of a stream (or a whole answer), as the usage's reading parsed it.
     fn event(&mut self, event: &Event<'_>) {
         let objects = [
@@ -179,6 +203,7 @@ mod tests {
     use opentelemetry::{InstrumentationScope, KeyValue};
 
     use super::*;
+    use crate::usage::extract::read_event;
     use crate::usage::sse::SseRelay;
 
     /// The facts as the SDK's attributes, through a span's record.
@@ -325,6 +350,22 @@ mod tests {
                 ("gen_ai.usage.cache_read.input_tokens", "2"),
             ])
         );
+    }
+
+    #[test]
+    fn a_streams_text_events_are_not_parsed_for_the_trace_once_it_is_named() {
+        let text = br#"{"id":"c","model":"m","choices":[{"delta":{"content":"\"status\": \"x"},"finish_reason":null}],"usage":null}"#;
+        let mut facts = AnswerFacts::new(Instant::now());
+        assert!(facts.wants(text), "the first event names the answer");
+        facts.event(&read_event(text).unwrap());
+        assert!(!facts.wants(text));
+        for ending in [
+            &br#"{"id":"c","choices":[{"delta":{},"finish_reason" : "stop"}],"usage":null}"#[..],
+            br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+            br#"{"type":"response.output_item.done","item":{"status":"completed"}}"#,
+        ] {
+            assert!(facts.wants(ending), "{}", String::from_utf8_lossy(ending));
+        }
     }
 
     #[test]

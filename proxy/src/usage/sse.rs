@@ -13,6 +13,11 @@ use crate::endpoint::Endpoint;
 /// What else reads a stream's events as the relay parses them (a trace's facts of the
 /// answer): each event is parsed once for all.
 pub(crate) trait EventReader {
+    /// Whether the reader needs the event whose payload is `data` parsed (one that can
+    /// hold usage is parsed anyway): a stream's text events, parsed in full, were most
+    /// of a traced stream's extra cost.
+    fn wants(&self, data: &[u8]) -> bool;
+
     fn event(&mut self, event: &Event<'_>);
 }
 
@@ -99,9 +104,10 @@ impl SseRelay {
             };
             let data = data.trim_ascii();
             // Most events are a few tokens of text: parsing each in full was a tenth of
-            // the proxy's CPU a stream. One that cannot hold usage, read by no trace,
-            // only has its generated text counted, by a scan for its key.
-            if reader.is_none() && USAGE_KEY.find(data).is_none() {
+            // the proxy's CPU a stream. One that cannot hold usage, and that no reader
+            // wants, only has its generated text counted, by a scan for its key.
+            let wanted = reader.as_deref().is_some_and(|reader| reader.wants(data));
+            if !wanted && !has_value(data, &USAGE_KEY, b'{') {
                 self.content_chars += text_chars(data, self.text_key);
                 continue;
             }
@@ -125,8 +131,9 @@ impl SseRelay {
 }
 
 /// The key every usage of a stream's events is under (`usage`, `response.usage`,
-/// `message.usage`). Within a JSON string a quote is always escaped, so these bytes are a
-/// key (or a string value `"usage"`, which only costs a parse), never part of text.
+/// `message.usage`), read where its value is an object: OpenAI's chunks carry
+/// `"usage":null` until the last when usage is asked for, as the proxy asks. Within a
+/// JSON string a quote is always escaped, so these bytes are a key, never part of text.
 static USAGE_KEY: Key = LazyLock::new(|| Finder::new(b"\"usage\""));
 static CONTENT_KEY: Key = LazyLock::new(|| Finder::new(b"\"content\""));
 static DELTA_KEY: Key = LazyLock::new(|| Finder::new(b"\"delta\""));
@@ -171,6 +178,20 @@ fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
         at = end;
     }
     total
+}
+
+/// Whether some key `key` (quotes included) in the JSON `data` has a value that starts
+/// with `first` (`"`: a string, `{`: an object).
+pub(crate) fn has_value(data: &[u8], key: &Finder<'_>, first: u8) -> bool {
+    let mut at = 0;
+    while let Some(found) = key.find(&data[at..]) {
+        at += found + key.needle().len();
+        let colon = skip_space(data, at);
+        if data.get(colon) == Some(&b':') && data.get(skip_space(data, colon + 1)) == Some(&first) {
+            return true;
+        }
+    }
+    false
 }
 
 fn skip_space(data: &[u8], mut at: usize) -> usize {
@@ -318,7 +339,7 @@ mod tests {
     }
 
     /// Events of each API that hold no usage, with the text in every form JSON allows.
-    const TEXT_EVENTS: [(Endpoint, &str); 14] = [
+    const TEXT_EVENTS: [(Endpoint, &str); 16] = [
         (
             Endpoint::ChatCompletions,
             r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
@@ -343,7 +364,15 @@ mod tests {
             Endpoint::ChatCompletions,
             r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
         ),
+        (
+            Endpoint::ChatCompletions,
+            r#"{"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],"usage" : null}"#,
+        ),
         (Endpoint::ChatCompletions, "[DONE]"),
+        (
+            Endpoint::Responses,
+            r#"{"type":"response.in_progress","response":{"id":"resp_1","status":"in_progress","usage":null}}"#,
+        ),
         (
             Endpoint::Responses,
             r#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"content_index":0,"delta":"Hi \"there\""}"#,
@@ -377,7 +406,7 @@ mod tests {
     #[test]
     fn the_text_scan_counts_what_the_full_parse_counts() {
         for (endpoint, data) in TEXT_EVENTS {
-            assert!(USAGE_KEY.find(data.as_bytes()).is_none(), "{data}");
+            assert!(!has_value(data.as_bytes(), &USAGE_KEY, b'{'), "{data}");
             let parsed = read_event(data.as_bytes()).map_or(0, |e| e.chunk_facts().content_chars);
             assert_eq!(
                 text_chars(data.as_bytes(), text_key(endpoint)),
@@ -412,6 +441,9 @@ mod tests {
     fn a_stream_without_usage_counts_its_text_with_or_without_a_trace() {
         struct Nothing;
         impl EventReader for Nothing {
+            fn wants(&self, _: &[u8]) -> bool {
+                true
+            }
             fn event(&mut self, _: &Event<'_>) {}
         }
         for endpoint in [
