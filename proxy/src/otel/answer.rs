@@ -59,7 +59,7 @@ impl AnswerFacts {
     pub fn whole(&mut self, body: &[u8]) -> Result<Option<Tokens>, serde_json::Error> {
         let event = serde_json::from_slice::<Event<'_>>(body)?;
         EventReader::event(self, &event);
-        Ok(event.usage.as_ref().map(UsageField::tokens))
+        Ok(event.usage.as_deref().map(UsageField::tokens))
     }
 
     /// A stream's next bytes arrived: the first says when the first chunk came.
@@ -154,7 +154,7 @@ impl EventReader for AnswerFacts {
                 &event.object,
                 &event.status,
                 &event.stop_reason,
-                event.usage.as_ref(),
+                event.usage.as_deref(),
             ),
             // The Responses API's events carry the response, Anthropic's `message_start`
             // the message.
@@ -167,7 +167,7 @@ impl EventReader for AnswerFacts {
                 &n.object,
                 &n.status,
                 &n.stop_reason,
-                n.usage.as_ref(),
+                n.usage.as_deref(),
             )
         });
         for (id, model, object, status, stop_reason, usage) in objects.into_iter().chain(nested) {

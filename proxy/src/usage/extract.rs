@@ -122,17 +122,19 @@ pub fn from_json(body: &[u8]) -> Option<Tokens> {
 /// not be lost for a provider's odd id.
 #[derive(Deserialize)]
 pub(crate) struct Event<'a> {
+    /// Boxed, as are `response` and `message`: an event rarely carries them, and
+    /// inline they made the event a kilobyte that the parse moved several times.
     #[serde(default)]
-    pub usage: Option<UsageField>,
+    pub usage: Option<Box<UsageField>>,
     #[serde(borrow, default)]
     pub choices: Option<Vec<Choice<'a>>>,
     /// The Responses API: the response, with its usage once completed (or incomplete,
     /// or failed).
     #[serde(borrow, default)]
-    pub response: Option<Nested<'a>>,
+    pub response: Option<Box<Nested<'a>>>,
     /// Anthropic's `message_start`: the message, with the input's usage.
     #[serde(borrow, default)]
-    pub message: Option<Nested<'a>>,
+    pub message: Option<Box<Nested<'a>>>,
     /// The text of a Responses `response.output_text.delta` event, or of an Anthropic
     /// `content_block_delta`; Anthropic's `message_delta` carries the stop reason.
     #[serde(borrow, default)]
@@ -153,7 +155,7 @@ pub(crate) struct Event<'a> {
 #[derive(Deserialize)]
 pub(crate) struct Nested<'a> {
     #[serde(default)]
-    pub usage: Option<UsageField>,
+    pub usage: Option<Box<UsageField>>,
     #[serde(borrow, default)]
     pub id: Text<'a>,
     #[serde(borrow, default)]
@@ -305,9 +307,9 @@ impl Event<'_> {
             + delta_chars;
         let usage = self
             .usage
-            .as_ref()
-            .or_else(|| self.response.as_ref()?.usage.as_ref())
-            .or_else(|| self.message.as_ref()?.usage.as_ref())
+            .as_deref()
+            .or_else(|| self.response.as_ref()?.usage.as_deref())
+            .or_else(|| self.message.as_ref()?.usage.as_deref())
             .map(UsageField::parts);
         ChunkFacts {
             usage_only: usage.is_some() && self.choices.as_ref().is_none_or(Vec::is_empty),
