@@ -378,6 +378,16 @@ mod tests {
         assert!(!stream_body(false).contains("usage"));
         assert!(stream_body(true).contains("\"usage\""));
         assert!(stream_body(false).ends_with("data: [DONE]\n\n"));
+        // As OpenAI's: with usage asked for, every chunk before the usage chunk says
+        // `"usage":null`; the last choice chunk carries the finish reason.
+        let with_usage = stream_body(true);
+        let chunks: Vec<&str> = with_usage
+            .split("\n\n")
+            .filter(|c| c.contains('{'))
+            .collect();
+        assert_eq!(chunks.len(), 7);
+        assert!(chunks[..6].iter().all(|c| c.ends_with(",\"usage\":null}")));
+        assert!(chunks[5].contains("\"finish_reason\":\"stop\""));
     }
 
     #[test]
@@ -422,7 +432,7 @@ mod tests {
         while let Some(frame) = chunked.frame().await {
             frames.push(frame.unwrap().into_data().unwrap());
         }
-        assert_eq!(frames.len(), 7, "five words, usage, [DONE]");
+        assert_eq!(frames.len(), 8, "five words, the finish, usage, [DONE]");
         assert_eq!(frames.concat(), stream.whole.to_vec());
     }
 
