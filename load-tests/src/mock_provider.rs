@@ -39,21 +39,24 @@ use hyper_util::rt::TokioIo;
 
 const COMPLETION: &str = r#"{"id":"chatcmpl-load","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the load-test mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20}}"#;
 
-/// The stream's events, each with its blank line.
-fn stream_events(with_usage: bool) -> Vec<String> {
-    // As OpenAI streams them: with usage asked for, every chunk before the usage chunk
-    // carries `"usage":null`; the last choice chunk has an empty delta and the finish
-    // reason.
+/// A chat completion chunk of one choice with `delta` (JSON) and `finish` (JSON), as
+/// OpenAI streams it: with usage asked for, every chunk before the usage chunk carries
+/// `"usage":null`.
+fn choice_chunk(delta: &str, finish: &str, with_usage: bool) -> String {
     let usage = if with_usage { ",\"usage\":null" } else { "" };
-    let mut events = Vec::new();
-    for word in ["Hello", " from", " the", " load-test", " mock."] {
-        events.push(format!(
-            "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"finish_reason\":null}}]{usage}}}\n\n"
-        ));
-    }
-    events.push(format!(
-        "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]{usage}}}\n\n"
-    ));
+    format!(
+        "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]{usage}}}\n\n"
+    )
+}
+
+/// The stream's events, each with its blank line: five words, the finish chunk (an
+/// empty delta and the finish reason), the usage chunk when asked, `[DONE]`.
+fn stream_events(with_usage: bool) -> Vec<String> {
+    let mut events: Vec<String> = ["Hello", " from", " the", " load-test", " mock."]
+        .iter()
+        .map(|word| choice_chunk(&format!("{{\"content\":\"{word}\"}}"), "null", with_usage))
+        .collect();
+    events.push(choice_chunk("{}", "\"stop\"", with_usage));
     if with_usage {
         events.push("data: {\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":8,\"total_tokens\":20}}\n\n".to_owned());
     }
@@ -108,8 +111,7 @@ fn response_events() -> Vec<String> {
 /// A paced stream's events: `chunks` content chunks, the last one carrying the usage
 /// chunk (when asked) and `[DONE]`.
 fn paced_events(chunks: usize, with_usage: bool) -> Vec<Bytes> {
-    let usage = if with_usage { ",\"usage\":null" } else { "" };
-    let chunk = format!("data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" token\"}},\"finish_reason\":null}}]{usage}}}\n\n");
+    let chunk = choice_chunk("{\"content\":\" token\"}", "null", with_usage);
     let mut events: Vec<String> = vec![chunk; chunks.max(1)];
     let tail = stream_events(with_usage);
     // The finish chunk, the usage chunk (when asked) and [DONE], after the five fixed

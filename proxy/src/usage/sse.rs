@@ -165,14 +165,9 @@ fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
     let mut at = 0;
     while let Some(found) = key.find(&data[at..]) {
         at += found + key.needle().len();
-        let colon = skip_space(data, at);
-        if data.get(colon) != Some(&b':') {
+        let Some(quote) = value_start(data, at).filter(|&value| data[value] == b'"') else {
             continue;
-        }
-        let quote = skip_space(data, colon + 1);
-        if data.get(quote) != Some(&b'"') {
-            continue;
-        }
+        };
         let (chars, end) = string_chars(data, quote + 1);
         total += chars;
         at = end;
@@ -186,12 +181,22 @@ pub(crate) fn has_value(data: &[u8], key: &Finder<'_>, first: u8) -> bool {
     let mut at = 0;
     while let Some(found) = key.find(&data[at..]) {
         at += found + key.needle().len();
-        let colon = skip_space(data, at);
-        if data.get(colon) == Some(&b':') && data.get(skip_space(data, colon + 1)) == Some(&first) {
+        if value_start(data, at).is_some_and(|value| data[value] == first) {
             return true;
         }
     }
     false
+}
+
+/// Where the value of the key that ends at `key_end` starts: past its colon and any
+/// white space; `None` when no colon follows (the bytes were not a key) or the data ends.
+fn value_start(data: &[u8], key_end: usize) -> Option<usize> {
+    let colon = skip_space(data, key_end);
+    if data.get(colon) != Some(&b':') {
+        return None;
+    }
+    let value = skip_space(data, colon + 1);
+    (value < data.len()).then_some(value)
 }
 
 fn skip_space(data: &[u8], mut at: usize) -> usize {
