@@ -205,21 +205,25 @@ impl Collector {
         }
     }
 
-    /// Exports what `tracer` holds and waits until trace `trace_id` has `count` spans.
+    /// Exports what `tracer` holds until trace `trace_id` has `count` spans: flushed again
+    /// on each look, since a request's span ends only after its answer reached the client.
     pub async fn flushed(
         &self,
         tracer: &Tracer,
         trace_id: &str,
         count: usize,
     ) -> Vec<ReceivedSpan> {
-        let tracer = tracer.clone();
-        let flushed = tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(10)))
-            .await
-            .unwrap();
-        assert!(flushed, "the exporting thread took the spans");
         let spans = eventually(Duration::from_secs(10), || {
-            let spans = self.trace(trace_id);
-            async move { (spans.len() >= count).then_some(spans) }
+            let tracer = tracer.clone();
+            async move {
+                let flushed =
+                    tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(5)))
+                        .await
+                        .unwrap();
+                assert!(flushed, "the exporting thread took the spans");
+                let spans = self.trace(trace_id);
+                (spans.len() >= count).then_some(spans)
+            }
         })
         .await;
         assert_eq!(spans.len(), count, "{spans:#?}");
