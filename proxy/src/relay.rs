@@ -3,8 +3,8 @@
 //! passing on.
 
 use std::future::{poll_fn, Future};
-use std::pin::pin;
-use std::task::Poll;
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
@@ -117,10 +117,22 @@ async fn relay_events(
         let next = match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
             Poll::Ready(next) => next,
             Poll::Pending => {
-                if !write_in_hand(session, in_hand, cork).await {
-                    return None;
+                // The read waits with this task's waker registered (the provider's
+                // socket, the silence timer). A write that goes out without waiting
+                // leaves those registrations in place: the task sleeps until one wakes
+                // it, without a second pass through the read's layers that would only
+                // register them again (one such pass for every event of a stream).
+                let mut write = pin!(write_in_hand(session, in_hand, cork));
+                match poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+                    Poll::Ready(true) => WokenFirst::new(read).await,
+                    Poll::Ready(false) => return None,
+                    Poll::Pending => {
+                        if !write.await {
+                            return None;
+                        }
+                        read.await
+                    }
                 }
-                read.await
             }
         };
         match next {
@@ -146,6 +158,36 @@ async fn relay_events(
                 return Some(false);
             }
         }
+    }
+}
+
+/// A future just polled to `Pending` in this task, awaited again: its first poll here
+/// waits for the wake that future registered instead of polling it at once; later polls
+/// poll it. Sound only where the task has not been polled with another waker since
+/// (a spurious or early wake merely polls it sooner).
+struct WokenFirst<F> {
+    inner: F,
+    woken: bool,
+}
+
+impl<F> WokenFirst<F> {
+    fn new(inner: F) -> WokenFirst<F> {
+        WokenFirst {
+            inner,
+            woken: false,
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for WokenFirst<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        if !self.woken {
+            self.woken = true;
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll(cx)
     }
 }
 
