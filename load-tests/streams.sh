@@ -6,12 +6,15 @@
 # Warden, side by side in one run; then a burst of
 # BURST new connections within BURST_MS, each a stream, against nginx, bare pingora and
 # Warden.
-# Prints, per target: streams a second, first-byte p50/p99, whole-stream p99, errors,
+# The steady load runs in ROUNDS rounds, each target in turn; the ratios to nginx are
+# each round's (targets measured a minute apart at most) and their median, since this
+# kind of shared machine drifts in speed by 10 to 20 % within minutes.
+# Prints, per target and round: streams a second, first-byte p50/p99, whole-stream p99, errors,
 # CPU per stream and peak memory of the proxy process, and the kernel's listen-queue
 # overflows and SYN retransmissions during the run; then Warden's ratios to nginx (the
 # issue's targets) and to bare pingora.
 #
-#   load-tests/streams.sh                        # 1,000 streams, 15 s after 3 s warm-up
+#   load-tests/streams.sh                        # 1,000 streams, 15 s after 3 s warm-up, 3 rounds
 #   CONCURRENCY=2000 DURATION=30 load-tests/streams.sh
 #
 # Ends by checking that the proxy dropped no usage and holds none: the ledger kept up.
@@ -21,6 +24,7 @@ cd "$(dirname "$0")/.."
 CONCURRENCY=${CONCURRENCY:-1000}
 DURATION=${DURATION:-15}
 WARMUP=${WARMUP:-3}
+ROUNDS=${ROUNDS:-3}
 BURST=${BURST:-2000}
 BURST_MS=${BURST_MS:-100}
 KEYS_COUNT=${KEYS_COUNT:-1000}
@@ -103,6 +107,8 @@ pss_kib() { local pid; for pid in "$@"; do awk '/^Pss:/ {print $2}' "/proc/$pid/
 # Samples pss_kib of $@ every 200 ms into $WORK/peak until that file is removed.
 sample_peak() { local peak=0 now; echo 0 >"$WORK/peak"; while [ -f "$WORK/peak" ]; do
   now=$(pss_kib "$@"); [ "$now" -gt "$peak" ] && peak=$now && echo "$peak" >"$WORK/peak.max"; sleep 0.2; done; }
+# The median of the numbers on standard input, one a line.
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # field NAME LINE: the value of NAME=... in stream-load's line.
 field() { tr ' ' '\n' <<<"$2" | awk -F= -v n="$1" '$1 == n {print $2}'; }
 
@@ -129,36 +135,52 @@ measure() {
   return 0
 }
 
-printf '\n%s concurrent streams (paced %s: first byte ms, chunks, gap ms), %s s after %s s warm-up, %s cores, %s proxy keys\n' \
-  "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP" "$(nproc)" "$KEYS_COUNT"
+printf '\n%s concurrent streams (paced %s: first byte ms, chunks, gap ms), %s s after %s s warm-up, %s rounds, %s cores, %s proxy keys\n' \
+  "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP" "$ROUNDS" "$(nproc)" "$KEYS_COUNT"
 TARGETS="direct nginx pingora warden"
-for target in $TARGETS; do
-  case $target in
-    direct) measure direct "http://$MOCK/v1/chat/completions" "$MOCK_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
-    nginx) measure nginx "http://$NGINX/v1/chat/completions" "$NGINX_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
-    pingora) measure pingora "http://$PINGORA/v1/chat/completions" "$PINGORA_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
-    warden) measure warden "http://$PROXY/v1/chat/completions" "$PROXY_PID" steady "$CONCURRENCY" "$WARMUP" "$DURATION" ;;
-  esac
-  sleep 2 # the connections of one target close before the next starts
+for round in $(seq 1 "$ROUNDS"); do
+  for target in $TARGETS; do
+    case $target in
+      direct) url=$MOCK pid=$MOCK_PID ;;
+      nginx) url=$NGINX pid=$NGINX_PID ;;
+      pingora) url=$PINGORA pid=$PINGORA_PID ;;
+      warden) url=$PROXY pid=$PROXY_PID ;;
+    esac
+    measure "$target#$round" "http://$url/v1/chat/completions" "$pid" steady "$CONCURRENCY" "$WARMUP" "$DURATION"
+    sleep 2 # the connections of one target close before the next starts
+  done
 done
-printf '%-8s %10s %9s %9s %9s %7s %12s %10s %10s %10s\n' target streams/s "fb p50" "fb p99" "end p99" errors "CPU ms/str" "peak MiB" overflows "SYN retr"
-for target in $TARGETS; do
-  l=${LINE[$target]}
-  printf '%-8s %10s %9s %9s %9s %7s %12s %10s %10s %10s\n' "$target" "$(field streams_per_s "$l")" "$(field first_p50_ms "$l")" \
-    "$(field first_p99_ms "$l")" "$(field end_p99_ms "$l")" "$(field errors "$l")" "${CPU[$target]}" "${PEAK[$target]}" \
-    "${OVERFLOWS[$target]}" "${RETRANS[$target]}"
+row_format='%-10s %10s %9s %9s %9s %7s %12s %10s %10s %10s\n'
+printf "$row_format" target streams/s "fb p50" "fb p99" "end p99" errors "CPU ms/str" "peak MiB" overflows "SYN retr"
+for round in $(seq 1 "$ROUNDS"); do
+  for target in $TARGETS; do
+    name="$target#$round"; l=${LINE[$name]}
+    printf "$row_format" "$name" "$(field streams_per_s "$l")" "$(field first_p50_ms "$l")" \
+      "$(field first_p99_ms "$l")" "$(field end_p99_ms "$l")" "$(field errors "$l")" "${CPU[$name]}" "${PEAK[$name]}" \
+      "${OVERFLOWS[$name]}" "${RETRANS[$name]}"
+  done
 done
 echo "  (direct: the mock's own CPU and memory; nginx: master and workers; pingora: bare pingora; memory as proportional set size)"
-awk -v wn="$(field streams_per_s "${LINE[warden]}")" -v nn="$(field streams_per_s "${LINE[nginx]}")" \
-    -v wf="$(field first_p99_ms "${LINE[warden]}")" -v nf="$(field first_p99_ms "${LINE[nginx]}")" \
-    -v wc="${CPU[warden]}" -v nc="${CPU[nginx]}" -v wm="${PEAK[warden]}" -v nm="${PEAK[nginx]}" \
-    -v pn="$(field streams_per_s "${LINE[pingora]}")" -v pf="$(field first_p99_ms "${LINE[pingora]}")" \
-    -v pc="${CPU[pingora]}" -v pm="${PEAK[pingora]}" -v cp="${CPU_CP[warden]}" 'BEGIN {
-  printf "warden / nginx: throughput %.2f (target >= 0.97), first-byte p99 %.2f (<= 1.05), CPU per stream %.2f (<= 1.15), peak memory %.2f (<= 2)\n",
-    wn / nn, wf / nf, wc / nc, wm / nm
-  printf "warden / bare pingora: throughput %.2f, first-byte p99 %.2f, CPU per stream %.2f, peak memory %.2f; bare pingora / nginx: CPU per stream %.2f, peak memory %.2f\n",
-    wn / pn, wf / pf, wc / pc, wm / pm, pc / nc, pm / nm
-  printf "control plane CPU per stream (the ledger ingesting the proxy'"'"'s usage, its own process): %.3f ms\n", cp }'
+# ratios OF TO: each round's OF / TO (the two measured minutes apart at most, so a drift
+# of this shared machine's speed between rounds cancels), as "throughput fb_p99 cpu peak".
+ratios() { local round; for round in $(seq 1 "$ROUNDS"); do
+  awk -v an="$(field streams_per_s "${LINE[$1#$round]}")" -v bn="$(field streams_per_s "${LINE[$2#$round]}")" \
+      -v af="$(field first_p99_ms "${LINE[$1#$round]}")" -v bf="$(field first_p99_ms "${LINE[$2#$round]}")" \
+      -v ac="${CPU[$1#$round]}" -v bc="${CPU[$2#$round]}" -v am="${PEAK[$1#$round]}" -v bm="${PEAK[$2#$round]}" \
+      'BEGIN {printf "%.3f %.3f %.3f %.3f\n", an / bn, af / bf, ac / bc, am / bm}'
+done; }
+# column N of ratios' lines: the median, and the rounds' values.
+med_of() { awk -v c="$1" '{print $c}' | median; }
+all_of() { awk -v c="$1" '{printf "%s%.2f", (NR > 1 ? " " : ""), $c}'; }
+warden_nginx=$(ratios warden nginx); warden_pingora=$(ratios warden pingora); pingora_nginx=$(ratios pingora nginx)
+printf 'warden / nginx, median of the rounds (each round): throughput %.2f (%s; target >= 0.97), first-byte p99 %.2f (%s; <= 1.05), CPU per stream %.2f (%s; <= 1.15), peak memory %.2f (%s; <= 2)\n' \
+  "$(med_of 1 <<<"$warden_nginx")" "$(all_of 1 <<<"$warden_nginx")" "$(med_of 2 <<<"$warden_nginx")" "$(all_of 2 <<<"$warden_nginx")" \
+  "$(med_of 3 <<<"$warden_nginx")" "$(all_of 3 <<<"$warden_nginx")" "$(med_of 4 <<<"$warden_nginx")" "$(all_of 4 <<<"$warden_nginx")"
+printf 'warden / bare pingora: throughput %.2f, first-byte p99 %.2f, CPU per stream %.2f, peak memory %.2f; bare pingora / nginx: CPU per stream %.2f, peak memory %.2f (medians)\n' \
+  "$(med_of 1 <<<"$warden_pingora")" "$(med_of 2 <<<"$warden_pingora")" "$(med_of 3 <<<"$warden_pingora")" \
+  "$(med_of 4 <<<"$warden_pingora")" "$(med_of 3 <<<"$pingora_nginx")" "$(med_of 4 <<<"$pingora_nginx")"
+printf "control plane CPU per stream (the ledger ingesting the proxy's usage, its own process): %s ms\n" \
+  "$(for round in $(seq 1 "$ROUNDS"); do echo "${CPU_CP[warden#$round]}"; done | median)"
 
 printf '\nburst: %s new connections within %s ms, each a stream\n' "$BURST" "$BURST_MS"
 measure nginx-burst "http://$NGINX/v1/chat/completions" "$NGINX_PID" burst "$BURST" "$BURST_MS"
