@@ -1,13 +1,20 @@
-//! The agents' connections with a write buffer.
+//! The agents' connections: a TCP socket with a write buffer, as pingora's HTTP/1 server
+//! reads and writes them.
 //!
-//! pingora gives the streams its own listener accepts a write buffer, but the one that
-//! sizes it (`Stream::set_buffer`) is private to pingora, and a stream made from a
-//! `TcpStream` (as our accept loop does) writes straight through. pingora's HTTP/1
-//! server is written for a buffered stream: it writes a response header without
-//! flushing, flushes a `Content-Length` body when it is complete and every chunk of a
-//! chunked one. Unbuffered, each of those writes is a system call of its own: a plain
-//! answer took two `sendto`s (header, body) and each streamed chunk three (size line,
-//! data, CRLF). Through this wrapper each is one.
+//! pingora's HTTP/1 server is written for a buffered stream: it writes a response header
+//! without flushing, flushes a `Content-Length` body when it is complete and every chunk
+//! of a chunked one. Unbuffered, each of those writes is a system call of its own: a
+//! plain answer took two `sendto`s (header, body) and each streamed chunk three (size
+//! line, data, CRLF). Through this wrapper each is one.
+//!
+//! The socket is tokio's, not wrapped in pingora's own stream type (`l4::Stream`): that
+//! type's layers (a zero-sized buffered stream over a raw-stream enum, the time each
+//! read and write waited, receive timestamps) are for its TLS and TCP features, which an
+//! agent's plain connection does not use, and each write of a streamed event went
+//! through all of them (about 7 % of the proxy's user time at 1,000 streams, `perf`,
+//! 2026-11-30). pingora's traits are answered here the way its stream answers them for
+//! a plain TCP connection made from a socket: no proxy or socket digest, the time the
+//! connection was accepted, and peeking not supported (HTTP/1 does not peek).
 //!
 //! A stream's relay also corks it ([`Cork`]) across pingora's flushes that would send a
 //! piece on its own: a chunked response's header (flushed before any body) and the
@@ -16,20 +23,21 @@
 //! one write, not three.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::SystemTime;
 
 use async_trait::async_trait;
-use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::raw_connect::ProxyDigest;
 use pingora::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl,
     TimingDigest, UniqueID, UniqueIDType,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter, ReadBuf};
+use tokio::net::TcpStream;
 
 /// Bytes buffered before a write goes out without a flush: a response header and a
 /// typical non-streamed answer fit; larger writes go straight through.
@@ -37,8 +45,11 @@ const WRITE_BUFFER: usize = 16 * 1024;
 
 #[derive(Debug)]
 pub struct BufferedIo {
-    inner: BufWriter<L4Stream>,
+    inner: BufWriter<TcpStream>,
     cork: Cork,
+    accepted: SystemTime,
+    proxy_digest: Option<Arc<ProxyDigest>>,
+    socket_digest: Option<Arc<SocketDigest>>,
 }
 
 /// While set, flushes keep what is buffered: whoever sets it clears it before the write
@@ -57,10 +68,13 @@ impl Cork {
 }
 
 impl BufferedIo {
-    pub fn new(stream: L4Stream) -> BufferedIo {
+    pub fn new(stream: TcpStream) -> BufferedIo {
         BufferedIo {
             inner: BufWriter::with_capacity(WRITE_BUFFER, stream),
             cork: Cork::default(),
+            accepted: SystemTime::now(),
+            proxy_digest: None,
+            socket_digest: None,
         }
     }
 
@@ -125,7 +139,7 @@ impl Shutdown for BufferedIo {
 
 impl UniqueID for BufferedIo {
     fn id(&self) -> UniqueIDType {
-        self.inner.get_ref().id()
+        self.inner.get_ref().as_raw_fd()
     }
 }
 
@@ -133,50 +147,39 @@ impl Ssl for BufferedIo {}
 
 impl GetTimingDigest for BufferedIo {
     fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
-        self.inner.get_ref().get_timing_digest()
-    }
-
-    fn get_read_pending_time(&self) -> Duration {
-        self.inner.get_ref().get_read_pending_time()
-    }
-
-    fn get_write_pending_time(&self) -> Duration {
-        self.inner.get_ref().get_write_pending_time()
+        vec![Some(TimingDigest {
+            established_ts: self.accepted,
+            ..TimingDigest::default()
+        })]
     }
 }
 
 impl GetProxyDigest for BufferedIo {
     fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
-        self.inner.get_ref().get_proxy_digest()
+        self.proxy_digest.clone()
     }
 
     fn set_proxy_digest(&mut self, digest: ProxyDigest) {
-        self.inner.get_mut().set_proxy_digest(digest);
+        self.proxy_digest = Some(Arc::new(digest));
     }
 }
 
 impl GetSocketDigest for BufferedIo {
     fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
-        self.inner.get_ref().get_socket_digest()
+        self.socket_digest.clone()
     }
 
     fn set_socket_digest(&mut self, digest: SocketDigest) {
-        self.inner.get_mut().set_socket_digest(digest);
+        self.socket_digest = Some(Arc::new(digest));
     }
 }
 
-#[async_trait]
-impl Peek for BufferedIo {
-    async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
-        self.inner.get_mut().try_peek(buf).await
-    }
-}
+impl Peek for BufferedIo {}
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use pingora::protocols::l4::stream::Stream as L4Stream;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
@@ -189,7 +192,7 @@ mod tests {
             .await
             .expect("connect");
         let (accepted, _) = listener.accept().await.expect("accept");
-        let mut io = BufferedIo::new(L4Stream::from(accepted));
+        let mut io = BufferedIo::new(accepted);
         let cork = io.cork();
 
         cork.set(true);

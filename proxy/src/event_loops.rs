@@ -19,7 +19,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::protocols::l4::stream::Stream as L4Stream;
 use prometheus::IntCounter;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -52,7 +51,7 @@ pub fn proxy_handler(service: Arc<ProxyService>, keepalive_secs: u64) -> Handler
     Arc::new(move |tcp, stopping| {
         let service = service.clone();
         Box::pin(async move {
-            let stream = Box::new(BufferedIo::new(L4Stream::from(tcp)));
+            let stream = Box::new(BufferedIo::new(tcp));
             connection::serve(&service, stream, keepalive_secs, stopping).await;
         })
     })
