@@ -211,7 +211,6 @@ governed() { # on|off; the proxies have the change within a second
   for id in "${POLICY_IDS[@]}"; do call PATCH "policies/$id" "{\"enabled\":$enabled}" 200; done
   sleep 2
 }
-median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # alternate <what> <toggle> [<path with>]: ROUNDS rounds of Warden without and with
 # <what> (turned on and off by `<toggle> on|off`; with, requests go to <path with>,
 # chat completions by default), plain and streamed; prints each round's pair and the

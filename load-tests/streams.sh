@@ -107,8 +107,6 @@ pss_kib() { local pid; for pid in "$@"; do awk '/^Pss:/ {print $2}' "/proc/$pid/
 # Samples pss_kib of $@ every 200 ms into $WORK/peak until that file is removed.
 sample_peak() { local peak=0 now; echo 0 >"$WORK/peak"; while [ -f "$WORK/peak" ]; do
   now=$(pss_kib "$@"); [ "$now" -gt "$peak" ] && peak=$now && echo "$peak" >"$WORK/peak.max"; sleep 0.2; done; }
-# The median of the numbers on standard input, one a line.
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # field NAME LINE: the value of NAME=... in stream-load's line.
 field() { tr ' ' '\n' <<<"$2" | awk -F= -v n="$1" '$1 == n {print $2}'; }
 

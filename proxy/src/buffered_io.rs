@@ -195,14 +195,26 @@ mod tests {
 
     use super::BufferedIo;
 
-    #[tokio::test]
-    async fn a_corked_connection_keeps_its_writes_until_a_flush_after_the_cork() {
+    /// A client's socket and the server's side of its connection, as the proxy wraps it.
+    async fn connected() -> (TcpStream, BufferedIo) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
+        let client = TcpStream::connect(listener.local_addr().expect("addr"))
             .await
             .expect("connect");
         let (accepted, _) = listener.accept().await.expect("accept");
-        let mut io = BufferedIo::new(accepted);
+        (client, BufferedIo::new(accepted))
+    }
+
+    /// The next `len` bytes the client receives.
+    async fn received(client: &mut TcpStream, len: usize) -> Vec<u8> {
+        let mut received = vec![0u8; len];
+        client.read_exact(&mut received).await.expect("read");
+        received
+    }
+
+    #[tokio::test]
+    async fn a_corked_connection_keeps_its_writes_until_a_flush_after_the_cork() {
+        let (mut client, mut io) = connected().await;
         let cork = io.cork();
 
         cork.set(true);
@@ -215,23 +227,12 @@ mod tests {
         cork.set(false);
         io.write_all(b"chunk").await.expect("write");
         io.flush().await.expect("flush");
-        let mut received = Vec::new();
-        while received.len() < b"header;chunk".len() {
-            let n = client.read(&mut buf).await.expect("read");
-            assert!(n > 0, "closed early");
-            received.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(received, b"header;chunk");
+        assert_eq!(received(&mut client, 12).await, b"header;chunk");
     }
 
     #[tokio::test]
     async fn an_uncorked_vectored_write_goes_out_unless_something_is_buffered_ahead() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
-            .await
-            .expect("connect");
-        let (accepted, _) = listener.accept().await.expect("accept");
-        let mut io = BufferedIo::new(accepted);
+        let (mut client, mut io) = connected().await;
         let cork = io.cork();
         let chunk = |data: &'static [u8]| {
             bytes::Bytes::from_static(b"5\r\n")
@@ -251,13 +252,6 @@ mod tests {
         io.write_all_buf(&mut chunk(b"again")).await.expect("write");
         assert!(io.inner.buffer().is_empty(), "the chunk was held");
         let expected = b"header;5\r\nfirst\r\n5\r\nagain\r\n";
-        let mut received = Vec::new();
-        let mut buf = [0u8; 64];
-        while received.len() < expected.len() {
-            let n = client.read(&mut buf).await.expect("read");
-            assert!(n > 0, "closed early");
-            received.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(received, expected);
+        assert_eq!(received(&mut client, expected.len()).await, expected);
     }
 }

@@ -213,17 +213,10 @@ impl Collector {
         trace_id: &str,
         count: usize,
     ) -> Vec<ReceivedSpan> {
-        let spans = eventually(Duration::from_secs(10), || {
-            let tracer = tracer.clone();
-            async move {
-                let flushed =
-                    tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(5)))
-                        .await
-                        .unwrap();
-                assert!(flushed, "the exporting thread took the spans");
-                let spans = self.trace(trace_id);
-                (spans.len() >= count).then_some(spans)
-            }
+        let spans = eventually(Duration::from_secs(10), || async {
+            flush(tracer).await;
+            let spans = self.trace(trace_id);
+            (spans.len() >= count).then_some(spans)
         })
         .await;
         assert_eq!(spans.len(), count, "{spans:#?}");
@@ -237,6 +230,15 @@ impl Collector {
             .filter(|span| span.trace_id == trace_id)
             .collect()
     }
+}
+
+/// Exports what `tracer` holds and waits for the exporting thread to have sent it.
+pub async fn flush(tracer: &Tracer) {
+    let tracer = tracer.clone();
+    let flushed = tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(flushed, "the exporting thread took the spans");
 }
 
 fn tracer_from(settings: TracingConfig) -> Tracer {

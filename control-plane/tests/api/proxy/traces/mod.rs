@@ -12,7 +12,7 @@ use warden_proxy::otel::Tracer;
 use super::mock::{COMPLETION_TOKENS, MESSAGE_TOKENS, PROMPT_TOKENS, RESPONSE_TOKENS};
 use super::{eventually, simple_chat, MockProvider, TestProxy};
 use crate::helpers::{create_policy, expect_status, Backend, TestApp, TestTenant};
-use crate::otlp::{Attr, Collector, ReceivedSpan};
+use crate::otlp::{flush, Attr, Collector, ReceivedSpan};
 
 mod content;
 
@@ -454,17 +454,10 @@ async fn spans_the_collector_refuses_are_counted_lost_in_the_metrics() {
     }
     // A request's span ends in the proxy's logging phase, after its answer has reached the
     // client: the last one may still be on its way to the queue, so flush until it counts.
-    let by_reason = eventually(Duration::from_secs(10), || {
-        let tracer = tracer.clone();
-        let proxy = &proxy;
-        async move {
-            let flushed = tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(5)))
-                .await
-                .unwrap();
-            assert!(flushed, "the export thread answers a flush");
-            let by_reason = lost_spans_by_reason(&proxy.metrics().await);
-            (by_reason["export_failed"] >= 3.0).then_some(by_reason)
-        }
+    let by_reason = eventually(Duration::from_secs(10), || async {
+        flush(&tracer).await;
+        let by_reason = lost_spans_by_reason(&proxy.metrics().await);
+        (by_reason["export_failed"] >= 3.0).then_some(by_reason)
     })
     .await;
     assert_eq!(by_reason["queue_full"], 0.0, "{by_reason:?}");
