@@ -27,7 +27,7 @@ use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -36,16 +36,25 @@ use pingora::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl,
     TimingDigest, UniqueID, UniqueIDType,
 };
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 /// Bytes buffered before a write goes out without a flush: a response header and a
 /// typical non-streamed answer fit; larger writes go straight through.
 const WRITE_BUFFER: usize = 16 * 1024;
+/// The room a connection's buffer is first given: a response header and a short answer.
+const FIRST_ROOM: usize = 4 * 1024;
 
 #[derive(Debug)]
 pub struct BufferedIo {
-    inner: BufWriter<TcpStream>,
+    socket: TcpStream,
+    /// What is written and not yet sent. Allocated when a write is held back and freed
+    /// once it has all gone out, so that a connection between writes holds none: at
+    /// 1,000 streams nearly every write of an event goes out as it comes (see
+    /// `poll_write_vectored`), and an idle keep-alive connection writes nothing.
+    buffer: Vec<u8>,
+    /// How much of `buffer` has been sent.
+    sent: usize,
     cork: Cork,
     accepted: SystemTime,
     proxy_digest: Option<Arc<ProxyDigest>>,
@@ -68,9 +77,11 @@ impl Cork {
 }
 
 impl BufferedIo {
-    pub fn new(stream: TcpStream) -> BufferedIo {
+    pub fn new(socket: TcpStream) -> BufferedIo {
         BufferedIo {
-            inner: BufWriter::with_capacity(WRITE_BUFFER, stream),
+            socket,
+            buffer: Vec::new(),
+            sent: 0,
             cork: Cork::default(),
             accepted: SystemTime::now(),
             proxy_digest: None,
@@ -82,6 +93,44 @@ impl BufferedIo {
     pub fn cork(&self) -> Cork {
         self.cork.clone()
     }
+
+    /// Bytes written and not yet sent.
+    fn pending(&self) -> &[u8] {
+        &self.buffer[self.sent..]
+    }
+
+    /// Holds `data` back, in a buffer allocated for it if there is none.
+    fn hold(&mut self, data: &[u8]) {
+        if self.buffer.capacity() == 0 {
+            self.buffer.reserve_exact(FIRST_ROOM.max(data.len()));
+        }
+        self.buffer.extend_from_slice(data);
+    }
+
+    /// Sends what is buffered, then frees the buffer.
+    fn poll_send_buffer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.pending().is_empty() {
+            let Self {
+                socket,
+                buffer,
+                sent,
+                ..
+            } = self;
+            match ready!(Pin::new(socket).poll_write(cx, &buffer[*sent..])) {
+                Ok(0) => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "the client's connection took no more bytes",
+                    )))
+                }
+                Ok(n) => *sent += n,
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+        }
+        self.buffer = Vec::new();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl AsyncRead for BufferedIo {
@@ -90,17 +139,26 @@ impl AsyncRead for BufferedIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        Pin::new(&mut self.socket).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for BufferedIo {
+    /// As tokio's `BufWriter`: a write that would overfill the buffer sends it first, and
+    /// one as large as the buffer goes straight out.
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &[u8],
+        data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        if self.pending().len() + data.len() > WRITE_BUFFER {
+            ready!(self.poll_send_buffer(cx))?;
+        }
+        if data.len() >= WRITE_BUFFER {
+            return Pin::new(&mut self.socket).poll_write(cx, data);
+        }
+        self.hold(data);
+        Poll::Ready(Ok(data.len()))
     }
 
     /// pingora writes a chunk of a chunked body (size line, data, CRLF) as one vectored
@@ -112,35 +170,46 @@ impl AsyncWrite for BufferedIo {
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
+        slices: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if !self.cork.is_set() && self.inner.buffer().is_empty() {
-            return Pin::new(self.inner.get_mut()).poll_write_vectored(cx, bufs);
+        if !self.cork.is_set() && self.pending().is_empty() {
+            return Pin::new(&mut self.socket).poll_write_vectored(cx, slices);
         }
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let total = slices.iter().map(|slice| slice.len()).sum::<usize>();
+        if self.pending().len() + total > WRITE_BUFFER {
+            ready!(self.poll_send_buffer(cx))?;
+        }
+        if total >= WRITE_BUFFER {
+            return Pin::new(&mut self.socket).poll_write_vectored(cx, slices);
+        }
+        for slice in slices {
+            self.hold(slice);
+        }
+        Poll::Ready(Ok(total))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        true
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.cork.is_set() {
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.inner).poll_flush(cx)
+        self.poll_send_buffer(cx)
     }
 
-    /// Flushes what is buffered, then shuts the socket's write side.
+    /// Sends what is buffered, then shuts the socket's write side.
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        ready!(self.poll_send_buffer(cx))?;
+        Pin::new(&mut self.socket).poll_shutdown(cx)
     }
 }
 
 #[async_trait]
 impl Shutdown for BufferedIo {
     async fn shutdown(&mut self) {
-        if let Err(error) = AsyncWriteExt::shutdown(&mut self.inner).await {
+        if let Err(error) = AsyncWriteExt::shutdown(self).await {
             tracing::debug!(%error, "shutting a client connection down");
         }
     }
@@ -148,7 +217,7 @@ impl Shutdown for BufferedIo {
 
 impl UniqueID for BufferedIo {
     fn id(&self) -> UniqueIDType {
-        self.inner.get_ref().as_raw_fd()
+        self.socket.as_raw_fd()
     }
 }
 
@@ -245,13 +314,39 @@ mod tests {
         io.write_all(b"header;").await.expect("write");
         cork.set(false);
         io.write_all_buf(&mut chunk(b"first")).await.expect("write");
-        assert_eq!(io.inner.buffer(), b"header;5\r\nfirst\r\n");
+        assert_eq!(io.pending(), b"header;5\r\nfirst\r\n");
         io.flush().await.expect("flush");
 
         // With nothing ahead of it, the chunk is written without waiting for a flush.
         io.write_all_buf(&mut chunk(b"again")).await.expect("write");
-        assert!(io.inner.buffer().is_empty(), "the chunk was held");
+        assert!(io.pending().is_empty(), "the chunk was held");
         let expected = b"header;5\r\nfirst\r\n5\r\nagain\r\n";
         assert_eq!(received(&mut client, expected.len()).await, expected);
+    }
+
+    #[tokio::test]
+    async fn a_connection_holds_no_buffer_once_its_writes_have_gone_out() {
+        let (mut client, mut io) = connected().await;
+        assert_eq!(io.buffer.capacity(), 0, "none before the first write");
+        io.write_all(b"HTTP/1.1 200 OK\r\n\r\n")
+            .await
+            .expect("write");
+        io.write_all(b"answer").await.expect("write");
+        assert!(io.buffer.capacity() > 0, "held until the flush");
+        io.flush().await.expect("flush");
+        assert_eq!(io.buffer.capacity(), 0, "freed once sent");
+        assert_eq!(
+            received(&mut client, 25).await,
+            b"HTTP/1.1 200 OK\r\n\r\nanswer"
+        );
+
+        // A write as large as the buffer goes straight out behind what was held.
+        let large = vec![b'x'; super::WRITE_BUFFER];
+        io.write_all(b"head;").await.expect("write");
+        io.write_all(&large).await.expect("write");
+        assert_eq!(io.buffer.capacity(), 0);
+        let sent = received(&mut client, 5 + large.len()).await;
+        assert_eq!(&sent[..5], b"head;");
+        assert!(sent[5..].iter().all(|&byte| byte == b'x'));
     }
 }

@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 
 use crate::buffered_io::BufferedIo;
 use crate::connection;
+use crate::idle_pool;
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
 use crate::service::ProxyService;
 
@@ -159,9 +160,13 @@ async fn serve(
 ) {
     let mut open = JoinSet::new();
     let mut stop = stopping.clone();
+    // The provider connections this loop's requests left idle are its own to close.
+    let mut sweep = tokio::time::interval(idle_pool::SWEEP_EVERY);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,
+            _ = sweep.tick() => idle_pool::sweep(),
             arrived = connections.recv() => {
                 let Some(tcp) = arrived else { break };
                 match TcpStream::from_std(tcp) {

@@ -1,6 +1,7 @@
-//! Connections to the providers through pingora's connector: pooled keep-alive
-//! connections, TLS with rustls (SNI always set to the provider's host), DNS resolved
-//! asynchronously and cached, and timeouts for connecting, the first byte and silences.
+//! Connections to the providers: keep-alive connections kept idle by the thread that
+//! used them (`idle_pool`), new ones through pingora's connector with TLS by rustls (SNI
+//! always set to the provider's host), DNS resolved asynchronously and cached, and
+//! timeouts for connecting, the first byte and silences.
 //!
 //! The proxy writes requests and reads answers itself rather than through pingora's
 //! proxy (`ProxyHttp`'s upstream phases): pingora's replay buffer for a body read before choosing the upstream
@@ -10,8 +11,8 @@
 //! The request goes out in one write: header and body together (bodies up to
 //! [`INLINE_BODY`]). pingora's HTTP/1 client flushes the header on its own, which made
 //! two packets of every request and woke the provider twice; over loopback that second
-//! send was an eighth of the proxy's CPU. The connection comes from pingora's transport
-//! connector (pool, TLS, SNI) and the answer is read with its HTTP/1 client session.
+//! send was an eighth of the proxy's CPU. A new connection comes from pingora's transport
+//! connector (TCP, TLS, SNI) and the answer is read with its HTTP/1 client session.
 
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
@@ -26,7 +27,7 @@ use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::v1::client::HttpSession;
 use pingora::protocols::Stream;
-use pingora::upstreams::peer::Peer;
+use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::{Error, ErrorType};
 use tokio::io::AsyncWriteExt;
 use warden_shared::registry::Provider;
@@ -34,8 +35,8 @@ use warden_shared::registry::Provider;
 use crate::config::{ProvidersConfig, ProxyConfig};
 use crate::headers::is_header_value;
 use crate::idle_deadline::IdleDeadline;
+use crate::idle_pool;
 use crate::log_throttle::{LogThrottle, LOG_INTERVAL};
-use crate::pool_peer::PoolPeer;
 use crate::refusal::Refusal;
 
 /// How long a resolved address is reused.
@@ -89,7 +90,7 @@ impl Target {
     }
 }
 
-/// The providers' targets, the connection pool and the DNS cache.
+/// The providers' targets, the connector and the DNS cache.
 pub struct Upstreams {
     connector: TransportConnector,
     targets: HashMap<Provider, Target>,
@@ -102,7 +103,7 @@ pub struct Upstreams {
 /// A request sent and its response header received.
 pub struct Exchange {
     session: HttpSession,
-    peer: PoolPeer,
+    peer: HttpPeer,
     /// How long the provider may fall silent in the body (`idle_timeout_ms`).
     idle: IdleDeadline,
 }
@@ -156,7 +157,9 @@ impl Upstreams {
                 }
             }
         }
-        let mut options = ConnectorOptions::new(256);
+        // Idle connections are kept by `idle_pool`, per thread; the connector's own pool
+        // stays empty.
+        let mut options = ConnectorOptions::new(0);
         options.ca_file = config
             .ca_file
             .as_ref()
@@ -222,12 +225,12 @@ impl Upstreams {
         }
     }
 
-    /// A pooled connection to `peer`, else a new one (and whether it was pooled): the
-    /// connector's `get_stream`, with the connecting half boxed. Connecting (TCP, TLS)
-    /// is a future of several kilobytes that every request's future would otherwise
-    /// reserve room for and move, while nearly every request finds a pooled connection.
-    async fn stream_to(&self, peer: &PoolPeer) -> pingora::Result<(Stream, bool)> {
-        if let Some(stream) = self.connector.reused_stream(peer).await {
+    /// An idle connection to `peer` this thread kept, else a new one (and whether it was
+    /// kept), with the connecting half boxed. Connecting (TCP, TLS) is a future of
+    /// several kilobytes that every request's future would otherwise reserve room for
+    /// and move, while nearly every request finds a kept connection.
+    async fn stream_to(&self, peer: &HttpPeer) -> pingora::Result<(Stream, bool)> {
+        if let Some(stream) = idle_pool::take(peer.reuse_hash()) {
             return Ok((stream, true));
         }
         Ok((Box::pin(self.connector.new_stream(peer)).await?, false))
@@ -238,7 +241,7 @@ impl Upstreams {
     async fn exchange(
         &self,
         mut stream: Stream,
-        peer: &PoolPeer,
+        peer: &HttpPeer,
         mut wire: BytesMut,
         body: &Bytes,
     ) -> pingora::Result<HttpSession> {
@@ -277,22 +280,22 @@ impl Upstreams {
         Ok(session)
     }
 
-    /// Returns a fully read connection to the pool (when the provider keeps it alive).
+    /// Keeps a fully read connection idle on this thread (when the provider keeps it
+    /// alive).
     pub async fn release(&self, exchange: Exchange) {
         let Exchange {
             mut session, peer, ..
         } = exchange;
         session.respect_keepalive();
         if let Some(stream) = session.reuse().await {
-            self.connector
-                .release_stream(stream, peer.reuse_hash(), Some(self.idle_timeout));
+            idle_pool::keep(peer.reuse_hash(), stream, self.idle_timeout);
         }
     }
 
-    async fn peer(&self, target: &Target) -> Result<PoolPeer, ()> {
+    async fn peer(&self, target: &Target) -> Result<HttpPeer, ()> {
         let addr = self.resolve(&target.host, target.port).await?;
-        let mut peer = PoolPeer::new(addr, target.tls, target.host.clone());
-        let options = &mut peer.0.options;
+        let mut peer = HttpPeer::new(addr, target.tls, target.host.clone());
+        let options = &mut peer.options;
         options.connection_timeout = Some(self.connect_timeout);
         options.total_connection_timeout = Some(self.connect_timeout);
         options.idle_timeout = Some(self.idle_timeout);
