@@ -3,9 +3,9 @@
 //! with `[DONE]`.
 //!
 //! - `stream-load steady URL KEYS CONCURRENCY WARMUP_S DURATION_S`: CONCURRENCY
-//!   keep-alive connections, each sending one stream after another. Streams that start
-//!   within the warm-up are not measured; throughput counts the streams that end within
-//!   the DURATION_S after it.
+//!   keep-alive connections, begun evenly over the warm-up's first second, each sending
+//!   one stream after another. Streams that start within the warm-up are not timed;
+//!   throughput counts the streams that end within the DURATION_S after it.
 //! - `stream-load burst URL KEYS CONNECTIONS WITHIN_MS`: CONNECTIONS new connections,
 //!   begun evenly within WITHIN_MS, each sending one stream. A stream's first byte is
 //!   timed from the moment its connection was begun, so a connection that waited for a
@@ -24,6 +24,9 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+/// The steady load's connections begin spread over this much of the warm-up.
+const STAGGER: Duration = Duration::from_secs(1);
 
 const BODY: &str =
     r#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Say hello"}]}"#;
@@ -173,6 +176,16 @@ async fn steady(target: Arc<Target>, concurrency: usize, warmup: Duration, durat
         .map(|task| {
             let target = target.clone();
             tokio::spawn(async move {
+                // Begun together, the connections' streams would start and end in
+                // lockstep, a thousand at once, and the streams ending in the window
+                // would come in whole waves (13 or 14 in 10 s: a 7 % step). Spread over
+                // the first second of the warm-up, they end evenly.
+                tokio::time::sleep(
+                    warmup
+                        .min(STAGGER)
+                        .mul_f64(task as f64 / concurrency as f64),
+                )
+                .await;
                 let mut found = Found::default();
                 let mut sender = None;
                 let mut n = task;
@@ -193,10 +206,7 @@ async fn steady(target: Arc<Target>, concurrency: usize, warmup: Duration, durat
                     if result.is_ok() {
                         sender = Some(ready);
                     }
-                    match result {
-                        Ok(sample) if sample.started < measured_from => {}
-                        result => found.add(result),
-                    }
+                    found.add(result);
                 }
                 found
             })
@@ -207,7 +217,9 @@ async fn steady(target: Arc<Target>, concurrency: usize, warmup: Duration, durat
         found.merge(task.await.unwrap());
     }
     // Throughput: the streams that ended within the measured window (those that started
-    // in the warm-up included); timings: the streams that started in it.
+    // in the warm-up included); timings: the streams that started in it. `completed`
+    // counts every stream of the run, the warm-up's included, as the CPU measured around
+    // the whole run does.
     let completed = found.samples.len() as f64;
     let ended = found
         .samples
