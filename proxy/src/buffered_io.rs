@@ -1,5 +1,5 @@
-//! The agents' connections: a TCP socket with a write buffer, as pingora's HTTP/1 server
-//! reads and writes them.
+//! The agents' connections, and plain ones to providers: a TCP socket with a write
+//! buffer, as pingora's HTTP/1 server and client read and write them.
 //!
 //! pingora's HTTP/1 server is written for a buffered stream: it writes a response header
 //! without flushing, flushes a `Content-Length` body when it is complete and every chunk
