@@ -384,7 +384,7 @@ pub(crate) fn refusal_of(provider: Provider, error: &pingora::Error) -> Refusal 
 #[cfg(test)]
 mod tests {
     use super::{Target, Upstreams};
-        use crate::config::{ProvidersConfig, ProxyConfig};
+    use crate::config::{ProvidersConfig, ProxyConfig};
     use warden_shared::secret::Secret;
 
     #[test]
