@@ -120,7 +120,7 @@ impl BufferedIo {
                 Ok(0) => {
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::WriteZero,
-                        "the client's connection took no more bytes",
+                        "the connection took no more bytes",
                     )))
                 }
                 Ok(n) => *sent += n,
@@ -210,7 +210,7 @@ impl AsyncWrite for BufferedIo {
 impl Shutdown for BufferedIo {
     async fn shutdown(&mut self) {
         if let Err(error) = AsyncWriteExt::shutdown(self).await {
-            tracing::debug!(%error, "shutting a client connection down");
+            tracing::debug!(%error, "shutting a connection down");
         }
     }
 }
