@@ -20,12 +20,17 @@ use std::time::{Duration, Instant};
 use pingora::protocols::Stream;
 use tokio::io::{AsyncRead, ReadBuf};
 
-/// Idle connections kept for one provider address on each thread; beyond this the
+/// Idle connections kept for one key on each thread; beyond this the
 /// oldest is closed.
 pub const IDLE_PER_ADDRESS: usize = 256;
 
 /// How often an event loop drops its closed and expired idle connections.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Whose connections, and to where: the [`crate::upstream::Upstreams`] that opened them
+/// (two proxies in one process, each with its own trust settings, never share one) and
+/// the address's reuse hash (address, TLS, SNI).
+pub type Key = (u64, u64);
 
 struct Idle {
     stream: Stream,
@@ -34,13 +39,13 @@ struct Idle {
 }
 
 thread_local! {
-    /// This thread's idle connections by the address's reuse hash, oldest first.
-    static IDLE: RefCell<HashMap<u64, VecDeque<Idle>>> = RefCell::default();
+    /// This thread's idle connections by their key, oldest first.
+    static IDLE: RefCell<HashMap<Key, VecDeque<Idle>>> = RefCell::default();
 }
 
 /// This thread's most recently kept connection for `key` that is still open and
 /// unexpired, if any; the closed and expired ones met on the way are closed.
-pub fn take(key: u64) -> Option<Stream> {
+pub fn take(key: Key) -> Option<Stream> {
     IDLE.with_borrow_mut(|pool| {
         let idle = pool.get_mut(&key)?;
         let now = Instant::now();
@@ -63,7 +68,7 @@ pub fn take(key: u64) -> Option<Stream> {
 }
 
 /// Keeps `stream`, whose last exchange is complete, for reuse within `max_idle`.
-pub fn keep(key: u64, stream: Stream, max_idle: Duration) {
+pub fn keep(key: Key, stream: Stream, max_idle: Duration) {
     let now = Instant::now();
     IDLE.with_borrow_mut(|pool| {
         let idle = pool.entry(key).or_default();
@@ -144,12 +149,13 @@ mod tests {
         let (older, _a) = connected().await;
         let (newer, _b) = connected().await;
         let (older_id, newer_id) = (id(&older), id(&newer));
-        keep(1, older, MINUTE);
-        keep(1, newer, MINUTE);
-        assert!(take(2).is_none(), "another address has none");
-        assert_eq!(take(1).map(|s| id(&s)), Some(newer_id));
-        assert_eq!(take(1).map(|s| id(&s)), Some(older_id));
-        assert!(take(1).is_none());
+        keep((0, 1), older, MINUTE);
+        keep((0, 1), newer, MINUTE);
+        assert!(take((0, 2)).is_none(), "another address has none");
+        assert!(take((1, 1)).is_none(), "another owner has none");
+        assert_eq!(take((0, 1)).map(|s| id(&s)), Some(newer_id));
+        assert_eq!(take((0, 1)).map(|s| id(&s)), Some(older_id));
+        assert!(take((0, 1)).is_none());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -158,25 +164,25 @@ mod tests {
         let (chatty, mut talking) = connected().await;
         let (fine, _kept) = connected().await;
         let fine_id = id(&fine);
-        keep(3, fine, MINUTE);
-        keep(3, closed, MINUTE);
-        keep(3, chatty, MINUTE);
+        keep((0, 3), fine, MINUTE);
+        keep((0, 3), closed, MINUTE);
+        keep((0, 3), chatty, MINUTE);
         drop(theirs);
         talking
             .write_all(b"HTTP/1.1 408 Request Timeout\r\n\r\n")
             .await
             .unwrap();
         settle().await;
-        assert_eq!(take(3).map(|s| id(&s)), Some(fine_id));
+        assert_eq!(take((0, 3)).map(|s| id(&s)), Some(fine_id));
         assert_eq!(idle_here(), 0, "the two passed over are closed");
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn an_expired_connection_is_closed_not_taken() {
         let (stream, _theirs) = connected().await;
-        keep(4, stream, Duration::from_millis(10));
+        keep((0, 4), stream, Duration::from_millis(10));
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(take(4).is_none());
+        assert!(take((0, 4)).is_none());
         assert_eq!(idle_here(), 0);
     }
 
@@ -186,15 +192,15 @@ mod tests {
         let (first, theirs) = connected().await;
         let first_id = id(&first);
         sides.push(theirs);
-        keep(5, first, MINUTE);
+        keep((0, 5), first, MINUTE);
         for _ in 0..IDLE_PER_ADDRESS {
             let (stream, theirs) = connected().await;
             sides.push(theirs);
-            keep(5, stream, MINUTE);
+            keep((0, 5), stream, MINUTE);
         }
         assert_eq!(idle_here(), IDLE_PER_ADDRESS);
         let mut taken = Vec::new();
-        while let Some(stream) = take(5) {
+        while let Some(stream) = take((0, 5)) {
             taken.push(id(&stream));
         }
         assert_eq!(taken.len(), IDLE_PER_ADDRESS);
@@ -205,13 +211,13 @@ mod tests {
     async fn a_sweep_closes_what_the_provider_closed_and_keeps_the_rest() {
         let (closed, theirs) = connected().await;
         let (open, _kept) = connected().await;
-        keep(6, closed, MINUTE);
-        keep(6, open, MINUTE);
+        keep((0, 6), closed, MINUTE);
+        keep((0, 6), open, MINUTE);
         drop(theirs);
         settle().await;
         sweep();
         assert_eq!(idle_here(), 1);
-        assert!(take(6).is_some());
+        assert!(take((0, 6)).is_some());
     }
 
     #[test]
@@ -226,12 +232,13 @@ mod tests {
         let here = runtime();
         let theirs = here.block_on(async {
             let (stream, theirs) = connected().await;
-            keep(7, stream, MINUTE);
+            keep((0, 7), stream, MINUTE);
             theirs
         });
-        let elsewhere = std::thread::spawn(move || runtime().block_on(async { take(7).is_some() }));
+        let elsewhere =
+            std::thread::spawn(move || runtime().block_on(async { take((0, 7)).is_some() }));
         assert!(!elsewhere.join().unwrap());
-        assert!(here.block_on(async { take(7).is_some() }));
+        assert!(here.block_on(async { take((0, 7)).is_some() }));
         drop(theirs);
     }
 }

@@ -19,6 +19,7 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -95,6 +96,8 @@ impl Target {
 
 /// The providers' targets, the connector and the DNS cache.
 pub struct Upstreams {
+    /// This instance's part of its idle connections' keys (`idle_pool::Key`).
+    owner: u64,
     connector: TransportConnector,
     targets: HashMap<Provider, Target>,
     dns: Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>,
@@ -167,7 +170,9 @@ impl Upstreams {
             .ca_file
             .as_ref()
             .map(|path| path.display().to_string());
+        static OWNERS: AtomicU64 = AtomicU64::new(0);
         Ok(Upstreams {
+            owner: OWNERS.fetch_add(1, Ordering::Relaxed),
             connector: TransportConnector::new(Some(options)),
             targets,
             dns: Mutex::default(),
@@ -233,7 +238,7 @@ impl Upstreams {
     /// several kilobytes that every request's future would otherwise reserve room for
     /// and move, while nearly every request finds a kept connection.
     async fn stream_to(&self, peer: &HttpPeer) -> pingora::Result<(Stream, bool)> {
-        if let Some(stream) = idle_pool::take(peer.reuse_hash()) {
+        if let Some(stream) = idle_pool::take((self.owner, peer.reuse_hash())) {
             return Ok((stream, true));
         }
         let stream = match peer.address() {
@@ -297,7 +302,7 @@ impl Upstreams {
         } = exchange;
         session.respect_keepalive();
         if let Some(stream) = session.reuse().await {
-            idle_pool::keep(peer.reuse_hash(), stream, self.idle_timeout);
+            idle_pool::keep((self.owner, peer.reuse_hash()), stream, self.idle_timeout);
         }
     }
 
