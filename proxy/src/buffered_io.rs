@@ -107,6 +107,16 @@ impl BufferedIo {
         self.buffer.extend_from_slice(data);
     }
 
+    /// Makes room for a write of `len` bytes, as tokio's `BufWriter` does: sends the
+    /// buffer first if the write would overfill it. Ready with true when the write is as
+    /// large as the buffer and goes straight to the socket.
+    fn poll_room_for(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<bool>> {
+        if self.pending().len() + len > WRITE_BUFFER {
+            ready!(self.poll_send_buffer(cx))?;
+        }
+        Poll::Ready(Ok(len >= WRITE_BUFFER))
+    }
+
     /// Sends what is buffered, then frees the buffer.
     fn poll_send_buffer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.pending().is_empty() {
@@ -144,17 +154,12 @@ impl AsyncRead for BufferedIo {
 }
 
 impl AsyncWrite for BufferedIo {
-    /// As tokio's `BufWriter`: a write that would overfill the buffer sends it first, and
-    /// one as large as the buffer goes straight out.
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.pending().len() + data.len() > WRITE_BUFFER {
-            ready!(self.poll_send_buffer(cx))?;
-        }
-        if data.len() >= WRITE_BUFFER {
+        if ready!(self.poll_room_for(cx, data.len()))? {
             return Pin::new(&mut self.socket).poll_write(cx, data);
         }
         self.hold(data);
@@ -176,10 +181,7 @@ impl AsyncWrite for BufferedIo {
             return Pin::new(&mut self.socket).poll_write_vectored(cx, slices);
         }
         let total = slices.iter().map(|slice| slice.len()).sum::<usize>();
-        if self.pending().len() + total > WRITE_BUFFER {
-            ready!(self.poll_send_buffer(cx))?;
-        }
-        if total >= WRITE_BUFFER {
+        if ready!(self.poll_room_for(cx, total))? {
             return Pin::new(&mut self.socket).poll_write_vectored(cx, slices);
         }
         for slice in slices {

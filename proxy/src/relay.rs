@@ -114,7 +114,7 @@ async fn relay_events(
 ) -> Option<bool> {
     loop {
         let mut read = pin!(exchange.read_body());
-        let next = match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+        let next = match poll_once(&mut read).await {
             Poll::Ready(next) => next,
             Poll::Pending => {
                 // The read waits with this task's waker registered (the provider's
@@ -123,7 +123,7 @@ async fn relay_events(
                 // it, without a second pass through the read's layers that would only
                 // register them again (one such pass for every event of a stream).
                 let mut write = pin!(write_in_hand(session, in_hand, cork));
-                match poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+                match poll_once(&mut write).await {
                     Poll::Ready(true) => WokenFirst::new(read).await,
                     Poll::Ready(false) => return None,
                     Poll::Pending => {
@@ -159,6 +159,12 @@ async fn relay_events(
             }
         }
     }
+}
+
+/// `future` polled once in this task: its output, or `Pending` with its wake-ups
+/// registered.
+async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
 }
 
 /// A future just polled to `Pending` in this task, awaited again: its first poll here

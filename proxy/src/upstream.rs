@@ -16,7 +16,6 @@
 
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
-use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,10 +27,10 @@ use bytes::{Bytes, BytesMut};
 use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::v1::client::HttpSession;
-use pingora::protocols::l4::socket::SocketAddr as PeerAddress;
+use pingora::protocols::l4::{self, socket::SocketAddr as PeerAddress};
 use pingora::protocols::Stream;
 use pingora::upstreams::peer::{HttpPeer, Peer};
-use pingora::{Error, ErrorType};
+use pingora::{Error, ErrorType, OrErr};
 use tokio::io::AsyncWriteExt;
 use warden_shared::registry::Provider;
 
@@ -109,7 +108,8 @@ pub struct Upstreams {
 /// A request sent and its response header received.
 pub struct Exchange {
     session: HttpSession,
-    peer: HttpPeer,
+    /// Where the connection is kept once the answer is read.
+    kept: idle_pool::Key,
     /// How long the provider may fall silent in the body (`idle_timeout_ms`).
     idle: IdleDeadline,
 }
@@ -203,11 +203,12 @@ impl Upstreams {
             .peer(target)
             .await
             .map_err(|()| Refusal::UpstreamUnreachable(provider))?;
+        let kept = (self.owner, peer.reuse_hash());
         let mut attempt = 0;
         loop {
             attempt += 1;
             let (stream, reused) = self
-                .stream_to(&peer)
+                .stream_to(&peer, kept)
                 .await
                 .map_err(|e| refusal_of(provider, &e))?;
             match self.exchange(stream, &peer, build()?, &body).await {
@@ -215,7 +216,7 @@ impl Upstreams {
                     let idle = IdleDeadline::new(self.idle_timeout);
                     return Ok(Exchange {
                         session,
-                        peer,
+                        kept,
                         idle,
                     });
                 }
@@ -233,12 +234,16 @@ impl Upstreams {
         }
     }
 
-    /// An idle connection to `peer` this thread kept, else a new one (and whether it was
-    /// kept), with the connecting half boxed. Connecting (TCP, TLS) is a future of
+    /// An idle connection to `peer` this thread kept under `kept`, else a new one (and
+    /// whether it was kept), with the connecting half boxed. Connecting (TCP, TLS) is a future of
     /// several kilobytes that every request's future would otherwise reserve room for
     /// and move, while nearly every request finds a kept connection.
-    async fn stream_to(&self, peer: &HttpPeer) -> pingora::Result<(Stream, bool)> {
-        if let Some(stream) = idle_pool::take((self.owner, peer.reuse_hash())) {
+    async fn stream_to(
+        &self,
+        peer: &HttpPeer,
+        kept: idle_pool::Key,
+    ) -> pingora::Result<(Stream, bool)> {
+        if let Some(stream) = idle_pool::take(kept) {
             return Ok((stream, true));
         }
         let stream = match peer.address() {
@@ -298,11 +303,11 @@ impl Upstreams {
     /// alive).
     pub async fn release(&self, exchange: Exchange) {
         let Exchange {
-            mut session, peer, ..
+            mut session, kept, ..
         } = exchange;
         session.respect_keepalive();
         if let Some(stream) = session.reuse().await {
-            idle_pool::keep((self.owner, peer.reuse_hash()), stream, self.idle_timeout);
+            idle_pool::keep(kept, stream, self.idle_timeout);
         }
     }
 
@@ -345,30 +350,23 @@ impl Upstreams {
 }
 
 /// A plain TCP connection to a provider (a local server, a gateway in the cluster):
-/// tokio's socket as [`BufferedIo`] holds an agent's, not in pingora's stream type, whose
+/// pingora's own connect (its errors typed as its connector types them), then tokio's
+/// socket held as [`BufferedIo`] holds an agent's, not in pingora's stream type, whose
 /// bookkeeping on every read (the time each read waited: two clock readings, receive
 /// timestamps) served nothing here and was 5 % of the proxy's user time at 1,000 streams
-/// (`perf`, 2026-11-30). Errors are typed as pingora's connector types them.
+/// (`perf`, 2026-11-30).
 async fn connect_plain(address: SocketAddr, timeout: Duration) -> pingora::Result<Stream> {
-    let context = || format!("connecting to {address}");
-    let tcp = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(address)).await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(error)) => {
-            let kind = match error.kind() {
-                io::ErrorKind::ConnectionRefused => ErrorType::ConnectRefused,
-                io::ErrorKind::TimedOut => ErrorType::ConnectTimedout,
-                io::ErrorKind::NetworkUnreachable | io::ErrorKind::HostUnreachable => {
-                    ErrorType::ConnectNoRoute
-                }
-                _ => ErrorType::ConnectError,
-            };
-            return Err(Error::because(kind, context(), error));
+    let tcp = match tokio::time::timeout(timeout, l4::ext::connect(&address, None)).await {
+        Ok(connected) => connected?,
+        Err(_) => {
+            return Error::e_explain(
+                ErrorType::ConnectTimedout,
+                format!("connecting to {address}"),
+            )
         }
-        Err(_) => return Err(Error::explain(ErrorType::ConnectTimedout, context())),
     };
-    if let Err(error) = tcp.set_nodelay(true) {
-        return Err(Error::because(ErrorType::ConnectError, context(), error));
-    }
+    tcp.set_nodelay(true)
+        .or_err(ErrorType::ConnectError, "setting TCP_NODELAY")?;
     Ok(Box::new(BufferedIo::new(tcp)))
 }
 
