@@ -22,6 +22,7 @@
 //! Each then leaves with what comes next: a streamed answer that is in hand goes out in
 //! one write, not three.
 
+use std::future::poll_fn;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
@@ -44,6 +45,25 @@ use tokio::net::TcpStream;
 const WRITE_BUFFER: usize = 16 * 1024;
 /// The room a connection's buffer is first given: a response header and a short answer.
 const FIRST_ROOM: usize = 4 * 1024;
+
+/// The longest size line of a chunk: 16 hexadecimal digits and CRLF.
+const CHUNK_SIZE_LINE: usize = 18;
+
+/// `len` in hexadecimal followed by CRLF, as a chunk of a chunked body starts.
+fn chunk_size_line(len: usize, line: &mut [u8; CHUNK_SIZE_LINE]) -> &[u8] {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let mut at = CHUNK_SIZE_LINE - 2;
+    line[at..].copy_from_slice(b"\r\n");
+    let mut rest = len;
+    loop {
+        at -= 1;
+        line[at] = DIGITS[rest & 0xf];
+        rest >>= 4;
+        if rest == 0 {
+            return &line[at..];
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct BufferedIo {
@@ -115,6 +135,46 @@ impl BufferedIo {
             ready!(self.poll_send_buffer(cx))?;
         }
         Poll::Ready(Ok(len >= WRITE_BUFFER))
+    }
+
+    /// Whether nothing written is held back: a chunk may then be written through.
+    pub fn drained(&self) -> bool {
+        self.pending().is_empty()
+    }
+
+    /// Writes `data` as one chunk of a chunked body (size line, data, CRLF) straight to
+    /// the socket, waiting for it to take every byte. Only when [`Self::drained`]: a
+    /// chunk never goes out ahead of bytes held before it (it fails instead).
+    ///
+    /// A streamed answer's events are written this way once its header has gone out:
+    /// through pingora's body writer each event's size line was a new `String`, the
+    /// three pieces a chained buffer and the write two layers of futures, 10 to 13 % of
+    /// the proxy's user time at 1,000 streams (`perf`, 2026-11-30). It takes `&self`, as
+    /// the relay reaches the connection only through pingora's session: tokio's socket
+    /// writes through a shared reference, and nothing of this type's state changes.
+    pub async fn write_chunk(&self, data: &[u8]) -> io::Result<()> {
+        if !self.drained() {
+            return Err(io::Error::other("a chunk cannot pass bytes held before it"));
+        }
+        let mut size = [0u8; CHUNK_SIZE_LINE];
+        let size = chunk_size_line(data.len(), &mut size);
+        let mut slices = [
+            io::IoSlice::new(size),
+            io::IoSlice::new(data),
+            io::IoSlice::new(b"\r\n"),
+        ];
+        let mut unsent = &mut slices[..];
+        while !unsent.is_empty() {
+            match self.socket.try_write_vectored(unsent) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => io::IoSlice::advance_slices(&mut unsent, n),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    poll_fn(|cx| self.socket.poll_write_ready(cx)).await?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     /// Sends what is buffered, then frees the buffer.
@@ -324,6 +384,47 @@ mod tests {
         assert!(io.pending().is_empty(), "the chunk was held");
         let expected = b"header;5\r\nfirst\r\n5\r\nagain\r\n";
         assert_eq!(received(&mut client, expected.len()).await, expected);
+    }
+
+    #[test]
+    fn a_chunk_starts_with_its_size_in_hexadecimal() {
+        let mut line = [0u8; super::CHUNK_SIZE_LINE];
+        for (len, expected) in [
+            (0, &b"0\r\n"[..]),
+            (5, b"5\r\n"),
+            (255, b"FF\r\n"),
+            (4096, b"1000\r\n"),
+            (usize::MAX, b"FFFFFFFFFFFFFFFF\r\n"),
+        ] {
+            assert_eq!(super::chunk_size_line(len, &mut line), expected);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chunk_is_written_through_only_with_nothing_buffered_ahead() {
+        let (mut client, mut io) = connected().await;
+        let cork = io.cork();
+        cork.set(true);
+        io.write_all(b"header;").await.expect("write");
+        assert!(!io.drained());
+        assert!(
+            io.write_chunk(b"first").await.is_err(),
+            "the header is ahead"
+        );
+        cork.set(false);
+        io.flush().await.expect("flush");
+        io.write_chunk(b"first").await.expect("nothing ahead");
+        // Larger than the socket takes at once: written as the client reads.
+        let large = vec![b'x'; 8 << 20];
+        let (sent, read) = tokio::join!(
+            io.write_chunk(&large),
+            received(&mut client, 7 + 10 + 8 + (8 << 20) + 2)
+        );
+        sent.expect("written");
+        assert_eq!(&read[..17], b"header;5\r\nfirst\r\n");
+        assert_eq!(&read[17..25], b"800000\r\n");
+        assert!(read[25..read.len() - 2].iter().all(|&byte| byte == b'x'));
+        assert_eq!(&read[read.len() - 2..], b"\r\n");
     }
 
     #[tokio::test]

@@ -89,10 +89,7 @@ pub async fn relay_stream(
     };
     // The rest and the end, in one write: corked while the rest goes in.
     in_hand.extend_from_slice(&relay.finish(facts.map(|f| f as &mut dyn EventReader)));
-    let rest = session
-        .write_response_body(in_hand.freeze(), false)
-        .await
-        .is_ok();
+    let rest = in_hand.is_empty() || write_body(session, &in_hand).await;
     cork.set(false);
     let ended = session
         .write_response_body(Bytes::new(), true)
@@ -197,20 +194,42 @@ impl<F: Future + Unpin> Future for WokenFirst<F> {
     }
 }
 
-/// Writes the events gathered so far to the client, uncorked (so they leave now, with
-/// the header if it is still waiting); false when the client hung up, in which case
-/// dropping the upstream connection (not returning it to the pool) cancels the
-/// provider's generation.
+/// Writes the events gathered so far to the client as one chunk, now (with the header
+/// if it is still waiting); false when the client hung up, in which case dropping the
+/// upstream connection (not returning it to the pool) cancels the provider's
+/// generation. `in_hand` keeps its room for the next events.
+///
+/// Once the header has gone out the chunk is written straight to the client's socket
+/// ([`BufferedIo::write_chunk`]); pingora's session still writes the header, the first
+/// chunk behind it and the end, and knows nothing of the chunks between (it counts
+/// nothing from them that Warden reads).
 async fn write_in_hand(session: &mut ServerSession, in_hand: &mut BytesMut, cork: &Cork) -> bool {
     if in_hand.is_empty() {
         return true;
     }
-    cork.set(false);
-    let written = session
-        .write_response_body(in_hand.split().freeze(), false)
-        .await;
-    cork.set(true);
-    written.is_ok()
+    let written = match client_io(session).filter(|io| io.drained()) {
+        Some(io) => io.write_chunk(in_hand).await.is_ok(),
+        None => {
+            cork.set(false);
+            let written = write_body(session, in_hand).await;
+            cork.set(true);
+            written
+        }
+    };
+    in_hand.clear();
+    written
+}
+
+/// Writes `data` to the client through pingora's session, without a copy into `Bytes`
+/// where the session takes a slice (HTTP/1).
+async fn write_body(session: &mut ServerSession, data: &[u8]) -> bool {
+    match session {
+        ServerSession::H1(h1) => h1.write_body(data).await.is_ok(),
+        other => other
+            .write_response_body(Bytes::copy_from_slice(data), false)
+            .await
+            .is_ok(),
+    }
 }
 
 pub async fn relay_whole(
@@ -282,13 +301,18 @@ async fn read_whole(exchange: &mut Exchange, provider: Provider) -> Result<Bytes
     }
 }
 
-/// The cork of the client's connection: every connection the proxy's accept loop takes
-/// is a [`BufferedIo`]. Any other gets a cork of its own that holds nothing back.
-fn client_cork(session: &ServerSession) -> Cork {
+/// The client's connection: every connection the proxy's accept loop takes is a
+/// [`BufferedIo`].
+fn client_io(session: &ServerSession) -> Option<&BufferedIo> {
     session
         .stream()
         .and_then(|stream| stream.as_any().downcast_ref::<BufferedIo>())
-        .map_or_else(Cork::default, BufferedIo::cork)
+}
+
+/// The cork of the client's connection. Any connection but a [`BufferedIo`] gets a cork
+/// of its own that holds nothing back.
+fn client_cork(session: &ServerSession) -> Cork {
+    client_io(session).map_or_else(Cork::default, BufferedIo::cork)
 }
 
 /// The header that tells the client which budgets passed their warn threshold.
