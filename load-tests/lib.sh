@@ -8,7 +8,12 @@ if [ -z "${BIN:-}" ]; then
 fi
 WORK=$(mktemp -d)
 PIDS=()
-cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$WORK"; }
+# Waits for the processes to exit: a script run straight after this one binds the same ports.
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 # Waits until something answers HTTP at $1 (20 s at most).
