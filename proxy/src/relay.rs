@@ -64,6 +64,11 @@ pub async fn relay_stream(
     // leaves with the first data, and every burst of events (a whole stream in hand, or
     // what one packet of a chunked stream held) is one write to the client. Nothing in
     // hand is held across a wait for the provider, so tokens still arrive as they come.
+    // Past the header the relay frames the chunks itself (`write_in_hand`) only where
+    // pingora frames this body as chunked: a status without a body (204, 304) or a HEAD
+    // request gets no body from pingora, so none from the relay either.
+    let own_framing = !matches!(header.status.as_u16(), 204 | 304)
+        && session.req_header().method != http::Method::HEAD;
     let cork = client_cork(session);
     cork.set(true);
     if session
@@ -76,12 +81,16 @@ pub async fn relay_stream(
     }
     let mut in_hand = BytesMut::new();
     let mut facts = facts;
+    let client = ClientBody {
+        cork: &cork,
+        own_framing,
+    };
     let events = relay_events(
         session,
         exchange,
         &mut relay,
         &mut in_hand,
-        &cork,
+        &client,
         facts.as_deref_mut(),
     );
     let Some(complete) = events.await else {
@@ -106,7 +115,7 @@ async fn relay_events(
     exchange: &mut Exchange,
     relay: &mut SseRelay,
     in_hand: &mut BytesMut,
-    cork: &Cork,
+    client: &ClientBody<'_>,
     mut facts: Option<&mut AnswerFacts>,
 ) -> Option<bool> {
     loop {
@@ -119,7 +128,7 @@ async fn relay_events(
                 // leaves those registrations in place: the task sleeps until one wakes
                 // it, without a second pass through the read's layers that would only
                 // register them again (one such pass for every event of a stream).
-                let mut write = pin!(write_in_hand(session, in_hand, cork));
+                let mut write = pin!(write_in_hand(session, in_hand, client));
                 match poll_once(&mut write).await {
                     Poll::Ready(true) => WokenFirst::new(read).await,
                     Poll::Ready(false) => return None,
@@ -141,7 +150,7 @@ async fn relay_events(
                 relay.push(chunk, reader, in_hand);
                 // A provider that sends faster than the client reads still goes out as
                 // it comes, under the client's backpressure, not gathered whole.
-                if in_hand.len() >= MAX_BURST && !write_in_hand(session, in_hand, cork).await {
+                if in_hand.len() >= MAX_BURST && !write_in_hand(session, in_hand, client).await {
                     return None;
                 }
             }
@@ -203,21 +212,34 @@ impl<F: Future + Unpin> Future for WokenFirst<F> {
 /// ([`BufferedIo::write_chunk`]); pingora's session still writes the header, the first
 /// chunk behind it and the end, and knows nothing of the chunks between (it counts
 /// nothing from them that Warden reads).
-async fn write_in_hand(session: &mut ServerSession, in_hand: &mut BytesMut, cork: &Cork) -> bool {
+async fn write_in_hand(
+    session: &mut ServerSession,
+    in_hand: &mut BytesMut,
+    client: &ClientBody<'_>,
+) -> bool {
     if in_hand.is_empty() {
         return true;
     }
-    let written = match client_io(session).filter(|io| io.drained()) {
+    let through = client_io(session).filter(|io| client.own_framing && io.drained());
+    let written = match through {
         Some(io) => io.write_chunk(in_hand).await.is_ok(),
         None => {
-            cork.set(false);
+            client.cork.set(false);
             let written = write_body(session, in_hand).await;
-            cork.set(true);
+            client.cork.set(true);
             written
         }
     };
     in_hand.clear();
     written
+}
+
+/// How a stream's body goes to the client.
+struct ClientBody<'a> {
+    /// Held while the relay's writes are not to leave on their own.
+    cork: &'a Cork,
+    /// Whether the relay may frame chunks itself (see `relay_stream`).
+    own_framing: bool,
 }
 
 /// Writes `data` to the client through pingora's session, without a copy into `Bytes`

@@ -1,11 +1,11 @@
 //! The agents' connections as HTTP/1 sees them, spoken byte by byte: requests one after
 //! another on a kept-alive connection, malformed requests refused in the error envelope,
 //! idle connections closed after the keep-alive timeout, and at once when the proxy
-//! stops.
+//! stops; a stream written in many bursts framed as HTTP/1.1 chunks.
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -48,6 +48,68 @@ async fn read_response(stream: &mut TcpStream) -> (String, Value) {
             String::from_utf8_lossy(&seen)
         );
         seen.extend_from_slice(&buf[..read]);
+    }
+}
+
+/// More bytes from `stream` into `seen`, within 5 s; the connection must stay open.
+async fn read_more(stream: &mut TcpStream, seen: &mut Vec<u8>) {
+    let mut buf = [0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("the proxy sent more within 5 s")
+        .unwrap();
+    assert!(
+        read > 0,
+        "closed mid-response: {}",
+        String::from_utf8_lossy(seen)
+    );
+    seen.extend_from_slice(&buf[..read]);
+}
+
+/// One chunked response read from `stream` as HTTP/1.1 frames it: its head, its body
+/// and the number of chunks that carried it. Every size line, chunk end and the last
+/// chunk are checked; nothing may follow the last chunk.
+async fn read_chunked(stream: &mut TcpStream) -> (String, Vec<u8>, usize) {
+    let mut seen = Vec::new();
+    let head_end = loop {
+        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        read_more(stream, &mut seen).await;
+    };
+    let head = String::from_utf8_lossy(&seen[..head_end]).to_string();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    let (mut at, mut body, mut chunks) = (head_end + 4, Vec::new(), 0);
+    loop {
+        let line_end = loop {
+            if let Some(end) = seen[at..].windows(2).position(|w| w == b"\r\n") {
+                break at + end;
+            }
+            read_more(stream, &mut seen).await;
+        };
+        let line = std::str::from_utf8(&seen[at..line_end]).unwrap();
+        let size = usize::from_str_radix(line, 16)
+            .unwrap_or_else(|_| panic!("a chunk size line, not {line:?}"));
+        let data = line_end + 2;
+        while seen.len() < data + size + 2 {
+            read_more(stream, &mut seen).await;
+        }
+        assert_eq!(
+            &seen[data + size..data + size + 2],
+            b"\r\n",
+            "a chunk's end"
+        );
+        if size == 0 {
+            assert_eq!(seen.len(), data + 2, "bytes after the last chunk");
+            return (head, body, chunks);
+        }
+        body.extend_from_slice(&seen[data..data + size]);
+        chunks += 1;
+        at = data + size + 2;
     }
 }
 
@@ -175,3 +237,43 @@ async fn a_connection_without_a_request_closes_after_the_keepalive_timeout() {
     println!("the kept-alive connection closed after {waited:?}");
     closed_within(&mut silent).await;
 }
+
+db_test!(
+    a_stream_written_in_many_bursts_is_framed_as_chunks_and_its_connection_serves_on,
+    |app| {
+        let provider = MockProvider::start().await;
+        let proxy = TestProxy::start(&app, &provider).await;
+        let (_, key, _) = proxy
+            .tenant_with_key(&app, json!({ "developer_label": "framed" }))
+            .await;
+        let mut stream = connect(&proxy).await;
+        // 49 events 50 ms apart, then [DONE]: the relay writes the header with the first
+        // event and each later event as a chunk of its own framing.
+        let body = json!({ "model": "gpt-4o-mini", "stream": true, "user": "mock-slow-stream",
+            "messages": [{ "role": "user", "content": "Say hello" }] })
+        .to_string();
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\nauthorization: Bearer {key}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (head, body, chunks) = read_chunked(&mut stream).await;
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+        let text = String::from_utf8(body).unwrap();
+        assert_eq!(text.matches("\"token \"").count(), 49, "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        assert!(
+            !text.contains("prompt_tokens"),
+            "the usage the proxy asked for: {text}"
+        );
+        assert!(
+            chunks > 10,
+            "{chunks} chunks: the events came in bursts of their own"
+        );
+
+        // The same connection then serves the next request.
+        let (head, _) = get(&mut stream, "/healthz").await;
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    }
+);
