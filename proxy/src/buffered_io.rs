@@ -137,7 +137,7 @@ impl BufferedIo {
         Poll::Ready(Ok(len >= WRITE_BUFFER))
     }
 
-    /// Whether nothing written is held back: a chunk may then be written through.
+    /// Whether nothing written is held back (a chunk may then be written through).
     pub fn drained(&self) -> bool {
         self.pending().is_empty()
     }
@@ -179,7 +179,7 @@ impl BufferedIo {
 
     /// Sends what is buffered, then frees the buffer.
     fn poll_send_buffer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.pending().is_empty() {
+        while !self.drained() {
             let Self {
                 socket,
                 buffer,
@@ -237,7 +237,7 @@ impl AsyncWrite for BufferedIo {
         cx: &mut Context<'_>,
         slices: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if !self.cork.is_set() && self.pending().is_empty() {
+        if !self.cork.is_set() && self.drained() {
             return Pin::new(&mut self.socket).poll_write_vectored(cx, slices);
         }
         let total = slices.iter().map(|slice| slice.len()).sum::<usize>();

@@ -21,33 +21,31 @@ async fn connect(proxy: &TestProxy) -> TcpStream {
 /// One whole response read from `stream` (framed by its content length), within 5 s.
 async fn read_response(stream: &mut TcpStream) -> (String, Value) {
     let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
+    let end = read_head(stream, &mut seen).await;
+    let head = String::from_utf8_lossy(&seen[..end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .expect("a content length");
+    while seen.len() < end + 4 + length {
+        read_more(stream, &mut seen).await;
+    }
+    let body = serde_json::from_slice(&seen[end + 4..end + 4 + length]).unwrap();
+    (head, body)
+}
+
+/// Reads from `stream` into `seen` until it holds a response's head; where the head
+/// ends (before its blank line).
+async fn read_head(stream: &mut TcpStream, seen: &mut Vec<u8>) -> usize {
     loop {
         if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&seen[..end]).to_string();
-            let length: usize = head
-                .lines()
-                .find_map(|line| {
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().unwrap())
-                })
-                .expect("a content length");
-            if seen.len() >= end + 4 + length {
-                let body = serde_json::from_slice(&seen[end + 4..end + 4 + length]).unwrap();
-                return (head, body);
-            }
+            return end;
         }
-        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
-            .await
-            .expect("the proxy answered within 5 s")
-            .unwrap();
-        assert!(
-            read > 0,
-            "closed mid-response: {}",
-            String::from_utf8_lossy(&seen)
-        );
-        seen.extend_from_slice(&buf[..read]);
+        read_more(stream, seen).await;
     }
 }
 
@@ -56,7 +54,7 @@ async fn read_more(stream: &mut TcpStream, seen: &mut Vec<u8>) {
     let mut buf = [0u8; 4096];
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
         .await
-        .expect("the proxy sent more within 5 s")
+        .expect("the proxy answered within 5 s")
         .unwrap();
     assert!(
         read > 0,
@@ -71,12 +69,7 @@ async fn read_more(stream: &mut TcpStream, seen: &mut Vec<u8>) {
 /// chunk are checked; nothing may follow the last chunk.
 async fn read_chunked(stream: &mut TcpStream) -> (String, Vec<u8>, usize) {
     let mut seen = Vec::new();
-    let head_end = loop {
-        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end;
-        }
-        read_more(stream, &mut seen).await;
-    };
+    let head_end = read_head(stream, &mut seen).await;
     let head = String::from_utf8_lossy(&seen[..head_end]).to_string();
     assert!(
         head.to_ascii_lowercase()
