@@ -16,6 +16,13 @@
 #
 #   load-tests/streams.sh                        # 1,000 streams, 15 s after 3 s warm-up, 3 rounds
 #   CONCURRENCY=2000 DURATION=30 load-tests/streams.sh
+#   BIN2=folder TARGETS="nginx warden warden2" ROUNDS=5 load-tests/streams.sh
+#                                                # another build's proxy beside this one's
+#
+# TARGETS chooses what the steady load and the burst run against (default: direct nginx
+# pingora warden, and warden2 when BIN2 is set). BIN2 names a folder with another build's
+# `warden`: its proxy runs beside the first on the same control plane and mock, measured
+# in the same rounds, so the two builds' ratio is read within minutes of each other.
 #
 # Ends by checking that the proxy dropped no usage and holds none: the ledger kept up.
 set -euo pipefail
@@ -34,6 +41,10 @@ NGINX=127.0.0.1:19480
 PINGORA=127.0.0.1:19580
 API=127.0.0.1:19380
 PROXY=127.0.0.1:19381
+PROXY2=127.0.0.1:19382
+TARGETS=${TARGETS:-direct nginx pingora warden${BIN2:+ warden2}}
+# has NAME: whether NAME is one of the TARGETS.
+has() { [[ " $TARGETS " == *" $1 "* ]]; }
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need nginx; then
@@ -86,14 +97,21 @@ WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
   "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & CP_PID=$!; PIDS+=($CP_PID)
 wait_http "http://$API/healthz"
 "$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt" >/dev/null
-WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool" WARDEN_PROXY__LISTEN=$PROXY \
-  WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
-  WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
-  "$BIN/warden" proxy >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
-last_key=$(tail -n 1 "$WORK/keys.txt")
-for _ in $(seq 1 300); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$PROXY/v1/models")" = 200 ] && break; sleep 0.1
-done
+# start_proxy BIN LISTEN NAME: a proxy of the build in BIN on LISTEN, serving once it
+# knows the last key; sets PROXY_STARTED to its pid.
+start_proxy() {
+  WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool-$3" WARDEN_PROXY__LISTEN=$2 \
+    WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
+    WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
+    "$1/warden" proxy >"$WORK/$3.log" 2>&1 & PROXY_STARTED=$!; PIDS+=($PROXY_STARTED)
+  local last_key; last_key=$(tail -n 1 "$WORK/keys.txt")
+  for _ in $(seq 1 300); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$2/v1/models")" = 200 ] && break; sleep 0.1
+  done
+}
+start_proxy "$BIN" "$PROXY" proxy; PROXY_PID=$PROXY_STARTED
+PROXY2_PID=none
+if [ -n "${BIN2:-}" ]; then start_proxy "$BIN2" "$PROXY2" proxy2; PROXY2_PID=$PROXY_STARTED; fi
 
 # The kernel's TCP extended counter $1 (ListenOverflows, TCPSynRetrans, ...).
 tcpext() { awk -v name="$1" '$1 == "TcpExt:" { if (!n) { for (i = 2; i <= NF; i++) col[$i] = i; n = 1 } else print $(col[name]) }' /proc/net/netstat; }
@@ -116,7 +134,7 @@ declare -A LINE CPU CPU_CP PEAK OVERFLOWS RETRANS
 measure() {
   local name=$1 url=$2 pid=$3 mode=$4; shift 4
   local procs; read -r -a procs <<<"$(procs_of "$pid")"
-  local keys=-; [ "$pid" = "$PROXY_PID" ] && keys=$WORK/keys.txt
+  local keys=-; [ "$pid" = "$PROXY_PID" ] || [ "$pid" = "$PROXY2_PID" ] && keys=$WORK/keys.txt
   echo 0 >"$WORK/peak.max"; sample_peak "${procs[@]}" & local sampler=$!
   local o0 r0 c0 c1 cp0 cp1 line
   o0=$(tcpext ListenOverflows); r0=$(tcpext TCPSynRetrans); c0=$(ticks_of "${procs[@]}"); cp0=$(cpu_ticks "$CP_PID")
@@ -135,7 +153,6 @@ measure() {
 
 printf '\n%s concurrent streams (paced %s: first byte ms, chunks, gap ms), %s s after %s s warm-up, %s rounds, %s cores, %s proxy keys\n' \
   "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP" "$ROUNDS" "$(nproc)" "$KEYS_COUNT"
-TARGETS="direct nginx pingora warden"
 for round in $(seq 1 "$ROUNDS"); do
   for target in $TARGETS; do
     case $target in
@@ -143,6 +160,8 @@ for round in $(seq 1 "$ROUNDS"); do
       nginx) url=$NGINX pid=$NGINX_PID ;;
       pingora) url=$PINGORA pid=$PINGORA_PID ;;
       warden) url=$PROXY pid=$PROXY_PID ;;
+      warden2) url=$PROXY2 pid=$PROXY2_PID ;;
+      *) echo "unknown target $target (direct, nginx, pingora, warden, warden2 with BIN2)" >&2; exit 2 ;;
     esac
     measure "$target#$round" "http://$url/v1/chat/completions" "$pid" steady "$CONCURRENCY" "$WARMUP" "$DURATION"
     sleep 2 # the connections of one target close before the next starts
@@ -159,6 +178,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo "  (direct: the mock's own CPU and memory; nginx: master and workers; pingora: bare pingora; memory as proportional set size)"
+[ -n "${BIN2:-}" ] && echo "  (warden2: BIN2's proxy; its binary's pages are not shared with the control plane's, which runs BIN's, so its proportional set counts them whole: about 10 MiB more)"
 # ratios OF TO: each round's OF / TO (the two measured minutes apart at most, so a drift
 # of this shared machine's speed between rounds cancels), as "throughput fb_p99 cpu peak".
 ratios() { local round; for round in $(seq 1 "$ROUNDS"); do
@@ -170,34 +190,58 @@ done; }
 # column N of ratios' lines: the median, and the rounds' values.
 med_of() { awk -v c="$1" '{print $c}' | median; }
 all_of() { awk -v c="$1" '{printf "%s%.2f", (NR > 1 ? " " : ""), $c}'; }
-warden_nginx=$(ratios warden nginx); warden_pingora=$(ratios warden pingora); pingora_nginx=$(ratios pingora nginx)
-printf 'warden / nginx, median of the rounds (each round): throughput %.2f (%s; target >= 0.97), first-byte p99 %.2f (%s; <= 1.05), CPU per stream %.2f (%s; <= 1.15), peak memory %.2f (%s; <= 2)\n' \
-  "$(med_of 1 <<<"$warden_nginx")" "$(all_of 1 <<<"$warden_nginx")" "$(med_of 2 <<<"$warden_nginx")" "$(all_of 2 <<<"$warden_nginx")" \
-  "$(med_of 3 <<<"$warden_nginx")" "$(all_of 3 <<<"$warden_nginx")" "$(med_of 4 <<<"$warden_nginx")" "$(all_of 4 <<<"$warden_nginx")"
-printf 'warden / bare pingora: throughput %.2f, first-byte p99 %.2f, CPU per stream %.2f, peak memory %.2f; bare pingora / nginx: CPU per stream %.2f, peak memory %.2f (medians)\n' \
-  "$(med_of 1 <<<"$warden_pingora")" "$(med_of 2 <<<"$warden_pingora")" "$(med_of 3 <<<"$warden_pingora")" \
-  "$(med_of 4 <<<"$warden_pingora")" "$(med_of 3 <<<"$pingora_nginx")" "$(med_of 4 <<<"$pingora_nginx")"
-printf "control plane CPU per stream (the ledger ingesting the proxy's usage, its own process): %s ms\n" \
-  "$(for round in $(seq 1 "$ROUNDS"); do echo "${CPU_CP[warden#$round]}"; done | median)"
+if has warden && has nginx; then
+  warden_nginx=$(ratios warden nginx)
+  printf 'warden / nginx, median of the rounds (each round): throughput %.2f (%s; target >= 0.97), first-byte p99 %.2f (%s; <= 1.05), CPU per stream %.2f (%s; <= 1.15), peak memory %.2f (%s; <= 2)\n' \
+    "$(med_of 1 <<<"$warden_nginx")" "$(all_of 1 <<<"$warden_nginx")" "$(med_of 2 <<<"$warden_nginx")" "$(all_of 2 <<<"$warden_nginx")" \
+    "$(med_of 3 <<<"$warden_nginx")" "$(all_of 3 <<<"$warden_nginx")" "$(med_of 4 <<<"$warden_nginx")" "$(all_of 4 <<<"$warden_nginx")"
+fi
+if has warden && has pingora && has nginx; then
+  warden_pingora=$(ratios warden pingora); pingora_nginx=$(ratios pingora nginx)
+  printf 'warden / bare pingora: throughput %.2f, first-byte p99 %.2f, CPU per stream %.2f, peak memory %.2f; bare pingora / nginx: CPU per stream %.2f, peak memory %.2f (medians)\n' \
+    "$(med_of 1 <<<"$warden_pingora")" "$(med_of 2 <<<"$warden_pingora")" "$(med_of 3 <<<"$warden_pingora")" \
+    "$(med_of 4 <<<"$warden_pingora")" "$(med_of 3 <<<"$pingora_nginx")" "$(med_of 4 <<<"$pingora_nginx")"
+fi
+if has warden && has warden2; then
+  second=$(ratios warden2 warden)
+  printf 'warden2 (BIN2) / warden (BIN), median of the rounds (each round): throughput %.2f (%s), first-byte p99 %.2f (%s), CPU per stream %.2f (%s)\n' \
+    "$(med_of 1 <<<"$second")" "$(all_of 1 <<<"$second")" "$(med_of 2 <<<"$second")" "$(all_of 2 <<<"$second")" \
+    "$(med_of 3 <<<"$second")" "$(all_of 3 <<<"$second")"
+fi
+if has warden; then
+  printf "control plane CPU per stream (the ledger ingesting the proxy's usage, its own process): %s ms\n" \
+    "$(for round in $(seq 1 "$ROUNDS"); do echo "${CPU_CP[warden#$round]}"; done | median)"
+fi
 
 printf '\nburst: %s new connections within %s ms, each a stream\n' "$BURST" "$BURST_MS"
-measure nginx-burst "http://$NGINX/v1/chat/completions" "$NGINX_PID" burst "$BURST" "$BURST_MS"
-sleep 2
-measure pingora-burst "http://$PINGORA/v1/chat/completions" "$PINGORA_PID" burst "$BURST" "$BURST_MS"
-sleep 2
-measure warden-burst "http://$PROXY/v1/chat/completions" "$PROXY_PID" burst "$BURST" "$BURST_MS"
+BURSTS=()
+for target in nginx pingora warden warden2; do
+  has "$target" || continue
+  case $target in
+    nginx) url=$NGINX pid=$NGINX_PID ;;
+    pingora) url=$PINGORA pid=$PINGORA_PID ;;
+    warden) url=$PROXY pid=$PROXY_PID ;;
+    warden2) url=$PROXY2 pid=$PROXY2_PID ;;
+  esac
+  [ ${#BURSTS[@]} -gt 0 ] && sleep 2
+  measure "$target-burst" "http://$url/v1/chat/completions" "$pid" burst "$BURST" "$BURST_MS"
+  BURSTS+=("$target-burst")
+done
 printf '%-14s %9s %9s %9s %7s %16s %10s %10s\n' target "fb p50" "fb p99" "fb max" errors "fb over 1 s" overflows "SYN retr"
-for target in nginx-burst pingora-burst warden-burst; do
+for target in "${BURSTS[@]}"; do
   l=${LINE[$target]}
   printf '%-14s %9s %9s %9s %7s %16s %10s %10s\n' "$target" "$(field first_p50_ms "$l")" "$(field first_p99_ms "$l")" \
     "$(field first_max_ms "$l")" "$(field errors "$l")" "$(field first_byte_over_1s "$l")" "${OVERFLOWS[$target]}" "${RETRANS[$target]}"
 done
 
-metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# metric URL NAME: the value of NAME in the proxy's metrics at URL.
+metric() { curl -s "http://$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 sleep 2 # the last batches' flush
-dropped=$(metric warden_proxy_usage_dropped_total); buffered=$(metric warden_proxy_usage_buffer_depth)
-echo "usage records dropped by the proxy: $dropped; still buffered: $buffered; flushed: $(metric warden_proxy_usage_flushed_total)"
-if [ "$dropped" != 0 ] || [ "$buffered" != 0 ]; then
-  echo "the control plane did not keep up with the proxy's usage" >&2
-  exit 1
-fi
+for proxy in "$PROXY" ${BIN2:+"$PROXY2"}; do
+  dropped=$(metric "$proxy" warden_proxy_usage_dropped_total); buffered=$(metric "$proxy" warden_proxy_usage_buffer_depth)
+  echo "usage records dropped by the proxy at $proxy: $dropped; still buffered: $buffered; flushed: $(metric "$proxy" warden_proxy_usage_flushed_total)"
+  if [ "$dropped" != 0 ] || [ "$buffered" != 0 ]; then
+    echo "the control plane did not keep up with the proxy's usage" >&2
+    exit 1
+  fi
+done
