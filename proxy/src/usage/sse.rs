@@ -241,8 +241,8 @@ fn is_low_surrogate(hex: &[u8]) -> bool {
 /// The lines of `event`, split at each LF as `split(|b| *b == b'\n')` splits them (a CR
 /// before an LF stays with its line), each LF found by memchr's search. Split byte by
 /// byte, the lines of a 170-byte chat chunk cost about 900 of the 2,300 instructions
-/// the relay spent on it: a sixth of the instructions of a whole streamed request on
-/// the proxy's event loops (`callgrind`, 2026-12-01, `load-tests/README.md`).
+/// the relay spent on it: a seventh of all the proxy's instructions for a streamed
+/// request (`load-tests/instructions.sh`, 2026-12-01).
 fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = Some(event);
     std::iter::from_fn(move || {
