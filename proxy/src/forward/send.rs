@@ -143,7 +143,7 @@ fn attempt(
     let header = |value: Option<String>| value.and_then(|v| HeaderValue::try_from(v).ok());
     client.traceparent = header(propagated.traceparent);
     client.tracestate = header(propagated.tracestate);
-    trace.answer_facts()
+    trace.answer_facts(ready.endpoint)
 }
 
 /// The body the provider receives: the agent's as it is, or with the provider's model

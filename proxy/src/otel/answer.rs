@@ -9,27 +9,38 @@ use std::time::{Duration, Instant};
 use memchr::memmem::Finder;
 
 use super::record::{Field, SpanRecord};
+use crate::endpoint::Endpoint;
 use crate::usage::extract::{Event, EventDelta, TokenDetails, Tokens, UsageField};
 use crate::usage::sse::{has_value, EventReader};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
 
-/// The keys under which an event that carries no usage can say how the answer ended
-/// (chat completions' `finish_reason`, Anthropic's `stop_reason`, a response's
-/// `status`); with a string value only (`"finish_reason":null` is in every chat chunk).
-/// Within a JSON string a quote is escaped, so these bytes are never part of text.
-static ENDING_KEYS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| {
-    [
-        Finder::new(b"\"finish_reason\""),
-        Finder::new(b"\"stop_reason\""),
-        Finder::new(b"\"status\""),
-    ]
-});
+/// The key under which an event of an endpoint's stream that carries no usage can say
+/// how the answer ended (chat completions' `finish_reason`, Anthropic's `stop_reason`, a
+/// response's `status`), read with a string value only (`"finish_reason":null` is in
+/// every chat chunk). Within a JSON string a quote is escaped, so these bytes are never
+/// part of text. One key an endpoint: searching every event for all three was a third
+/// of what a trace added to a streamed request's instructions (`instructions.sh
+/// TRACED=1`, 2026-12-01).
+static FINISH_REASON: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"finish_reason\""));
+static STOP_REASON: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"stop_reason\""));
+static STATUS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"status\""));
+
+fn ending_key(endpoint: Endpoint) -> &'static Finder<'static> {
+    match endpoint {
+        Endpoint::Messages | Endpoint::MessagesCountTokens => &STOP_REASON,
+        Endpoint::Responses => &STATUS,
+        Endpoint::ChatCompletions | Endpoint::Embeddings => &FINISH_REASON,
+    }
+}
 
 #[derive(Debug)]
 pub struct AnswerFacts {
     attempt_started: Instant,
+    /// Where this endpoint's events say how a choice ended ([`ending_key`]).
+    ending_key: &'static Finder<'static>,
     first_chunk: Option<Duration>,
     id: Option<String>,
     model: Option<String>,
@@ -40,9 +51,11 @@ pub struct AnswerFacts {
 }
 
 impl AnswerFacts {
-    pub fn new(attempt_started: Instant) -> AnswerFacts {
+    /// The facts of an answer of `endpoint` to an attempt that started then.
+    pub fn new(attempt_started: Instant, endpoint: Endpoint) -> AnswerFacts {
         AnswerFacts {
             attempt_started,
+            ending_key: ending_key(endpoint),
             first_chunk: None,
             id: None,
             model: None,
@@ -140,9 +153,7 @@ impl EventReader for AnswerFacts {
     /// end a choice (an event with usage is parsed anyway). A stream's text events,
     /// most of it, are not parsed for the trace.
     fn wants(&self, data: &[u8]) -> bool {
-        self.id.is_none()
-            || self.model.is_none()
-            || ENDING_KEYS.iter().any(|key| has_value(data, key, b'"'))
+        self.id.is_none() || self.model.is_none() || has_value(data, self.ending_key, b'"')
     }
 
     /// One event of a stream (or a whole answer), as the usage's reading parsed it.
@@ -232,10 +243,10 @@ mod tests {
     }
 
     impl Relayed {
-        fn new() -> Relayed {
+        fn new(endpoint: Endpoint) -> Relayed {
             Relayed {
-                relay: SseRelay::new(crate::endpoint::Endpoint::ChatCompletions, false),
-                facts: AnswerFacts::new(Instant::now()),
+                relay: SseRelay::new(endpoint, false),
+                facts: AnswerFacts::new(Instant::now(), endpoint),
             }
         }
 
@@ -268,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_chat_completion() {
-        let mut facts = AnswerFacts::new(Instant::now());
+        let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
         let usage = facts.whole(br#"{"id":"chatcmpl-1","model":"gpt-4o-2024-08-06","choices":[{"finish_reason":"stop"},{"finish_reason":"length"}],
             "usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}"#);
         assert_eq!(
@@ -292,7 +303,7 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_split_across_chunks() {
-        let mut facts = Relayed::new();
+        let mut facts = Relayed::new(Endpoint::Messages);
         let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":1}}}\n\n\
              event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7}}\n\n";
         for piece in stream.as_bytes().chunks(7) {
@@ -316,7 +327,7 @@ mod tests {
 
     #[test]
     fn a_responses_stream_ends_with_its_status() {
-        let mut facts = Relayed::new();
+        let mut facts = Relayed::new(Endpoint::Responses);
         facts.chunk(b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"model\":\"gpt-4o\",\"status\":\"in_progress\"}}\n\n");
         facts.chunk(b"data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"usage\":{\"output_tokens_details\":{\"reasoning_tokens\":6}}}}\n\ndata: [DONE]\n\n");
         assert_eq!(
@@ -331,8 +342,47 @@ mod tests {
     }
 
     #[test]
+    fn an_ending_without_usage_is_read_under_its_endpoints_key() {
+        let named = "\"id\":\"x_1\",\"model\":\"m\"";
+        for (endpoint, opening, ending, reason) in [
+            (
+                Endpoint::ChatCompletions,
+                format!("data: {{{named},\"choices\":[]}}\n\n"),
+                "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+                "length",
+            ),
+            (
+                Endpoint::Messages,
+                format!("data: {{\"type\":\"message_start\",\"message\":{{{named}}}}}\n\n"),
+                "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"}}\n\n",
+                "max_tokens",
+            ),
+            (
+                Endpoint::Responses,
+                format!("data: {{\"response\":{{{named},\"object\":\"response\"}}}}\n\n"),
+                "data: {\"response\":{\"object\":\"response\",\"status\":\"incomplete\"}}\n\n",
+                "incomplete",
+            ),
+        ] {
+            let mut facts = Relayed::new(endpoint);
+            facts.chunk(opening.as_bytes());
+            facts.chunk(ending.as_bytes());
+            let reasons = format!("[\"{reason}\"]");
+            assert_eq!(
+                facts_of(facts.attributes()),
+                pairs(&[
+                    ("gen_ai.response.id", "x_1"),
+                    ("gen_ai.response.model", "m"),
+                    ("gen_ai.response.finish_reasons", &reasons),
+                ]),
+                "{endpoint:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_chat_stream_is_read_at_its_first_and_last_chunks() {
-        let mut facts = Relayed::new();
+        let mut facts = Relayed::new(Endpoint::ChatCompletions);
         let chunk = |delta: &str, finish: &str, usage: &str| {
             format!("data: {{\"id\":\"chatcmpl-9\",\"model\":\"gpt-4o\",\"choices\":[{{\"delta\":{{\"content\":\"{delta}\"}},\"finish_reason\":{finish}}}],\"usage\":{usage}}}\n\n")
         };
@@ -355,32 +405,46 @@ mod tests {
     #[test]
     fn a_streams_text_events_are_not_parsed_for_the_trace_once_it_is_named() {
         let text = br#"{"id":"c","model":"m","choices":[{"delta":{"content":"\"status\": \"x"},"finish_reason":null}],"usage":null}"#;
-        let mut facts = AnswerFacts::new(Instant::now());
+        let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
         assert!(facts.wants(text), "the first event names the answer");
         facts.event(&read_event(text).unwrap());
         assert!(!facts.wants(text));
-        for ending in [
-            &br#"{"id":"c","choices":[{"delta":{},"finish_reason" : "stop"}],"usage":null}"#[..],
-            br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
-            br#"{"type":"response.output_item.done","item":{"status":"completed"}}"#,
+        for (endpoint, ending) in [
+            (
+                Endpoint::ChatCompletions,
+                &br#"{"id":"c","choices":[{"delta":{},"finish_reason" : "stop"}],"usage":null}"#[..],
+            ),
+            (
+                Endpoint::Messages,
+                br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+            ),
+            (
+                Endpoint::Responses,
+                br#"{"type":"response.output_item.done","item":{"status":"completed"}}"#,
+            ),
         ] {
-            assert!(facts.wants(ending), "{}", String::from_utf8_lossy(ending));
+            let mut named = AnswerFacts::new(Instant::now(), endpoint);
+            named.event(&read_event(text).unwrap());
+            assert!(named.wants(ending), "{}", String::from_utf8_lossy(ending));
+            // Each endpoint's events are searched for its own key only.
+            let chat_ending = endpoint == Endpoint::ChatCompletions;
+            assert_eq!(facts.wants(ending), chat_ending, "{endpoint:?}");
         }
     }
 
     #[test]
     fn what_is_not_json_says_nothing() {
-        let mut facts = AnswerFacts::new(Instant::now());
+        let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
         assert!(facts.whole(b"<html>bad gateway</html>").is_err());
         assert_eq!(facts_of(facts.attributes()), pairs(&[]));
-        let mut facts = Relayed::new();
+        let mut facts = Relayed::new(Endpoint::ChatCompletions);
         facts.chunk(b"data: {not json\n\n: comment\n");
         assert_eq!(facts_of(facts.attributes()), pairs(&[]));
     }
 
     #[test]
     fn odd_fields_are_absent_facts_and_the_usage_stays() {
-        let mut facts = AnswerFacts::new(Instant::now());
+        let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
         let usage = facts.whole(
             br#"{"id":7,"model":{"name":"x"},"object":["chat"],"choices":[{"finish_reason":1}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
         );
@@ -405,7 +469,7 @@ mod tests {
             br#"{"usage":{"prompt_tokens":-3,"completion_tokens":null}}"#,
         ];
         for answer in answers {
-            let mut facts = AnswerFacts::new(Instant::now());
+            let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
             assert_eq!(
                 facts.whole(answer).unwrap(),
                 crate::usage::extract::from_json(answer),

@@ -185,9 +185,10 @@ impl RequestTrace {
 
     /// Facts to gather from the provider's answer: only while the attempt's span
     /// records (a trace sampled out reads nothing of the answer).
-    pub fn answer_facts(&self) -> Option<AnswerFacts> {
+    pub fn answer_facts(&self, endpoint: Endpoint) -> Option<AnswerFacts> {
         self.client.as_ref()?;
-        self.attempt_started.map(AnswerFacts::new)
+        let started = self.attempt_started?;
+        Some(AnswerFacts::new(started, endpoint))
     }
 
     /// Ends the upstream attempt's span with what the answer came to.
