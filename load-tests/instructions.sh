@@ -3,7 +3,10 @@
 # stays put where this kind of shared machine's speed drifts by 10 to 20 % within
 # minutes (streams.sh), so a change of a few percent in the proxy's work shows in one
 # run. It counts instructions, not time: a cache miss costs nothing here, and at 1,000
-# streams most of the proxy's user time is such misses (load-tests/README.md).
+# streams most of the proxy's user time is such misses (load-tests/README.md). The count
+# does follow how the provider's events reach the proxy: on a machine busy with other
+# work (a build) more of them arrive together and a request counts fewer instructions,
+# so compare builds within one run, on an otherwise idle machine.
 #
 # A paced mock provider (as streams.sh's) and a control plane (SQLite, KEYS_COUNT proxy
 # keys); then, for BIN's proxy and, when BIN2 names another build's folder, BIN2's, one
@@ -11,10 +14,14 @@
 # serves, CONCURRENCY concurrent streamed chat completions for WARMUP + DURATION s, its
 # usage flushed, the counters dumped. Prints, per build, the instructions a request (all
 # of the proxy's threads, divided by the requests it recorded) and the functions that
-# spent the most of them; then BIN2's figure as a ratio to BIN's.
+# spent the most of them; then BIN2's figure as a ratio to BIN's. With TRACED=1, BIN's
+# proxy is counted a second time with traces of every request exported over OTLP/HTTP
+# (sampling 1.0, to the mock, which answers 200), and the ratio of the two is what the
+# traces cost in instructions.
 #
 #   load-tests/instructions.sh                   # this tree's release build
 #   BIN2=folder load-tests/instructions.sh       # and another build beside it
+#   TRACED=1 load-tests/instructions.sh          # and the same build with traces on
 #   KEEP=folder load-tests/instructions.sh       # keeps the dumps for callgrind_annotate
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,10 +58,11 @@ metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}';
 flushed() { for _ in $(seq 1 100); do [ "$(metric warden_proxy_usage_buffer_depth)" = 0 ] && return 0; sleep 0.2; done; }
 
 declare -A PER_REQUEST
-# count NAME FOLDER: the instructions a request of FOLDER's proxy.
+# count NAME FOLDER [VARIABLE=VALUE...]: the instructions a request of FOLDER's proxy,
+# started with the variables given.
 count() {
   local name=$1 folder=$2 out="$WORK/callgrind.$1.out"
-  WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/spool-$name" WARDEN_PROXY__LISTEN=$PROXY \
+  env "${@:3}" WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/spool-$name" WARDEN_PROXY__LISTEN=$PROXY \
     WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
     WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
     valgrind --tool=callgrind --compress-strings=no --callgrind-out-file="$out" "$folder/warden" proxy \
@@ -87,6 +95,11 @@ count() {
 printf '%s concurrent streams (paced %s), %s s after %s s warm-up, the proxy under callgrind\n' \
   "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP"
 count bin "$BIN"
+if [ "${TRACED:-0}" = 1 ]; then
+  count traced "$BIN" OTEL_EXPORTER_OTLP_ENDPOINT="http://$MOCK"
+  awk -v a="${PER_REQUEST[traced]}" -v b="${PER_REQUEST[bin]}" 'BEGIN {
+    printf "\ntraced / untraced, instructions a request: %.3f (%+.0f a request)\n", a / b, a - b }'
+fi
 if [ -n "${BIN2:-}" ]; then
   count bin2 "$BIN2"
   awk -v a="${PER_REQUEST[bin2]}" -v b="${PER_REQUEST[bin]}" 'BEGIN {
