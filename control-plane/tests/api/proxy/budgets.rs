@@ -220,14 +220,17 @@ db_test!(a_budget_limit_warns_then_blocks_through_the_proxy, |app| {
         (scope["current_spend_usd"].as_f64().unwrap() * 1e6).round() as i64,
         spent
     );
+    // The ledger records the crossing of what was spent (500 of the 1,000 micro-dollars);
+    // the proxy warns on its own view, which counts the estimates of requests in flight,
+    // so the last warned requests can leave the spend just short of it.
     let events = app.audit_events(&tenant.id, &limit_id).await;
     assert_eq!(
         events
             .iter()
             .filter(|e| *e == "budget.warn_threshold_reached")
             .count(),
-        1,
-        "{events:?}"
+        usize::from(spent >= 500),
+        "spent {spent}: {events:?}"
     );
 
     // Disabled, the limit stops blocking within a second.
