@@ -44,14 +44,7 @@ source load-tests/lib.sh
 
 "$BIN/mock-provider" "$MOCK" --pace "$PACE" >/dev/null & PIDS+=($!)
 wait_http "http://$MOCK/"
-export WARDEN_SERVICE_TOKEN="load-test-service-token-0123456789"
-export WARDEN_BOOTSTRAP_PLATFORM_KEY="wdn_loadtest_platform_key_0123456789"
-export WARDEN_LOG_FORMAT=json RUST_LOG=error
-WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
-  "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & PIDS+=($!)
-wait_http "http://$API/healthz"
-"$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt" >/dev/null
-last_key=$(tail -n 1 "$WORK/keys.txt")
+start_control_plane "$API"
 
 metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 # Waits until the proxy holds no usage unsent (its flush runs every second).
@@ -67,9 +60,7 @@ count() {
     WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
     valgrind --tool=callgrind --compress-strings=no --callgrind-out-file="$out" "$folder/warden" proxy \
     >"$WORK/proxy-$name.log" 2>&1 & local pid=$!
-  for _ in $(seq 1 600); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$PROXY/v1/models")" = 200 ] && break; sleep 0.2
-  done
+  wait_for_keys "$PROXY" 120 # slow to start under valgrind
   flushed
   local before; before=$(metric warden_proxy_usage_flushed_total)
   callgrind_control -z "$pid" >/dev/null 2>&1

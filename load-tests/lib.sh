@@ -21,5 +21,25 @@ wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; s
 # The CPU time process $1 has used, user and system, in clock ticks (TICK a second).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICK=$(getconf CLK_TCK)
+# Waits until the proxy at $1 (host:port) serves the last key of $WORK/keys.txt: it
+# has the state it enforces ($2 seconds at most, 30 by default).
+wait_for_keys() {
+  local last_key; last_key=$(tail -n 1 "$WORK/keys.txt")
+  for _ in $(seq 1 $(( ${2:-30} * 10 ))); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$1/v1/models")" = 200 ] && return 0
+    sleep 0.1
+  done
+}
+# Starts a control plane of $BIN on $1 (SQLite in $WORK) and seeds KEYS_COUNT proxy keys
+# into $WORK/keys.txt; sets CP_PID.
+start_control_plane() {
+  export WARDEN_SERVICE_TOKEN="load-test-service-token-0123456789"
+  export WARDEN_BOOTSTRAP_PLATFORM_KEY="wdn_loadtest_platform_key_0123456789"
+  export WARDEN_LOG_FORMAT=json RUST_LOG=error
+  WARDEN_LISTEN=$1 WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
+    "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & CP_PID=$!; PIDS+=($CP_PID)
+  wait_http "http://$1/healthz"
+  "$BIN/seed-keys" "http://$1" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt" >/dev/null
+}
 # The median of the numbers on standard input, separated by spaces or lines.
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -108,11 +108,7 @@ start_proxy() {
   for _ in $(seq 1 300); do
     curl -s "http://$PROXY/healthz" | grep -q '"ok"' && break; sleep 0.1
   done
-  local last_key
-  last_key=$(tail -n 1 "$WORK/keys.txt")
-  for _ in $(seq 1 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$PROXY/v1/models")" = 200 ] && break; sleep 0.1
-  done
+  wait_for_keys "$PROXY"
 }
 start_proxy
 echo "proxy loaded $KEYS_COUNT keys; resident memory $(rss_mib $PROXY_PID) MiB"

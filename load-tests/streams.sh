@@ -90,13 +90,7 @@ wait_http "http://$NGINX/"
 "$BIN/bare-pingora" "$PINGORA" "$MOCK" >"$WORK/bare-pingora.log" 2>&1 & PINGORA_PID=$!; PIDS+=($PINGORA_PID)
 wait_http "http://$PINGORA/"
 
-export WARDEN_SERVICE_TOKEN="load-test-service-token-0123456789"
-export WARDEN_BOOTSTRAP_PLATFORM_KEY="wdn_loadtest_platform_key_0123456789"
-export WARDEN_LOG_FORMAT=json RUST_LOG=error
-WARDEN_LISTEN=$API WARDEN_DATABASE_URL="sqlite://$WORK/warden.db" \
-  "$BIN/warden" control-plane >"$WORK/control-plane.log" 2>&1 & CP_PID=$!; PIDS+=($CP_PID)
-wait_http "http://$API/healthz"
-"$BIN/seed-keys" "http://$API" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt" >/dev/null
+start_control_plane "$API"
 # start_proxy BIN LISTEN NAME: a proxy of the build in BIN on LISTEN, serving once it
 # knows the last key; sets PROXY_STARTED to its pid.
 start_proxy() {
@@ -104,10 +98,7 @@ start_proxy() {
     WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
     WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
     "$1/warden" proxy >"$WORK/$3.log" 2>&1 & PROXY_STARTED=$!; PIDS+=($PROXY_STARTED)
-  local last_key; last_key=$(tail -n 1 "$WORK/keys.txt")
-  for _ in $(seq 1 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $last_key" "http://$2/v1/models")" = 200 ] && break; sleep 0.1
-  done
+  wait_for_keys "$2"
 }
 start_proxy "$BIN" "$PROXY" proxy; PROXY_PID=$PROXY_STARTED
 PROXY2_PID=none

@@ -11,7 +11,7 @@ use memchr::memmem::Finder;
 use super::record::{Field, SpanRecord};
 use crate::endpoint::Endpoint;
 use crate::usage::extract::{Event, EventDelta, TokenDetails, Tokens, UsageField};
-use crate::usage::sse::{has_value, EventReader};
+use crate::usage::sse::{has_value, EventReader, Key};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
@@ -23,10 +23,9 @@ const MAX_FINISH_REASONS: usize = 16;
 /// part of text. One key an endpoint: searching every event for all three was a third
 /// of what a trace added to a streamed request's instructions (`instructions.sh
 /// TRACED=1`, 2026-12-01).
-static FINISH_REASON: LazyLock<Finder<'static>> =
-    LazyLock::new(|| Finder::new(b"\"finish_reason\""));
-static STOP_REASON: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"stop_reason\""));
-static STATUS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"status\""));
+static FINISH_REASON: Key = LazyLock::new(|| Finder::new(b"\"finish_reason\""));
+static STOP_REASON: Key = LazyLock::new(|| Finder::new(b"\"stop_reason\""));
+static STATUS: Key = LazyLock::new(|| Finder::new(b"\"status\""));
 
 fn ending_key(endpoint: Endpoint) -> &'static Finder<'static> {
     match endpoint {

@@ -142,7 +142,7 @@ static TEXT_KEY: Key = LazyLock::new(|| Finder::new(b"\"text\""));
 /// A key searched for in every event, with memchr's SIMD substring search built once:
 /// `memmem::find` builds it anew on each call, which on events of a few tokens cost
 /// about as much as the search.
-type Key = LazyLock<Finder<'static>>;
+pub(crate) type Key = LazyLock<Finder<'static>>;
 
 /// The key, quotes included, of the text an endpoint's stream events generate, as the
 /// full parse reads it (`Event::chunk_facts`): chat completions' `choices[].delta.content`,
