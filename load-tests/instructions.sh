@@ -11,10 +11,11 @@
 # A paced mock provider (as streams.sh's) and a control plane (SQLite, KEYS_COUNT proxy
 # keys); then, for BIN's proxy and, when BIN2 names another build's folder, BIN2's, one
 # after the other: the proxy under `valgrind --tool=callgrind`, its counters zeroed once it
-# serves, CONCURRENCY concurrent streamed chat completions for WARMUP + DURATION s, its
-# usage flushed, the counters dumped. Prints, per build, the instructions a request (all
-# of the proxy's threads, divided by the requests it recorded) and the functions that
-# spent the most of them; then BIN2's figure as a ratio to BIN's. With TRACED=1, BIN's
+# serves, CONCURRENCY concurrent streamed chat completions (LOAD=plain: wrk's plain
+# ones, which the mock answers at once) for WARMUP + DURATION s, its usage flushed, the
+# counters dumped. Prints, per build, the instructions a request (all of the proxy's
+# threads, divided by the requests it recorded) and the functions that spent the most
+# of them; then BIN2's figure as a ratio to BIN's. With TRACED=1, BIN's
 # proxy is counted a second time with traces of every request exported over OTLP/HTTP
 # (sampling 1.0, to the mock, which answers 200), and the ratio of the two is what the
 # traces cost in instructions.
@@ -23,6 +24,7 @@
 #   BIN2=folder load-tests/instructions.sh       # and another build beside it
 #   TRACED=1 load-tests/instructions.sh          # and the same build with traces on
 #   KEEP=folder load-tests/instructions.sh       # keeps the dumps for callgrind_annotate
+#   LOAD=plain load-tests/instructions.sh        # plain (not streamed) chat completions, by wrk
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,13 +33,14 @@ DURATION=${DURATION:-15}
 WARMUP=${WARMUP:-2}
 KEYS_COUNT=${KEYS_COUNT:-1000}
 PACE=${PACE:-100,50,10}
+LOAD=${LOAD:-streams}
 TOP=${TOP:-12}
 MOCK=127.0.0.1:19600
 API=127.0.0.1:19680
 PROXY=127.0.0.1:19681
 
-if ! command -v valgrind >/dev/null 2>&1; then
-  apt-get update -qq && apt-get install -y -qq valgrind >/dev/null
+if ! command -v valgrind >/dev/null 2>&1 || { [ "$LOAD" = plain ] && ! command -v wrk >/dev/null 2>&1; }; then
+  apt-get update -qq && apt-get install -y -qq valgrind wrk >/dev/null
 fi
 # shellcheck source=load-tests/lib.sh
 source load-tests/lib.sh
@@ -64,7 +67,12 @@ count() {
   flushed
   local before; before=$(metric warden_proxy_usage_flushed_total)
   callgrind_control -z "$pid" >/dev/null 2>&1
-  "$BIN/stream-load" steady "http://$PROXY/v1/chat/completions" "$WORK/keys.txt" "$CONCURRENCY" "$WARMUP" "$DURATION" >/dev/null
+  if [ "$LOAD" = plain ]; then
+    KEYS="$WORK/keys.txt" wrk -t1 -c"$CONCURRENCY" -d"$((WARMUP + DURATION))s" -s load-tests/chat.lua \
+      "http://$PROXY/v1/chat/completions" >/dev/null
+  else
+    "$BIN/stream-load" steady "http://$PROXY/v1/chat/completions" "$WORK/keys.txt" "$CONCURRENCY" "$WARMUP" "$DURATION" >/dev/null
+  fi
   flushed
   local requests=$(( $(metric warden_proxy_usage_flushed_total) - before ))
   callgrind_control -d "$pid" >/dev/null 2>&1
@@ -83,8 +91,13 @@ count() {
       printf "  %12.0f  %s\n", count / n, substr(f, 1, 110); shown++ }'
 }
 
-printf '%s concurrent streams (paced %s), %s s after %s s warm-up, the proxy under callgrind\n' \
-  "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP"
+if [ "$LOAD" = plain ]; then
+  printf '%s concurrent connections of plain chat completions (wrk), %s s after %s s warm-up, the proxy under callgrind\n' \
+    "$CONCURRENCY" "$DURATION" "$WARMUP"
+else
+  printf '%s concurrent streams (paced %s), %s s after %s s warm-up, the proxy under callgrind\n' \
+    "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP"
+fi
 count bin "$BIN"
 if [ "${TRACED:-0}" = 1 ]; then
   count traced "$BIN" OTEL_EXPORTER_OTLP_ENDPOINT="http://$MOCK"

@@ -28,6 +28,16 @@ const FIXED64: u8 = 1;
 const LEN: u8 = 2;
 const FIXED32: u8 = 5;
 
+/// One-byte tags of a `KeyValue`'s fields (`key`, `value`) and of an `AnyValue`'s
+/// (`string_value`, `bool_value`, `int_value`, `double_value`): field number << 3 | wire
+/// type.
+const KEY_FIELD: u8 = (1 << 3) | LEN;
+const VALUE_FIELD: u8 = (2 << 3) | LEN;
+const STRING_VALUE: u8 = (1 << 3) | LEN;
+const BOOL_VALUE: u8 = (2 << 3) | VARINT;
+const INT_VALUE: u8 = (3 << 3) | VARINT;
+const DOUBLE_VALUE: u8 = (4 << 3) | FIXED64;
+
 /// `SpanFlags`: the span says whether its parent is remote, and whether it is.
 const CONTEXT_HAS_IS_REMOTE: u32 = 0x100;
 const CONTEXT_IS_REMOTE: u32 = 0x200;
@@ -300,11 +310,35 @@ fn scalar_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: Scalar<'_>) 
     } else {
         1 + varint_len(name.len() as u64) + name.len()
     };
+    let body_len = name_len + 1 + varint_len(value_len as u64) + value_len;
+    let tag = (u64::from(field) << 3) | u64::from(LEN);
+    if tag < 0x80 && body_len < 0x80 && !name.is_empty() {
+        // Nearly every attribute: each tag and length one byte, so the message is a few
+        // copies of known size. Written a tag or length at a time through `varint` it
+        // cost 257 instructions an attribute, against 159 so (`instructions.sh
+        // LOAD=plain TRACED=1`, 2026-12-01): a span's encoding 7,140 -> 5,470.
+        b.reserve(2 + body_len);
+        b.extend_from_slice(&[tag as u8, body_len as u8, KEY_FIELD, name.len() as u8]);
+        b.extend_from_slice(name.as_bytes());
+        match value {
+            Scalar::Str(s) => {
+                b.extend_from_slice(&[VALUE_FIELD, value_len as u8, STRING_VALUE, s.len() as u8]);
+                b.extend_from_slice(s.as_bytes());
+            }
+            Scalar::Bool(v) => b.extend_from_slice(&[VALUE_FIELD, 2, BOOL_VALUE, u8::from(v)]),
+            Scalar::Int(v) => {
+                b.extend_from_slice(&[VALUE_FIELD, value_len as u8, INT_VALUE]);
+                varint(b, v as u64);
+            }
+            Scalar::Float(v) => {
+                b.extend_from_slice(&[VALUE_FIELD, 9, DOUBLE_VALUE]);
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        return;
+    }
     key(b, field, LEN);
-    varint(
-        b,
-        (name_len + 1 + varint_len(value_len as u64) + value_len) as u64,
-    );
+    varint(b, body_len as u64);
     string(b, 1, name);
     key(b, 2, LEN);
     varint(b, value_len as u64);
@@ -646,6 +680,9 @@ mod tests {
                     Field::Texts(vec!["stop".into(), "".into()]),
                 ),
                 ("a.long.value", Field::Text("v".repeat(300))),
+                // A `KeyValue` of 127 bytes (every length one byte) and of 128.
+                ("a.edge", Field::Text("e".repeat(115))),
+                ("a.edge", Field::Text("e".repeat(116))),
             ],
             caller: Some(Caller {
                 key: test_fixtures::key("key-1", "tenant-1", "agent-1"),
