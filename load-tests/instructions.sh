@@ -53,6 +53,18 @@ metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}';
 # Waits until the proxy holds no usage unsent (its flush runs every second).
 flushed() { for _ in $(seq 1 100); do [ "$(metric warden_proxy_usage_buffer_depth)" = 0 ] && return 0; sleep 0.2; done; }
 
+# The load, CONCURRENCY connections for WARMUP + DURATION s, and what it is.
+if [ "$LOAD" = plain ]; then
+  LOAD_NAME="connections of plain chat completions (wrk)"
+  load() {
+    KEYS="$WORK/keys.txt" wrk -t1 -c"$CONCURRENCY" -d"$((WARMUP + DURATION))s" -s load-tests/chat.lua \
+      "http://$PROXY/v1/chat/completions"
+  }
+else
+  LOAD_NAME="streams (paced $PACE)"
+  load() { "$BIN/stream-load" steady "http://$PROXY/v1/chat/completions" "$WORK/keys.txt" "$CONCURRENCY" "$WARMUP" "$DURATION"; }
+fi
+
 declare -A PER_REQUEST
 # count NAME FOLDER [VARIABLE=VALUE...]: the instructions a request of FOLDER's proxy,
 # started with the variables given.
@@ -67,12 +79,7 @@ count() {
   flushed
   local before; before=$(metric warden_proxy_usage_flushed_total)
   callgrind_control -z "$pid" >/dev/null 2>&1
-  if [ "$LOAD" = plain ]; then
-    KEYS="$WORK/keys.txt" wrk -t1 -c"$CONCURRENCY" -d"$((WARMUP + DURATION))s" -s load-tests/chat.lua \
-      "http://$PROXY/v1/chat/completions" >/dev/null
-  else
-    "$BIN/stream-load" steady "http://$PROXY/v1/chat/completions" "$WORK/keys.txt" "$CONCURRENCY" "$WARMUP" "$DURATION" >/dev/null
-  fi
+  load >/dev/null
   flushed
   local requests=$(( $(metric warden_proxy_usage_flushed_total) - before ))
   callgrind_control -d "$pid" >/dev/null 2>&1
@@ -91,13 +98,8 @@ count() {
       printf "  %12.0f  %s\n", count / n, substr(f, 1, 110); shown++ }'
 }
 
-if [ "$LOAD" = plain ]; then
-  printf '%s concurrent connections of plain chat completions (wrk), %s s after %s s warm-up, the proxy under callgrind\n' \
-    "$CONCURRENCY" "$DURATION" "$WARMUP"
-else
-  printf '%s concurrent streams (paced %s), %s s after %s s warm-up, the proxy under callgrind\n' \
-    "$CONCURRENCY" "$PACE" "$DURATION" "$WARMUP"
-fi
+printf '%s concurrent %s, %s s after %s s warm-up, the proxy under callgrind\n' \
+  "$CONCURRENCY" "$LOAD_NAME" "$DURATION" "$WARMUP"
 count bin "$BIN"
 if [ "${TRACED:-0}" = 1 ]; then
   count traced "$BIN" OTEL_EXPORTER_OTLP_ENDPOINT="http://$MOCK"

@@ -11,32 +11,23 @@
 //! their length put in front of them afterwards (a move of the message's own bytes).
 //!
 //! The output decodes to exactly what the reference conversion builds (a test compares
-//! the two on spans of every shape).
+//! the two on spans of every shape). Here the messages (requests, spans); their
+//! attributes in `attributes`; the wire format's fields in `wire`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
-use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
+use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
 
-use super::record::{FieldRef, SpanRecord};
+use super::record::SpanRecord;
 
-/// Protobuf wire types.
-const VARINT: u8 = 0;
-const FIXED64: u8 = 1;
-const LEN: u8 = 2;
-const FIXED32: u8 = 5;
+mod attributes;
+mod wire;
 
-/// One-byte tags of a `KeyValue`'s fields (`key`, `value`) and of an `AnyValue`'s
-/// (`string_value`, `bool_value`, `int_value`, `double_value`): field number << 3 | wire
-/// type.
-const KEY_FIELD: u8 = (1 << 3) | LEN;
-const VALUE_FIELD: u8 = (2 << 3) | LEN;
-const STRING_VALUE: u8 = (1 << 3) | LEN;
-const BOOL_VALUE: u8 = (2 << 3) | VARINT;
-const INT_VALUE: u8 = (3 << 3) | VARINT;
-const DOUBLE_VALUE: u8 = (4 << 3) | FIXED64;
+use attributes::{attribute_field, field_attribute, key_value};
+use wire::{bytes, fixed32, fixed64, key, message, string, string_len, uint, varint, LEN};
 
 /// `SpanFlags`: the span says whether its parent is remote, and whether it is.
 const CONTEXT_HAS_IS_REMOTE: u32 = 0x100;
@@ -144,12 +135,7 @@ fn encode_record(b: &mut Vec<u8>, record: &SpanRecord) {
     match &record.error {
         None => varint(b, 0),
         Some(description) => {
-            let description_len = if description.is_empty() {
-                0
-            } else {
-                delimited_len(description.len())
-            };
-            varint(b, (description_len + 2) as u64);
+            varint(b, (string_len(description) + 2) as u64);
             string(b, 2, description);
             uint(b, 3, 2);
         }
@@ -256,267 +242,6 @@ fn span_kind(kind: &SpanKind) -> u64 {
 fn nanos(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos() as u64)
-}
-
-/// A `KeyValue` message as field `field`.
-fn attribute_field(b: &mut Vec<u8>, field: u32, attribute: &KeyValue) {
-    let name = attribute.key.as_str();
-    let scalar = match &attribute.value {
-        Value::String(s) => Scalar::Str(s.as_str()),
-        Value::Bool(v) => Scalar::Bool(*v),
-        Value::I64(v) => Scalar::Int(*v),
-        Value::F64(v) => Scalar::Float(*v),
-        value => return message(b, field, |b| key_value(b, name, value)),
-    };
-    scalar_attribute(b, field, name, scalar);
-}
-
-/// A record's attribute as field `field`.
-fn field_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: FieldRef<'_>) {
-    let scalar = match value {
-        FieldRef::Str(s) => Scalar::Str(s),
-        FieldRef::Bool(v) => Scalar::Bool(v),
-        FieldRef::Int(v) => Scalar::Int(v),
-        FieldRef::Float(v) => Scalar::Float(v),
-        FieldRef::Strs(values) => return strings_attribute(b, field, name, values),
-    };
-    scalar_attribute(b, field, name, scalar);
-}
-
-/// A `KeyValue` of a list of strings as field `field`: `AnyValue { array_value:
-/// ArrayValue { values: [AnyValue { string_value }] } }`, each length counted before it
-/// is written. Written first and moved behind their lengths, these nested messages and
-/// the status cost a span's encoding about 400 of its 5,470 instructions.
-fn strings_attribute(b: &mut Vec<u8>, field: u32, name: &str, values: &[String]) {
-    let element = |value: &String| 1 + varint_len(value.len() as u64) + value.len();
-    let array: usize = values.iter().map(|v| delimited_len(element(v))).sum();
-    let any_value = delimited_len(array);
-    let name_len = if name.is_empty() {
-        0
-    } else {
-        delimited_len(name.len())
-    };
-    key(b, field, LEN);
-    varint(b, (name_len + delimited_len(any_value)) as u64);
-    string(b, 1, name);
-    key(b, 2, LEN);
-    varint(b, any_value as u64);
-    key(b, 5, LEN);
-    varint(b, array as u64);
-    for value in values {
-        key(b, 1, LEN);
-        varint(b, element(value) as u64);
-        string_always(b, 1, value);
-    }
-}
-
-/// The length of a length-delimited field of a one-byte tag whose body is `body` long.
-fn delimited_len(body: usize) -> usize {
-    1 + varint_len(body as u64) + body
-}
-
-/// A single attribute value.
-#[derive(Clone, Copy)]
-enum Scalar<'a> {
-    Str(&'a str),
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-}
-
-/// A `KeyValue` message of a single value as field `field`: the lengths are counted,
-/// not measured after writing, so nothing is moved.
-#[inline]
-fn scalar_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: Scalar<'_>) {
-    let value_len = match value {
-        Scalar::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
-        Scalar::Bool(_) => 2,
-        Scalar::Int(v) => 1 + varint_len(v as u64),
-        Scalar::Float(_) => 9,
-    };
-    let name_len = if name.is_empty() {
-        0
-    } else {
-        1 + varint_len(name.len() as u64) + name.len()
-    };
-    let body_len = name_len + 1 + varint_len(value_len as u64) + value_len;
-    let tag = (u64::from(field) << 3) | u64::from(LEN);
-    if tag < 0x80 && body_len < 0x80 && !name.is_empty() {
-        // Nearly every attribute: each tag and length one byte, so the message is a few
-        // copies of known size. Written a tag or length at a time through `varint` it
-        // cost 257 instructions an attribute, against 159 so (`instructions.sh
-        // LOAD=plain TRACED=1`, 2026-12-01): a span's encoding 7,140 -> 5,470.
-        b.reserve(2 + body_len);
-        b.extend_from_slice(&[tag as u8, body_len as u8, KEY_FIELD, name.len() as u8]);
-        b.extend_from_slice(name.as_bytes());
-        match value {
-            Scalar::Str(s) => {
-                b.extend_from_slice(&[VALUE_FIELD, value_len as u8, STRING_VALUE, s.len() as u8]);
-                b.extend_from_slice(s.as_bytes());
-            }
-            Scalar::Bool(v) => b.extend_from_slice(&[VALUE_FIELD, 2, BOOL_VALUE, u8::from(v)]),
-            Scalar::Int(v) => {
-                b.extend_from_slice(&[VALUE_FIELD, value_len as u8, INT_VALUE]);
-                varint(b, v as u64);
-            }
-            Scalar::Float(v) => {
-                b.extend_from_slice(&[VALUE_FIELD, 9, DOUBLE_VALUE]);
-                b.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        return;
-    }
-    key(b, field, LEN);
-    varint(b, body_len as u64);
-    string(b, 1, name);
-    key(b, 2, LEN);
-    varint(b, value_len as u64);
-    match value {
-        Scalar::Str(s) => string_always(b, 1, s),
-        Scalar::Bool(v) => {
-            key(b, 2, VARINT);
-            varint(b, u64::from(v));
-        }
-        Scalar::Int(v) => {
-            key(b, 3, VARINT);
-            varint(b, v as u64);
-        }
-        Scalar::Float(v) => {
-            key(b, 4, FIXED64);
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-}
-
-fn varint_len(value: u64) -> usize {
-    // 7 bits a byte; 0 takes one.
-    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-/// A `KeyValue` message's body.
-fn key_value(b: &mut Vec<u8>, key: &str, value: &Value) {
-    string(b, 1, key);
-    message(b, 2, |b| any_value(b, value));
-}
-
-/// An `AnyValue` message's body.
-fn any_value(b: &mut Vec<u8>, value: &Value) {
-    match value {
-        Value::String(s) => string_always(b, 1, s.as_str()),
-        Value::Bool(v) => {
-            key(b, 2, VARINT);
-            varint(b, u64::from(*v));
-        }
-        Value::I64(v) => {
-            key(b, 3, VARINT);
-            varint(b, *v as u64);
-        }
-        Value::F64(v) => {
-            key(b, 4, FIXED64);
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        Value::Array(array) => message(b, 5, |b| match array {
-            Array::Bool(values) => array_values(b, values, |v| Value::Bool(*v)),
-            Array::I64(values) => array_values(b, values, |v| Value::I64(*v)),
-            Array::F64(values) => array_values(b, values, |v| Value::F64(*v)),
-            Array::String(values) => {
-                for value in values {
-                    message(b, 1, |b| string_always(b, 1, value.as_str()));
-                }
-            }
-            // A kind of array added to the API after this was written: written as its
-            // text, not lost.
-            other => message(b, 1, |b| string_always(b, 1, &other.to_string())),
-        }),
-        other => string_always(b, 1, other.as_str().as_ref()),
-    }
-}
-
-fn array_values<T>(b: &mut Vec<u8>, values: &[T], value: impl Fn(&T) -> Value) {
-    for v in values {
-        message(b, 1, |b| any_value(b, &value(v)));
-    }
-}
-
-/// A length-delimited field whose body `write` appends: the body is written where it
-/// goes and its length moved in front of it.
-fn message(b: &mut Vec<u8>, field: u32, write: impl FnOnce(&mut Vec<u8>)) {
-    key(b, field, LEN);
-    let start = b.len();
-    write(b);
-    let len = b.len() - start;
-    let mut prefix = [0u8; 10];
-    let n = varint_into(&mut prefix, len as u64);
-    b.extend_from_slice(&prefix[..n]);
-    b[start..].rotate_right(n);
-}
-
-#[inline]
-fn key(b: &mut Vec<u8>, field: u32, wire_type: u8) {
-    varint(b, (u64::from(field) << 3) | u64::from(wire_type));
-}
-
-/// A string field, left out when empty (proto3's default).
-fn string(b: &mut Vec<u8>, field: u32, value: &str) {
-    if !value.is_empty() {
-        string_always(b, field, value);
-    }
-}
-
-/// A string field even when empty: a member of a `oneof` says which member it is.
-fn string_always(b: &mut Vec<u8>, field: u32, value: &str) {
-    bytes(b, field, value.as_bytes());
-}
-
-fn bytes(b: &mut Vec<u8>, field: u32, value: &[u8]) {
-    key(b, field, LEN);
-    varint(b, value.len() as u64);
-    b.extend_from_slice(value);
-}
-
-/// An unsigned integer (or enum) field, left out when zero.
-fn uint(b: &mut Vec<u8>, field: u32, value: u64) {
-    if value != 0 {
-        key(b, field, VARINT);
-        varint(b, value);
-    }
-}
-
-fn fixed64(b: &mut Vec<u8>, field: u32, value: u64) {
-    if value != 0 {
-        key(b, field, FIXED64);
-        b.extend_from_slice(&value.to_le_bytes());
-    }
-}
-
-fn fixed32(b: &mut Vec<u8>, field: u32, value: u32) {
-    if value != 0 {
-        key(b, field, FIXED32);
-        b.extend_from_slice(&value.to_le_bytes());
-    }
-}
-
-#[inline]
-fn varint(b: &mut Vec<u8>, value: u64) {
-    // Tags and most lengths take one byte.
-    if value < 0x80 {
-        b.push(value as u8);
-        return;
-    }
-    let mut buf = [0u8; 10];
-    let n = varint_into(&mut buf, value);
-    b.extend_from_slice(&buf[..n]);
-}
-
-fn varint_into(buf: &mut [u8; 10], mut value: u64) -> usize {
-    let mut n = 0;
-    while value >= 0x80 {
-        buf[n] = (value as u8) | 0x80;
-        value >>= 7;
-        n += 1;
-    }
-    buf[n] = value as u8;
-    n + 1
 }
 
 #[cfg(test)]
@@ -800,24 +525,6 @@ mod tests {
         );
         encode_records(&mut bytes, &EncodedResource::new(&resource), &scope, &[]);
         assert!(bytes.is_empty(), "an empty request");
-    }
-
-    #[test]
-    fn varint_lengths_are_counted_right() {
-        for value in [
-            0,
-            1,
-            127,
-            128,
-            16_383,
-            16_384,
-            u64::from(u32::MAX),
-            u64::MAX,
-        ] {
-            let mut written = Vec::new();
-            super::varint(&mut written, value);
-            assert_eq!(super::varint_len(value), written.len(), "{value}");
-        }
     }
 
     #[test]
