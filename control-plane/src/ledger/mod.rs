@@ -17,7 +17,7 @@ use warden_shared::snapshot::ScopeSpend;
 use warden_shared::timestamp::Timestamp;
 
 use crate::db::bulk::{for_backend, is_postgres, json_array, placeholders, rows_per_statement};
-use crate::db::WriteTx;
+use crate::db::{is_unique_violation, WriteTx};
 
 /// SQL: the first hour of a tenant's usage not yet rolled into the daily tables (see
 /// `days`), but not before `$from`, as one expression: a single lower bound, so SQLite
@@ -319,17 +319,69 @@ const RECORD_COLUMNS: usize = 20;
 /// for each, whether it was new. The unique index decides, so a concurrent batch with
 /// the same record cannot slip in between a check and an insert.
 ///
-/// The statement reports only how many rows it inserted. When that is all of them (the
-/// rule: a record is resent only when an acknowledgement was lost) nothing more is read;
-/// otherwise a second query asks which of the new ids are there. `RETURNING id` would
-/// say it in one statement, but sqlx hands SQLite's rows over from its worker thread one
-/// by one, and at a thousand rows a batch those hand-offs cost the control plane more
-/// than the insert itself.
+/// On PostgreSQL the records are first inserted plainly, under a savepoint: a record is
+/// resent only when an acknowledgement was lost, so nearly every batch is all new, and
+/// a plain insert costs PostgreSQL a quarter to a third less than `ON CONFLICT DO
+/// NOTHING`'s speculative insertion (checked index first, then confirmed). A unique
+/// violation rolls back to the savepoint and inserts again skipping what is there (a
+/// concurrent batch's same record waits for that batch either way). Probing the index
+/// for the batch's ids first instead was planned, generic and on a small table, as a
+/// scan of the table. SQLite writes one transaction at a time and skips duplicates in
+/// the one statement.
+///
+/// The statement reports only how many rows it inserted. When that is all of them
+/// nothing more is read; otherwise a second query asks which of the new ids are there.
+/// `RETURNING id` would say it in one statement, but sqlx hands SQLite's rows over from
+/// its worker thread one by one, and at a thousand rows a batch those hand-offs cost the
+/// control plane more than the insert itself.
 async fn insert_records(
     tx: &mut WriteTx,
     batch_id: &str,
     records: &[Candidate<'_, '_>],
 ) -> Result<Vec<bool>, sqlx::Error> {
+    if is_postgres(tx) {
+        sqlx::query("SAVEPOINT new_records")
+            .execute(&mut **tx)
+            .await?;
+        match write_records(tx, batch_id, records, OnConflict::Fail).await {
+            Ok(inserted) => {
+                sqlx::query("RELEASE SAVEPOINT new_records")
+                    .execute(&mut **tx)
+                    .await?;
+                return Ok(inserted);
+            }
+            Err(error) if is_unique_violation(&error) => {
+                sqlx::query("ROLLBACK TO SAVEPOINT new_records")
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    write_records(tx, batch_id, records, OnConflict::Skip).await
+}
+
+/// What an insert of records does with a record id the tenant already has.
+#[derive(Clone, Copy)]
+enum OnConflict {
+    /// Fails on it (a unique violation).
+    Fail,
+    /// Skips it.
+    Skip,
+}
+
+/// Inserts `records` in statements of as many rows as fit; returns, for each, whether
+/// it was inserted.
+async fn write_records(
+    tx: &mut WriteTx,
+    batch_id: &str,
+    records: &[Candidate<'_, '_>],
+    on_conflict: OnConflict,
+) -> Result<Vec<bool>, sqlx::Error> {
+    let conflict = match on_conflict {
+        OnConflict::Fail => "",
+        OnConflict::Skip => " ON CONFLICT (tenant_id, record_id) DO NOTHING",
+    };
     let mut inserted = Vec::with_capacity(records.len());
     for chunk in records.chunks(rows_per_statement(tx, RECORD_COLUMNS)) {
         let values = placeholders(tx, chunk.len(), RECORD_COLUMNS, 1);
@@ -339,9 +391,7 @@ async fn insert_records(
                 "INSERT INTO usage_records (id, tenant_id, agent_id, team_id, model_provider, \
                  model_name, request_type, input_tokens, output_tokens, cost_micros, priced, \
                  recorded_at, source, record_id, batch_id, api_key_id, decision_id, \
-                 decision_set_id, evaluated_at, requested_model) VALUES {} \
-                 ON CONFLICT (tenant_id, record_id) DO NOTHING",
-                values
+                 decision_set_id, evaluated_at, requested_model) VALUES {values}{conflict}"
             ),
         );
         let mut query = sqlx::query(&sql);
