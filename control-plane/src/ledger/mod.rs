@@ -324,22 +324,16 @@ const RECORD_COLUMNS: usize = 20;
 /// a plain insert costs PostgreSQL a quarter to a third less than `ON CONFLICT DO
 /// NOTHING`'s speculative insertion (checked index first, then confirmed). A unique
 /// violation rolls back to the savepoint and inserts again skipping what is there (a
-/// concurrent batch's same record waits for that batch either way). Probing the index
-/// for the batch's ids first instead was planned, generic and on a small table, as a
-/// scan of the table. SQLite writes one transaction at a time and skips duplicates in
-/// the one statement.
-///
-/// The statement reports only how many rows it inserted. When that is all of them
-/// nothing more is read; otherwise a second query asks which of the new ids are there.
-/// `RETURNING id` would say it in one statement, but sqlx hands SQLite's rows over from
-/// its worker thread one by one, and at a thousand rows a batch those hand-offs cost the
-/// control plane more than the insert itself.
+/// concurrent batch's same record waits for that batch either way). A query probing the
+/// index for the batch's ids first would get a generic plan, made while the table was
+/// small, that scans the table. SQLite writes one transaction at a time and skips
+/// duplicates in the one statement.
 async fn insert_records(
     tx: &mut WriteTx,
     batch_id: &str,
     records: &[Candidate<'_, '_>],
 ) -> Result<Vec<bool>, sqlx::Error> {
-    if is_postgres(tx) {
+    if is_postgres(tx) && !records.is_empty() {
         sqlx::query("SAVEPOINT new_records")
             .execute(&mut **tx)
             .await?;
@@ -372,6 +366,12 @@ enum OnConflict {
 
 /// Inserts `records` in statements of as many rows as fit; returns, for each, whether
 /// it was inserted.
+///
+/// A statement reports only how many rows it inserted. When that is all of them
+/// nothing more is read; otherwise a second query asks which of the new ids are there.
+/// `RETURNING id` would say it in one statement, but sqlx hands SQLite's rows over from
+/// its worker thread one by one, and at a thousand rows a batch those hand-offs cost the
+/// control plane more than the insert itself.
 async fn write_records(
     tx: &mut WriteTx,
     batch_id: &str,
