@@ -82,11 +82,22 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Appends `bytes` to `out` as lowercase hex (W3C trace context's ids and flags too).
+/// Appends `bytes` to `out` as lowercase hex (W3C trace context's ids and flags too),
+/// 32 bytes at a time through a buffer on the stack: a `String::push` a digit (a
+/// capacity check and a UTF-8 encoding each) cost a traced request's `traceparent` 677
+/// instructions (`load-tests/instructions.sh`, 2026-12-02).
 pub fn push_hex(out: &mut String, bytes: &[u8]) {
-    for byte in bytes {
-        out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        out.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buffer = [0u8; 64];
+    out.reserve(bytes.len() * 2);
+    for chunk in bytes.chunks(32) {
+        for (pair, byte) in buffer.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0x0f)];
+        }
+        let digits = &buffer[..chunk.len() * 2];
+        // Hex digits are ASCII: the check is a pass over at most 64 bytes.
+        out.push_str(std::str::from_utf8(digits).unwrap_or_default());
     }
 }
 
@@ -140,6 +151,18 @@ mod tests {
             "wdn_sess_0123456789abcdefghijklmn"
         ));
         assert!(!is_acceptable_supplied_key("wdn_0123456789abcdefghij klmn"));
+    }
+
+    #[test]
+    fn hex_is_lowercase_two_digits_a_byte_at_any_length() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        for len in [0, 1, 31, 32, 33, 64, 65, 256] {
+            assert_eq!(hex(&bytes[..len]), expected[..len * 2], "{len} bytes");
+        }
+        let mut out = String::from("00-");
+        push_hex(&mut out, &[0xab, 0x01]);
+        assert_eq!(out, "00-ab01", "appended");
     }
 
     #[test]

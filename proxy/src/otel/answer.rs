@@ -10,8 +10,8 @@ use memchr::memmem::Finder;
 
 use super::record::{Field, SpanRecord};
 use crate::endpoint::Endpoint;
-use crate::usage::extract::{Event, EventDelta, TokenDetails, Tokens, UsageField};
-use crate::usage::sse::{has_value, EventReader, Key};
+use crate::usage::extract::{read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField};
+use crate::usage::sse::{has_value, plain_strings, EventReader, Key};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
@@ -27,19 +27,45 @@ static FINISH_REASON: Key = LazyLock::new(|| Finder::new(b"\"finish_reason\""));
 static STOP_REASON: Key = LazyLock::new(|| Finder::new(b"\"stop_reason\""));
 static STATUS: Key = LazyLock::new(|| Finder::new(b"\"status\""));
 
-fn ending_key(endpoint: Endpoint) -> &'static Finder<'static> {
+/// How an endpoint's events say how the answer ended.
+#[derive(Debug, Clone, Copy)]
+struct Ending {
+    key: &'static Finder<'static>,
+    /// Whether every string value of the key is a finish reason (chat completions'
+    /// `finish_reason` and Anthropic's `stop_reason` mean that wherever they are), so
+    /// that it is read from the event's bytes; a `status` is one only on the response
+    /// object, which takes a parse to tell.
+    plain: bool,
+}
+
+fn ending(endpoint: Endpoint) -> Ending {
     match endpoint {
-        Endpoint::Messages | Endpoint::MessagesCountTokens => &STOP_REASON,
-        Endpoint::Responses => &STATUS,
-        Endpoint::ChatCompletions | Endpoint::Embeddings => &FINISH_REASON,
+        Endpoint::Messages | Endpoint::MessagesCountTokens => Ending {
+            key: &STOP_REASON,
+            plain: true,
+        },
+        Endpoint::Responses => Ending {
+            key: &STATUS,
+            plain: false,
+        },
+        Endpoint::ChatCompletions | Endpoint::Embeddings => Ending {
+            key: &FINISH_REASON,
+            plain: true,
+        },
     }
 }
 
 #[derive(Debug)]
 pub struct AnswerFacts {
     attempt_started: Instant,
-    /// Where this endpoint's events say how a choice ended ([`ending_key`]).
-    ending_key: &'static Finder<'static>,
+    /// Where this endpoint's events say how a choice ended.
+    ending: Ending,
+    /// A stream's first event the relay did not parse, kept while no event has named
+    /// the answer: its id and model are read from it at the end if none does. Chat
+    /// completions' usage chunk and the Responses and Messages events with usage name
+    /// it, so it is rarely parsed; parsed at once, it cost a streamed request about
+    /// 5,000 instructions (`instructions.sh TRACED=1`, 2026-12-02).
+    first_unparsed: Option<Box<[u8]>>,
     first_chunk: Option<Duration>,
     id: Option<String>,
     model: Option<String>,
@@ -54,7 +80,8 @@ impl AnswerFacts {
     pub fn new(attempt_started: Instant, endpoint: Endpoint) -> AnswerFacts {
         AnswerFacts {
             attempt_started,
-            ending_key: ending_key(endpoint),
+            ending: ending(endpoint),
+            first_unparsed: None,
             first_chunk: None,
             id: None,
             model: None,
@@ -105,8 +132,32 @@ impl AnswerFacts {
         self.reasoning_tokens = reasoning.or(self.reasoning_tokens);
     }
 
+    /// Whether the answer's id and model are both known.
+    fn named(&self) -> bool {
+        self.id.is_some() && self.model.is_some()
+    }
+
+    /// Takes the id and model of one of an event's objects, where not known yet.
+    fn name(&mut self, id: &Text<'_>, model: &Text<'_>) {
+        if self.id.is_none() {
+            self.id = id.get().map(str::to_owned);
+        }
+        if self.model.is_none() {
+            self.model = model.get().map(str::to_owned);
+        }
+    }
+
     /// The facts as attributes of the attempt's span.
-    pub fn add_to(self, span: &mut SpanRecord) {
+    pub fn add_to(mut self, span: &mut SpanRecord) {
+        if let Some(first) = self.first_unparsed.take().filter(|_| !self.named()) {
+            if let Some(event) = read_event(&first) {
+                self.name(&event.id, &event.model);
+                let nested = [event.response.as_ref(), event.message.as_ref()];
+                for nested in nested.into_iter().flatten() {
+                    self.name(&nested.id, &nested.model);
+                }
+            }
+        }
         if let Some(id) = self.id {
             span.push("gen_ai.response.id", Field::Text(id));
         }
@@ -148,11 +199,26 @@ impl AnswerFacts {
 }
 
 impl EventReader for AnswerFacts {
-    /// Until the answer's id and model are known every event; then only one that may
-    /// end a choice (an event with usage is parsed anyway). A stream's text events,
-    /// most of it, are not parsed for the trace.
-    fn wants(&self, data: &[u8]) -> bool {
-        self.id.is_none() || self.model.is_none() || has_value(data, self.ending_key, b'"')
+    /// A stream's text events, most of it, are not parsed for the trace: the first is
+    /// kept until the answer is named, and how a choice ended is read from the bytes
+    /// where the endpoint's key says it plainly (an escape in it takes a parse).
+    fn unparsed(&mut self, data: &[u8]) -> bool {
+        if self.first_unparsed.is_none() && !self.named() {
+            self.first_unparsed = Some(data.into());
+        }
+        let ending = self.ending;
+        if !ending.plain {
+            return has_value(data, ending.key, b'"');
+        }
+        match plain_strings(data, ending.key) {
+            Some(reasons) => {
+                for reason in reasons {
+                    self.finished(Some(reason));
+                }
+                false
+            }
+            None => true,
+        }
     }
 
     /// One event of a stream (or a whole answer), as the usage's reading parsed it.
@@ -181,12 +247,7 @@ impl EventReader for AnswerFacts {
             )
         });
         for (id, model, object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
-            if self.id.is_none() {
-                self.id = id.get().map(str::to_owned);
-            }
-            if self.model.is_none() {
-                self.model = model.get().map(str::to_owned);
-            }
+            self.name(id, model);
             self.finished(stop_reason.get());
             if object.get() == Some("response") {
                 self.finished(status.get().filter(|s| *s != "in_progress"));
@@ -402,33 +463,81 @@ mod tests {
     }
 
     #[test]
-    fn a_streams_text_events_are_not_parsed_for_the_trace_once_it_is_named() {
+    fn a_streams_text_events_are_not_parsed_for_the_trace() {
         let text = br#"{"id":"c","model":"m","choices":[{"delta":{"content":"\"status\": \"x"},"finish_reason":null}],"usage":null}"#;
         let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
-        assert!(facts.wants(text), "the first event names the answer");
-        facts.event(&read_event(text).unwrap());
-        assert!(!facts.wants(text));
-        for (endpoint, ending) in [
+        assert!(!facts.unparsed(text), "the first event is kept, not parsed");
+        assert!(!facts.unparsed(text));
+        for (endpoint, ending, parse) in [
             (
                 Endpoint::ChatCompletions,
                 &br#"{"id":"c","choices":[{"delta":{},"finish_reason" : "stop"}],"usage":null}"#[..],
+                false,
+            ),
+            (
+                Endpoint::ChatCompletions,
+                br#"{"choices":[{"finish_reason":"st\u006fp"}]}"#,
+                true,
             ),
             (
                 Endpoint::Messages,
                 br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+                false,
             ),
+            // An item's status is not the response's: the parse tells them apart.
             (
                 Endpoint::Responses,
                 br#"{"type":"response.output_item.done","item":{"status":"completed"}}"#,
+                true,
             ),
         ] {
-            let mut named = AnswerFacts::new(Instant::now(), endpoint);
-            named.event(&read_event(text).unwrap());
-            assert!(named.wants(ending), "{}", String::from_utf8_lossy(ending));
+            let mut facts = AnswerFacts::new(Instant::now(), endpoint);
+            let shown = String::from_utf8_lossy(ending);
+            assert_eq!(facts.unparsed(ending), parse, "{shown}");
+            if parse {
+                facts.event(&read_event(ending).unwrap());
+            }
+            let reasons = facts.finish_reasons.clone();
+            let expected: &[&str] = match endpoint {
+                Endpoint::Responses => &[],
+                Endpoint::Messages => &["end_turn"],
+                _ => &["stop"],
+            };
+            assert_eq!(reasons, expected, "{shown}");
             // Each endpoint's events are searched for its own key only.
-            let chat_ending = endpoint == Endpoint::ChatCompletions;
-            assert_eq!(facts.wants(ending), chat_ending, "{endpoint:?}");
+            if endpoint != Endpoint::ChatCompletions {
+                let mut chat = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
+                assert!(!chat.unparsed(ending), "{shown}");
+                assert!(chat.finish_reasons.is_empty(), "{shown}");
+            }
         }
+    }
+
+    #[test]
+    fn a_stream_is_named_by_its_usage_event_or_else_by_its_first() {
+        let chunk = |id: &str| {
+            format!("data: {{\"id\":\"{id}\",\"model\":\"gpt-4o\",\"choices\":[{{\"delta\":{{\"content\":\"a\"}},\"finish_reason\":null}}],\"usage\":null}}\n\n")
+        };
+        let mut facts = Relayed::new(Endpoint::ChatCompletions);
+        facts.chunk(chunk("chatcmpl-first").as_bytes());
+        facts.chunk(b"data: {\"id\":\"chatcmpl-usage\",\"model\":\"gpt-4o-2024\",\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n");
+        assert_eq!(
+            facts_of(facts.attributes()),
+            pairs(&[
+                ("gen_ai.response.id", "chatcmpl-usage"),
+                ("gen_ai.response.model", "gpt-4o-2024"),
+            ])
+        );
+        let mut facts = Relayed::new(Endpoint::ChatCompletions);
+        facts.chunk(chunk("chatcmpl-first").as_bytes());
+        facts.chunk(chunk("chatcmpl-second").as_bytes());
+        assert_eq!(
+            facts_of(facts.attributes()),
+            pairs(&[
+                ("gen_ai.response.id", "chatcmpl-first"),
+                ("gen_ai.response.model", "gpt-4o"),
+            ])
+        );
     }
 
     #[test]

@@ -13,11 +13,13 @@ use crate::endpoint::Endpoint;
 /// What else reads a stream's events as the relay parses them (a trace's facts of the
 /// answer): each event is parsed once for all.
 pub(crate) trait EventReader {
-    /// Whether the reader needs the event whose payload is `data` parsed (one that can
-    /// hold usage is parsed anyway): a stream's text events, parsed in full, were most
-    /// of a traced stream's extra cost.
-    fn wants(&self, data: &[u8]) -> bool;
+    /// An event the relay does not parse (it holds no usage), whose payload is `data`:
+    /// the reader takes what it can from the bytes and says whether it needs the event
+    /// parsed after all ([`EventReader::event`] then). A stream's events parsed in full
+    /// for a trace were most of what the trace added to a streamed request.
+    fn unparsed(&mut self, data: &[u8]) -> bool;
 
+    /// An event the relay parsed (one holding usage, or one the reader asked for).
     fn event(&mut self, event: &Event<'_>);
 }
 
@@ -106,8 +108,11 @@ impl SseRelay {
             // Most events are a few tokens of text: parsing each in full was a tenth of
             // the proxy's CPU a stream. One that cannot hold usage, and that no reader
             // wants, only has its generated text counted, by a scan for its key.
-            let wanted = reader.as_deref().is_some_and(|reader| reader.wants(data));
-            if !wanted && !has_value(data, &USAGE_KEY, b'{') {
+            let parse = has_value(data, &USAGE_KEY, b'{')
+                || reader
+                    .as_deref_mut()
+                    .is_some_and(|reader| reader.unparsed(data));
+            if !parse {
                 self.content_chars += text_chars(data, self.text_key);
                 continue;
             }
@@ -186,6 +191,25 @@ pub(crate) fn has_value(data: &[u8], key: &Finder<'_>, first: u8) -> bool {
         }
     }
     false
+}
+
+/// The string values of every key `key` (quotes included) in the JSON `data`, as they
+/// are written; `None` when one has an escape (or is cut short, or is not UTF-8): it
+/// takes a parse to be read. Values that are not strings are passed over.
+pub(crate) fn plain_strings<'a>(data: &'a [u8], key: &Finder<'_>) -> Option<Vec<&'a str>> {
+    let mut values = Vec::new();
+    let mut at = 0;
+    while let Some(found) = key.find(&data[at..]) {
+        at += found + key.needle().len();
+        let Some(quote) = value_start(data, at).filter(|&value| data[value] == b'"') else {
+            continue;
+        };
+        let text = &data[quote + 1..];
+        let end = memchr::memchr2(b'"', b'\\', text).filter(|&end| text[end] == b'"')?;
+        values.push(std::str::from_utf8(&text[..end]).ok()?);
+        at = quote + 1 + end + 1;
+    }
+    Some(values)
 }
 
 /// Where the value of the key that ends at `key_end` starts: past its colon and any
@@ -461,6 +485,28 @@ mod tests {
     }
 
     #[test]
+    fn plain_strings_are_read_as_written_and_escapes_want_a_parse() {
+        let key = Finder::new(b"\"finish_reason\"");
+        for (data, expected) in [
+            (r#"{"choices":[{"finish_reason":null}]}"#, Some(vec![])),
+            (
+                r#"{"choices":[{"finish_reason" : "stop"},{"finish_reason":"length"}]}"#,
+                Some(vec!["stop", "length"]),
+            ),
+            // Text that mentions the key is within a string: its quotes are escaped.
+            (
+                r#"{"delta":{"content":"\"finish_reason\":\"x\""},"finish_reason":"stop"}"#,
+                Some(vec!["stop"]),
+            ),
+            (r#"{"finish_reason":"st\u006fp"}"#, None),
+            (r#"{"finish_reason":"sto"#, None),
+            (r#"{"finish_reason":7,"finish_reason":"stop"}"#, Some(vec!["stop"])),
+        ] {
+            assert_eq!(plain_strings(data.as_bytes(), &key), expected, "{data}");
+        }
+    }
+
+    #[test]
     fn events_cut_short_or_malformed_count_what_they_hold() {
         let key = text_key(Endpoint::ChatCompletions);
         for (data, chars) in [
@@ -483,7 +529,7 @@ mod tests {
     fn a_stream_without_usage_counts_its_text_with_or_without_a_trace() {
         struct Nothing;
         impl EventReader for Nothing {
-            fn wants(&self, _: &[u8]) -> bool {
+            fn unparsed(&mut self, _: &[u8]) -> bool {
                 true
             }
             fn event(&mut self, _: &Event<'_>) {}
