@@ -159,10 +159,12 @@ impl AnswerFacts {
             }
         }
         if let Some(id) = self.id {
-            span.push("gen_ai.response.id", Field::Text(id));
+            let id = span.part(&id);
+            span.push("gen_ai.response.id", id);
         }
         if let Some(model) = self.model {
-            span.push("gen_ai.response.model", Field::Text(model));
+            let model = span.part(&model);
+            span.push("gen_ai.response.model", model);
         }
         if !self.finish_reasons.is_empty() {
             span.push(

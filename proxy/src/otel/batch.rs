@@ -206,12 +206,12 @@ impl<S: Sink> Worker<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
     use std::sync::Mutex;
     use std::time::SystemTime;
 
     use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 
+    use super::super::record::Field;
     use super::*;
 
     #[derive(Clone, Default)]
@@ -236,7 +236,7 @@ mod tests {
 
     fn record(n: u64) -> SpanRecord {
         SpanRecord {
-            name: Cow::Borrowed("chat gpt-4o"),
+            name: Field::Static("chat gpt-4o"),
             ..SpanRecord::new(
                 TraceId::from(u128::from(n) + 1),
                 SpanId::from(n + 1),

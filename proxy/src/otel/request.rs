@@ -140,24 +140,24 @@ impl RequestTrace {
             .tracer
             .begin(self.parent.as_ref(), SpanKind::Client, now);
         if let Some(mut span) = begun.record {
-            let mut name = String::with_capacity(attempt.operation.len() + 1 + attempt.model.len());
-            name.push_str(attempt.operation);
-            name.push(' ');
-            name.push_str(attempt.model);
-            span.name = Cow::Owned(name);
+            // Room for the answer's id and model too.
+            span.texts.reserve(
+                attempt.operation.len() + 1 + 2 * attempt.model.len() + attempt.server_address.len() + 64,
+            );
+            let name_start = span.texts.len();
+            span.texts.push_str(attempt.operation);
+            span.texts.push(' ');
+            let model = span.part(attempt.model);
+            // `chat gpt-4o`: the model's text is the name's tail.
+            span.name = span.part_since(name_start);
+            let server_address = span.part(attempt.server_address);
             span.attributes.reserve_exact(20);
             span.attributes.extend([
                 ("gen_ai.operation.name", Field::Static(attempt.operation)),
                 ("gen_ai.provider.name", provider_field(attempt.provider)),
-                (
-                    "gen_ai.request.model",
-                    Field::Text(attempt.model.to_owned()),
-                ),
+                ("gen_ai.request.model", model),
                 ("gen_ai.request.stream", Field::Bool(attempt.streaming)),
-                (
-                    "server.address",
-                    Field::Text(attempt.server_address.to_owned()),
-                ),
+                ("server.address", server_address),
                 ("server.port", Field::Int(i64::from(attempt.server_port))),
             ]);
             span.caller = self.caller.take();
@@ -270,9 +270,9 @@ impl RequestTrace {
             _ => "",
         };
         span.name = match (self.route, method) {
-            (Some((_, post)), "POST") => Cow::Borrowed(post),
-            (Some((route, _)), method) => Cow::Owned(format!("{method} {route}")),
-            (None, method) => Cow::Owned(method.to_owned()),
+            (Some((_, post)), "POST") => Field::Static(post),
+            (Some((route, _)), method) => Field::Text(format!("{method} {route}")),
+            (None, method) => Field::Text(method.to_owned()),
         };
         span.attributes.reserve_exact(10);
         span.attributes.extend([

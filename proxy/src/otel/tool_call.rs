@@ -62,7 +62,7 @@ impl ToolCallTrace {
         };
         let begun = tracer.begin(parent.as_ref(), SpanKind::Internal, SystemTime::now());
         let span = begun.record.map(|mut span| {
-            span.name = Cow::Owned(format!("execute_tool {}", request.name));
+            span.name = Field::Text(format!("execute_tool {}", request.name));
             span.attributes.extend([
                 ("gen_ai.operation.name", Field::Static("execute_tool")),
                 ("gen_ai.tool.name", Field::Text(request.name.to_string())),

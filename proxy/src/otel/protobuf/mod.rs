@@ -124,7 +124,7 @@ fn encode_record(b: &mut Vec<u8>, record: &SpanRecord) {
     if let Some(parent) = record.parent {
         bytes(b, 4, &parent.to_bytes());
     }
-    string(b, 5, &record.name);
+    string(b, 5, record.name());
     uint(b, 6, span_kind(&record.kind));
     fixed64(b, 7, nanos(record.start));
     fixed64(b, 8, nanos(record.end));
@@ -417,13 +417,15 @@ mod tests {
             span_id: SpanId::from(0x1234),
             parent: Some(SpanId::from(0x00f0_67aa_0ba9_02b7)),
             trace_state: Some("agent=1,vendor=x".into()),
-            name: Cow::Owned("chat gpt-4o".into()),
+            // The name and the model are parts of the record's texts.
+            name: Field::Part { start: 0, end: 11 },
             kind: SpanKind::Client,
             start,
             end: start + Duration::from_millis(250),
             attributes: vec![
                 ("gen_ai.operation.name", Field::Static("chat")),
-                ("gen_ai.request.model", Field::Text("gpt-4o".into())),
+                ("gen_ai.request.model", Field::Part { start: 5, end: 11 }),
+                ("server.address", Field::Text("api.openai.com".into())),
                 ("gen_ai.request.stream", Field::Bool(true)),
                 ("server.port", Field::Int(443)),
                 ("warden.budget.delta", Field::Int(-42)),
@@ -438,6 +440,7 @@ mod tests {
                 ("a.edge", Field::Text("e".repeat(115))),
                 ("a.edge", Field::Text("e".repeat(116))),
             ],
+            texts: "chat gpt-4o".into(),
             caller: Some(Caller {
                 key: test_fixtures::key("key-1", "tenant-1", "agent-1"),
                 agent: Some(Arc::new(agent)),
@@ -450,7 +453,7 @@ mod tests {
             span_id: SpanId::from(8),
             parent: None,
             trace_state: None,
-            name: Cow::Borrowed("POST /v1/chat/completions"),
+            name: Field::Static("POST /v1/chat/completions"),
             kind: SpanKind::Server,
             start: std::time::UNIX_EPOCH,
             end: start,
@@ -458,6 +461,7 @@ mod tests {
                 ("warden.decision", Field::Static("blocked_agent")),
                 ("warden.policy.id", Field::Int(0)),
             ],
+            texts: String::new(),
             caller: Some(Caller {
                 key: test_fixtures::key("key-2", "tenant-1", "agent-2"),
                 agent: None,
@@ -470,11 +474,12 @@ mod tests {
             span_id: SpanId::from(10),
             parent: Some(SpanId::from(11)),
             trace_state: None,
-            name: Cow::Owned("execute_tool ".to_owned() + &"n".repeat(70_000)),
+            name: Field::Text("execute_tool ".to_owned() + &"n".repeat(70_000)),
             kind: SpanKind::Internal,
             start,
             end: start,
             attributes: Vec::new(),
+            texts: String::new(),
             caller: None,
             error: Some(Cow::Borrowed("")),
             content: None,
