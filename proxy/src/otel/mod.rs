@@ -25,6 +25,8 @@ mod answer;
 mod batch;
 mod content;
 pub mod export;
+#[macro_use]
+mod fixed;
 mod lost;
 mod otlp_http;
 mod protobuf;
@@ -40,7 +42,6 @@ use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceState};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
-use warden_shared::registry::Provider;
 
 use batch::SpanQueue;
 use record::{traceparent, SpanRecord};
@@ -152,19 +153,6 @@ fn parent_span(carrier: &dyn Extractor) -> Option<SpanContext> {
 pub struct Propagated {
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
-}
-
-/// `gen_ai.provider.name` of a built-in provider, the conventions' name where they
-/// have one; `None` for the others, named as Warden names them.
-fn provider_name(provider: Provider) -> Option<&'static str> {
-    Some(match provider {
-        Provider::Openai => "openai",
-        Provider::Anthropic => "anthropic",
-        Provider::Google => "gcp.gemini",
-        Provider::Bedrock => "aws.bedrock",
-        Provider::Nvidia => "nvidia",
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

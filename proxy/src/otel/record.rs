@@ -18,6 +18,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use warden_shared::snapshot::{AgentState, ProxyKeyState};
 
 use super::content::PendingContent;
+use super::fixed::{Fixed, FixedValue};
 
 /// A sampled span, started or finished.
 #[derive(Debug)]
@@ -61,6 +62,8 @@ pub enum Field {
     Texts(Vec<String>),
     /// A text in the record's `texts`, from its `start` byte to its `end`.
     Part { start: u32, end: u32 },
+    /// A fixed attribute's value, encoded at compile time (its key is the fixed one).
+    Fixed(&'static Fixed),
 }
 
 /// An attribute's value as encoders read it.
@@ -71,6 +74,8 @@ pub enum FieldRef<'a> {
     Float(f64),
     Bool(bool),
     Strs(&'a [String]),
+    /// A fixed attribute: its value, and its encoding as a span's attribute.
+    Fixed(&'static Fixed),
 }
 
 impl Field {
@@ -86,6 +91,7 @@ impl Field {
             Field::Float(v) => FieldRef::Float(*v),
             Field::Bool(v) => FieldRef::Bool(*v),
             Field::Texts(v) => FieldRef::Strs(v),
+            Field::Fixed(fixed) => FieldRef::Fixed(fixed),
         }
     }
 }
@@ -138,6 +144,11 @@ impl SpanRecord {
 
     pub fn push(&mut self, key: &'static str, value: Field) {
         self.attributes.push((key, value));
+    }
+
+    /// A fixed attribute: its key and value, encoded once.
+    pub fn push_fixed(&mut self, fixed: &'static Fixed) {
+        self.attributes.push((fixed.key, Field::Fixed(fixed)));
     }
 
     /// `text` appended to the record's texts, as a field.
@@ -210,6 +221,10 @@ impl SpanRecord {
                 FieldRef::Strs(v) => Value::Array(Array::String(
                     v.iter().cloned().map(StringValue::from).collect(),
                 )),
+                FieldRef::Fixed(fixed) => match fixed.value {
+                    FixedValue::Str(text) => Value::from(text),
+                    FixedValue::Bool(flag) => Value::Bool(flag),
+                },
             };
             attributes.push(KeyValue::new(key.to_owned(), value));
         });

@@ -11,7 +11,7 @@ use warden_shared::registry::Provider;
 use super::answer::AnswerFacts;
 use super::content::{PendingContent, Sent};
 use super::record::{Caller, Field, SpanRecord};
-use super::{parent_span, provider_name, Propagated, Tracer};
+use super::{fixed, parent_span, Propagated, Tracer};
 use crate::capture::Capture;
 use crate::endpoint::Endpoint;
 use crate::refusal::Refusal;
@@ -152,11 +152,20 @@ impl RequestTrace {
             span.name = span.part_since(name_start);
             let server_address = span.part(attempt.server_address);
             span.attributes.reserve_exact(20);
+            match fixed::operation(attempt.operation) {
+                Some(operation) => span.push_fixed(operation),
+                None => span.push("gen_ai.operation.name", Field::Static(attempt.operation)),
+            }
+            match fixed::provider(attempt.provider) {
+                Some(provider) => span.push_fixed(provider),
+                None => span.push(
+                    "gen_ai.provider.name",
+                    Field::Text(attempt.provider.as_str().to_owned()),
+                ),
+            }
+            span.push("gen_ai.request.model", model);
+            span.push_fixed(fixed::stream(attempt.streaming));
             span.attributes.extend([
-                ("gen_ai.operation.name", Field::Static(attempt.operation)),
-                ("gen_ai.provider.name", provider_field(attempt.provider)),
-                ("gen_ai.request.model", model),
-                ("gen_ai.request.stream", Field::Bool(attempt.streaming)),
                 ("server.address", server_address),
                 ("server.port", Field::Int(i64::from(attempt.server_port))),
             ]);
@@ -196,8 +205,8 @@ impl RequestTrace {
         let Some(mut span) = self.client.take() else {
             return;
         };
+        span.push_fixed(fixed::FORWARDED);
         span.attributes.extend([
-            ("warden.decision", Field::Static("forwarded")),
             (
                 "http.response.status_code",
                 Field::Int(i64::from(settled.status)),
@@ -308,11 +317,4 @@ fn refusal_attributes(
         span.push("warden.approval.id", Field::Int(approval_id));
     }
     span.error = Some(Cow::Borrowed(refusal.code()));
-}
-
-fn provider_field(provider: Provider) -> Field {
-    match provider_name(provider) {
-        Some(name) => Field::Static(name),
-        None => Field::Text(provider.as_str().to_owned()),
-    }
 }

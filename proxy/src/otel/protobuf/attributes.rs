@@ -3,6 +3,7 @@
 
 use opentelemetry::{Array, KeyValue, Value};
 
+use super::super::fixed::FixedValue;
 use super::super::record::FieldRef;
 use super::wire::{
     delimited_len, key, message, string, string_always, string_len, varint, varint_len, FIXED64,
@@ -40,6 +41,14 @@ pub(super) fn field_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: Fi
         FieldRef::Int(v) => Scalar::Int(v),
         FieldRef::Float(v) => Scalar::Float(v),
         FieldRef::Strs(values) => return strings_attribute(b, field, name, values),
+        // Encoded at compile time as a span's attribute, field 9.
+        FieldRef::Fixed(fixed) if field == 9 && fixed.key == name => {
+            return b.extend_from_slice(fixed.encoded)
+        }
+        FieldRef::Fixed(fixed) => match fixed.value {
+            FixedValue::Str(text) => Scalar::Str(text),
+            FixedValue::Bool(flag) => Scalar::Bool(flag),
+        },
     };
     scalar_attribute(b, field, name, scalar);
 }

@@ -117,6 +117,14 @@ pub fn encode_records(
     });
 }
 
+/// One attribute as a span's field 9 (the fixed attributes' tests compare with it).
+#[cfg(test)]
+pub fn encode_attribute(name: &str, value: super::record::FieldRef<'_>) -> Vec<u8> {
+    let mut b = Vec::new();
+    field_attribute(&mut b, 9, name, value);
+    b
+}
+
 fn encode_record(b: &mut Vec<u8>, record: &SpanRecord) {
     bytes(b, 1, &record.trace_id.to_bytes());
     bytes(b, 2, &record.span_id.to_bytes());
@@ -264,6 +272,7 @@ mod tests {
 
     use warden_shared::snapshot::AgentState;
 
+    use super::super::fixed::{stream, FORWARDED};
     use super::super::record::{Caller, Field, SpanRecord};
     use super::{encode_records, encode_request, EncodedResource};
     use crate::test_fixtures;
@@ -424,6 +433,9 @@ mod tests {
             end: start + Duration::from_millis(250),
             attributes: vec![
                 ("gen_ai.operation.name", Field::Static("chat")),
+                // Encoded at compile time.
+                (FORWARDED.key, Field::Fixed(FORWARDED)),
+                ("gen_ai.request.stream", Field::Fixed(stream(false))),
                 ("gen_ai.request.model", Field::Part { start: 5, end: 11 }),
                 ("server.address", Field::Text("api.openai.com".into())),
                 ("gen_ai.request.stream", Field::Bool(true)),
