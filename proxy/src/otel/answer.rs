@@ -10,7 +10,9 @@ use memchr::memmem::Finder;
 
 use super::record::{Field, SpanRecord};
 use crate::endpoint::Endpoint;
-use crate::usage::extract::{read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField};
+use crate::usage::extract::{
+    read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField,
+};
 use crate::usage::sse::{has_value, plain_strings, EventReader, Key};
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use warden_shared::secret::Secret;
 
 use super::batch::{BatchSettings, SpanQueue};
-use super::otlp_http::{JsonRecordExporter, ProtobufExporter};
+use super::otlp_http::{ProtobufExporter, RecordFormat};
 use super::sampler::Sampling;
 use super::Tracer;
 
@@ -328,18 +328,13 @@ impl TraceExport {
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
         let name = "warden-spans";
-        let queue = match self.protocol {
-            Protocol::HttpJson => {
-                let mut exporter = self.json_exporter()?;
-                opentelemetry_sdk::trace::SpanExporter::set_resource(&mut exporter, &resource);
-                SpanQueue::start(self.batch, JsonRecordExporter { exporter, scope }, name)?
-            }
-            _ => {
-                let exporter = ProtobufExporter::new(&self.url, &self.headers, self.timeout)?
-                    .for_records(&resource, scope);
-                SpanQueue::start(self.batch, exporter, name)?
-            }
+        let format = match self.protocol {
+            Protocol::HttpJson => RecordFormat::Json,
+            _ => RecordFormat::Protobuf,
         };
+        let exporter = ProtobufExporter::new(&self.url, &self.headers, self.timeout)?
+            .for_records(&resource, scope, format);
+        let queue = SpanQueue::start(self.batch, exporter, name)?;
         Ok(Tracer::new(queue, self.sampling, self.capture_content))
     }
 

@@ -1,8 +1,8 @@
 //! Attributes whose key and value are both fixed (the operation, the provider, the
 //! decision of a forwarded request, whether it streams), with their OTLP encoding (a
 //! `KeyValue` message as a span's field 9) made at compile time: every forwarded span
-//! carries four, and encoding each cost the exporting thread about 200 instructions
-//! where a copy of its bytes costs a tenth of that (`instructions.sh LOAD=plain
+//! carries four, and encoding each cost about 200 instructions where a copy of its
+//! bytes costs a tenth of that (`instructions.sh LOAD=plain
 //! TRACED=1`, 2026-12-02).
 
 use warden_shared::registry::Provider;

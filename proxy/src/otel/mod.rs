@@ -13,10 +13,10 @@
 //! and the tenant's payload capture is enabled, redacted by its rules (`content`).
 //!
 //! The request path does not use the SDK's span objects: Warden samples (the same
-//! samplers, `sampler`), records a span as a compact [`record::SpanRecord`] and queues
-//! it to a thread of its own (`batch`), which encodes batches straight into OTLP
-//! (`protobuf`) and posts them (`otlp_http`). The control plane's spans go through the
-//! SDK, exported by the same encoder.
+//! samplers, `sampler`), records a span as a compact [`record::SpanRecord`], encodes
+//! it straight into OTLP (`protobuf`) on the request's thread when it ends, and a
+//! thread of its own posts the encoded batches (`batch`, `otlp_http`). The control
+//! plane's spans go through the SDK, exported by the same encoder.
 //!
 //! With tracing off there is no [`Tracer`]: no span, no attribute, no clock read; the
 //! agent's `traceparent` and `tracestate` still pass through to the provider unchanged.
@@ -54,7 +54,7 @@ pub use sampler::Sampling;
 pub use tool_call::ToolCallTrace;
 
 /// The proxy's tracer: present only while tracing is on. It samples, names new spans
-/// and queues finished ones for the exporting thread.
+/// and queues finished ones, encoded, for the exporting thread.
 #[derive(Clone, Debug)]
 pub struct Tracer {
     inner: Arc<TracerInner>,
@@ -236,7 +236,7 @@ mod tests {
     fn test_queue() -> SpanQueue {
         struct Nowhere;
         impl batch::Sink for Nowhere {
-            fn export(&mut self, _: &[SpanRecord]) -> Result<(), String> {
+            fn export(&mut self, _: &[u8], _: usize) -> Result<(), String> {
                 Ok(())
             }
         }

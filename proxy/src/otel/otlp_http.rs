@@ -1,8 +1,9 @@
-//! The OTLP/HTTP exporters. `http/protobuf`: each batch (the proxy's records from its
-//! span queue, or the SDK's spans from the control plane's batch processor) is encoded
-//! by [`super::protobuf`] and posted to the collector on the exporting thread, with a
-//! blocking client (a connection kept alive between batches). `http/json`, a debugging
-//! format, goes through the reference exporter.
+//! The OTLP/HTTP exporters. `http/protobuf`: each batch (the proxy's spans, encoded by
+//! its span queue, or the SDK's spans from the control plane's batch processor, encoded
+//! here) is written by [`super::protobuf`] and posted to the collector on the exporting
+//! thread, with a blocking client (a connection kept alive between batches).
+//! `http/json`, a debugging format: the proxy's batches are decoded and written as
+//! JSON; the control plane's go through the reference exporter.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -10,14 +11,15 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::InstrumentationScope;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
+use prost::Message;
 use reqwest_mcp::blocking::Client;
 
 use super::batch::Sink;
-use super::protobuf::{encode_records, encode_request, EncodedResource};
-use super::record::SpanRecord;
+use super::protobuf::{encode_request, frame_spans, EncodedResource};
 
 pub struct ProtobufExporter {
     client: Client,
@@ -80,11 +82,23 @@ impl ProtobufExporter {
     }
 
     fn post(&self, body: Vec<u8>) -> Result<(), String> {
+        self.post_as(body, None)
+    }
+
+    /// Posts `body`, of `content_type` when it is not protobuf.
+    fn post_as(&self, body: Vec<u8>, content_type: Option<&'static str>) -> Result<(), String> {
         self.last_size.store(body.len(), Ordering::Relaxed);
+        let mut headers = self.headers.clone();
+        if let Some(content_type) = content_type {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(content_type),
+            );
+        }
         let response = self
             .client
             .post(&self.url)
-            .headers(self.headers.clone())
+            .headers(headers)
             .body(body)
             .send()
             .map_err(|error| format!("OTLP export to {}: {}", self.url, error.without_url()))?;
@@ -98,51 +112,63 @@ impl ProtobufExporter {
         ))
     }
 
-    /// The proxy's exporter: its records, of `scope`, under `resource`.
+    /// The proxy's exporter: its spans, of `scope`, under `resource`, posted as
+    /// `format`.
     pub fn for_records(
         mut self,
         resource: &Resource,
         scope: InstrumentationScope,
+        format: RecordFormat,
     ) -> RecordExporter {
         self.resource = EncodedResource::new(resource);
         RecordExporter {
             exporter: self,
             scope,
+            format,
         }
     }
 }
 
-/// The proxy's records posted as OTLP/HTTP protobuf.
+/// How the proxy's spans are posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordFormat {
+    /// `http/protobuf`.
+    Protobuf,
+    /// `http/json`, a debugging format: the protobuf request decoded into the
+    /// generated messages and written as OTLP's JSON, as the reference exporter writes
+    /// it (hex ids, the enums as numbers).
+    Json,
+}
+
+/// The proxy's spans, encoded on the request threads, posted as OTLP/HTTP.
 #[derive(Debug)]
 pub struct RecordExporter {
     exporter: ProtobufExporter,
     scope: InstrumentationScope,
+    format: RecordFormat,
 }
 
-impl Sink for RecordExporter {
-    fn export(&mut self, batch: &[SpanRecord]) -> Result<(), String> {
+impl RecordExporter {
+    /// The request's body: the spans framed under the resource and scope.
+    fn body(&self, spans: &[u8]) -> Result<(Vec<u8>, Option<&'static str>), String> {
         let exporter = &self.exporter;
         let mut body = exporter.buffer();
-        encode_records(&mut body, &exporter.resource, &self.scope, batch);
-        exporter.post(body)
+        frame_spans(&mut body, &exporter.resource, &self.scope, spans);
+        if self.format == RecordFormat::Protobuf {
+            return Ok((body, None));
+        }
+        let request = ExportTraceServiceRequest::decode(body.as_slice())
+            .map_err(|error| format!("OTLP/JSON: the spans do not decode: {error}"))?;
+        let json = serde_json::to_vec(&request)
+            .map_err(|error| format!("OTLP/JSON: the spans do not serialize: {error}"))?;
+        Ok((json, Some("application/json")))
     }
 }
 
-/// The proxy's records posted by the reference exporter (`http/json`), converted to
-/// the SDK's spans first.
-#[derive(Debug)]
-pub struct JsonRecordExporter {
-    pub exporter: opentelemetry_otlp::SpanExporter,
-    pub scope: InstrumentationScope,
-}
-
-impl Sink for JsonRecordExporter {
-    fn export(&mut self, batch: &[SpanRecord]) -> Result<(), String> {
-        let spans = batch
-            .iter()
-            .map(|record| record.to_span_data(&self.scope))
-            .collect();
-        futures_executor::block_on(self.exporter.export(spans)).map_err(|error| error.to_string())
+impl Sink for RecordExporter {
+    fn export(&mut self, spans: &[u8], _count: usize) -> Result<(), String> {
+        let (body, content_type) = self.body(spans)?;
+        self.exporter.post_as(body, content_type)
     }
 }
 
@@ -167,5 +193,55 @@ impl SpanExporter for ProtobufExporter {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.resource = EncodedResource::new(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use opentelemetry::trace::{SpanId, SpanKind, TraceId};
+    use opentelemetry::InstrumentationScope;
+    use opentelemetry_sdk::Resource;
+
+    use super::super::protobuf::encode_span_field;
+    use super::super::record::{Field, SpanRecord};
+    use super::*;
+
+    /// The proxy's `http/json` body is OTLP's JSON: ids in hex, fields in camel case.
+    #[test]
+    fn json_batches_are_otlp_json() {
+        let mut record = SpanRecord::new(
+            TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
+            SpanId::from(0x00f0_67aa_0ba9_02b7),
+            SpanKind::Client,
+            SystemTime::now(),
+        );
+        record.name = record.part("chat gpt-4o");
+        record.push("gen_ai.request.model", Field::Part { start: 5, end: 11 });
+        let (mut spans, mut scratch) = (Vec::new(), Vec::new());
+        encode_span_field(&mut spans, &mut scratch, &record);
+        // As `TracingConfig::tracer` does before building the client.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let exporter =
+            ProtobufExporter::new("http://127.0.0.1:9/v1/traces", &[], Duration::from_secs(1))
+                .unwrap()
+                .for_records(
+                    &Resource::builder()
+                        .with_service_name("warden-proxy")
+                        .build(),
+                    InstrumentationScope::builder("warden-proxy").build(),
+                    RecordFormat::Json,
+                );
+        let (body, content_type) = exporter.body(&spans).unwrap();
+        assert_eq!(content_type, Some("application/json"));
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let span = &json["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+        assert_eq!(span["traceId"], "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(span["spanId"], "00f067aa0ba902b7");
+        assert_eq!(span["name"], "chat gpt-4o");
+        assert_eq!(span["kind"], 3);
+        assert_eq!(span["attributes"][0]["key"], "gen_ai.request.model");
+        assert_eq!(span["attributes"][0]["value"]["stringValue"], "gpt-4o");
     }
 }

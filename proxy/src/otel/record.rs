@@ -1,7 +1,7 @@
-//! A finished span as the proxy records it: ids, name, kind, times, status and
-//! attributes whose keys are static and whose values are mostly static or shared, so
-//! that the request path allocates little and the exporting thread encodes it as it is
-//! (`super::protobuf`). The SDK's span objects (a sampler's result, a `KeyValue` per
+//! A span as the proxy records it: ids, name, kind, times, status and attributes whose
+//! keys are static and whose values are mostly static or shared, so that the request
+//! path allocates little and encodes it as it is when it ends (`super::protobuf`,
+//! `super::batch`). The SDK's span objects (a sampler's result, a `KeyValue` per
 //! attribute, a `SpanData` of several hundred bytes queued per span) cost a traced
 //! request several microseconds; this costs a fraction of one.
 
@@ -9,16 +9,20 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-};
+#[cfg(test)]
+use opentelemetry::trace::{SpanContext, Status, TraceFlags, TraceState};
+use opentelemetry::trace::{SpanId, SpanKind, TraceId};
+#[cfg(test)]
 use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+#[cfg(test)]
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 use warden_shared::snapshot::{AgentState, ProxyKeyState};
 
 use super::content::PendingContent;
-use super::fixed::{Fixed, FixedValue};
+use super::fixed::Fixed;
+#[cfg(test)]
+use super::fixed::FixedValue;
 
 /// A sampled span, started or finished.
 #[derive(Debug)]
@@ -38,9 +42,7 @@ pub struct SpanRecord {
     pub attributes: Vec<(&'static str, Field)>,
     /// The texts of the name and attributes that the request path copies (the model,
     /// the provider's address, the answer's id and model), one after another, each a
-    /// [`Field::Part`]: one allocation for them all. The record is freed on the
-    /// exporting thread, where each `String` of its own cost a free of about 150
-    /// instructions (`instructions.sh LOAD=plain TRACED=1`, 2026-12-02).
+    /// [`Field::Part`]: one allocation for them all.
     pub texts: String,
     /// Tenant, key and agent, read from the key's state when the span is encoded.
     pub caller: Option<Caller>,
@@ -61,7 +63,10 @@ pub enum Field {
     Bool(bool),
     Texts(Vec<String>),
     /// A text in the record's `texts`, from its `start` byte to its `end`.
-    Part { start: u32, end: u32 },
+    Part {
+        start: u32,
+        end: u32,
+    },
     /// A fixed attribute's value, encoded at compile time (its key is the fixed one).
     Fixed(&'static Fixed),
 }
@@ -84,9 +89,11 @@ impl Field {
         match self {
             Field::Static(s) => FieldRef::Str(s),
             Field::Text(s) => FieldRef::Str(s),
-            Field::Part { start, end } => {
-                FieldRef::Str(texts.get(*start as usize..*end as usize).unwrap_or_default())
-            }
+            Field::Part { start, end } => FieldRef::Str(
+                texts
+                    .get(*start as usize..*end as usize)
+                    .unwrap_or_default(),
+            ),
             Field::Int(v) => FieldRef::Int(*v),
             Field::Float(v) => FieldRef::Float(*v),
             Field::Bool(v) => FieldRef::Bool(*v),
@@ -194,6 +201,7 @@ impl SpanRecord {
     }
 
     /// The span's own context, in the SDK's form.
+    #[cfg(test)]
     fn context(&self) -> SpanContext {
         let state = self
             .trace_state
@@ -209,7 +217,8 @@ impl SpanRecord {
         )
     }
 
-    /// The SDK's form of this span, for the reference exporter (`http/json`) and tests.
+    /// The SDK's form of this span, which tests compare with the reference conversion.
+    #[cfg(test)]
     pub fn to_span_data(&self, scope: &InstrumentationScope) -> SpanData {
         let mut attributes = Vec::with_capacity(self.attributes.len() + 4);
         self.for_each_attribute(|key, value| {

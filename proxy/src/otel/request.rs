@@ -142,7 +142,11 @@ impl RequestTrace {
         if let Some(mut span) = begun.record {
             // Room for the answer's id and model too.
             span.texts.reserve(
-                attempt.operation.len() + 1 + 2 * attempt.model.len() + attempt.server_address.len() + 64,
+                attempt.operation.len()
+                    + 1
+                    + 2 * attempt.model.len()
+                    + attempt.server_address.len()
+                    + 64,
             );
             let name_start = span.texts.len();
             span.texts.push_str(attempt.operation);

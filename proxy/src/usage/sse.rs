@@ -500,7 +500,10 @@ mod tests {
             ),
             (r#"{"finish_reason":"st\u006fp"}"#, None),
             (r#"{"finish_reason":"sto"#, None),
-            (r#"{"finish_reason":7,"finish_reason":"stop"}"#, Some(vec!["stop"])),
+            (
+                r#"{"finish_reason":7,"finish_reason":"stop"}"#,
+                Some(vec!["stop"]),
+            ),
         ] {
             assert_eq!(plain_strings(data.as_bytes(), &key), expected, "{data}");
         }

@@ -89,32 +89,51 @@ pub fn encode_request(out: &mut Vec<u8>, resource: &EncodedResource, spans: &[Sp
     });
 }
 
+/// A proxy's span as it goes into a request: field 2 (`spans`) of a `ScopeSpans`, its
+/// `Span` message written into `scratch` first and copied behind its length.
+pub fn encode_span_field(out: &mut Vec<u8>, scratch: &mut Vec<u8>, record: &SpanRecord) {
+    scratch.clear();
+    encode_record(scratch, record);
+    bytes(out, 2, scratch);
+}
+
+/// An `ExportTraceServiceRequest` of spans already encoded by [`encode_span_field`]
+/// (`spans`, one after another), all of `scope`, under `resource`, into `out` (cleared).
+pub fn frame_spans(
+    out: &mut Vec<u8>,
+    resource: &EncodedResource,
+    scope: &InstrumentationScope,
+    spans: &[u8],
+) {
+    out.clear();
+    if spans.is_empty() {
+        return;
+    }
+    message(out, 1, |b| {
+        message(b, 1, |b| b.extend_from_slice(&resource.resource));
+        message(b, 2, |b| {
+            message(b, 1, |b| instrumentation_scope(b, scope));
+            b.extend_from_slice(spans);
+            string(b, 3, scope.schema_url().unwrap_or_default());
+        });
+        string(b, 3, &resource.schema_url);
+    });
+}
+
 /// An `ExportTraceServiceRequest` of the proxy's `records`, all of `scope`, into `out`
-/// (cleared).
+/// (cleared): what the span queue sends, in one call.
+#[cfg(test)]
 pub fn encode_records(
     out: &mut Vec<u8>,
     resource: &EncodedResource,
     scope: &InstrumentationScope,
     records: &[SpanRecord],
 ) {
-    out.clear();
-    if records.is_empty() {
-        return;
+    let (mut spans, mut scratch) = (Vec::new(), Vec::new());
+    for record in records {
+        encode_span_field(&mut spans, &mut scratch, record);
     }
-    let mut one = Vec::with_capacity(1024);
-    message(out, 1, |b| {
-        message(b, 1, |b| b.extend_from_slice(&resource.resource));
-        message(b, 2, |b| {
-            message(b, 1, |b| instrumentation_scope(b, scope));
-            for record in records {
-                one.clear();
-                encode_record(&mut one, record);
-                bytes(b, 2, &one);
-            }
-            string(b, 3, scope.schema_url().unwrap_or_default());
-        });
-        string(b, 3, &resource.schema_url);
-    });
+    frame_spans(out, resource, scope, &spans);
 }
 
 /// One attribute as a span's field 9 (the fixed attributes' tests compare with it).
