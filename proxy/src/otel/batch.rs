@@ -36,9 +36,9 @@ pub struct BatchSettings {
 
 /// Where a batch goes.
 pub trait Sink: Send + 'static {
-    /// Sends `count` spans, encoded one after another by [`encode_span_field`] in
-    /// `spans`; `Err` says why they were lost.
-    fn export(&mut self, spans: &[u8], count: usize) -> Result<(), String>;
+    /// Sends `count` spans, encoded one after another by [`encode_span_field`] in the
+    /// `parts`; `Err` says why they were lost.
+    fn export(&mut self, parts: &[&[u8]], count: usize) -> Result<(), String>;
 }
 
 /// Encoded spans: a shard's buffer, or a batch on its way.
@@ -234,7 +234,7 @@ impl<S: Sink> Worker<S> {
         loop {
             let wait = deadline.saturating_duration_since(Instant::now());
             match self.woken.recv_timeout(wait) {
-                Ok(Wake::Batch(batch)) => self.send(&batch.spans, batch.count),
+                Ok(Wake::Batch(batch)) => self.send(&[&batch.spans], batch.count),
                 Ok(Wake::Flush(done)) => {
                     self.send_held();
                     let _ = done.send(());
@@ -252,41 +252,38 @@ impl<S: Sink> Worker<S> {
     }
 
     /// Sends the spans with content, made into attributes here, and what the shards
-    /// hold, a batch at a time.
+    /// hold: each part as it is, in requests of at most a batch unless one part alone
+    /// is more.
     fn send_held(&mut self) {
         while let Ok(mut record) = self.records.try_recv() {
             record.add_content();
             let Shard { encoded, scratch } = &mut self.pending;
             encode_span_field(&mut encoded.spans, scratch, &record);
             encoded.count += 1;
-            self.send_full();
         }
-        for index in 0..self.shards.len() {
-            let taken = std::mem::take(&mut lock(&self.shards[index]).encoded);
-            if taken.count > 0 {
-                let pending = &mut self.pending.encoded;
-                pending.spans.extend_from_slice(&taken.spans);
-                pending.count += taken.count;
-                self.send_full();
+        let mut parts = vec![std::mem::take(&mut self.pending.encoded)];
+        for shard in self.shards.iter() {
+            parts.push(std::mem::take(&mut lock(shard).encoded));
+        }
+        parts.retain(|part| part.count > 0);
+        let mut group: Vec<&[u8]> = Vec::new();
+        let mut count = 0;
+        for part in &parts {
+            if count > 0 && count + part.count > self.batch_size {
+                self.send(&group, count);
+                (group, count) = (Vec::new(), 0);
             }
+            group.push(&part.spans);
+            count += part.count;
         }
-        if self.pending.encoded.count > 0 {
-            let pending = std::mem::take(&mut self.pending.encoded);
-            self.send(&pending.spans, pending.count);
-        }
-    }
-
-    /// Sends what this thread gathered once it is a batch.
-    fn send_full(&mut self) {
-        if self.pending.encoded.count >= self.batch_size {
-            let pending = std::mem::take(&mut self.pending.encoded);
-            self.send(&pending.spans, pending.count);
+        if count > 0 {
+            self.send(&group, count);
         }
     }
 
-    fn send(&mut self, spans: &[u8], count: usize) {
+    fn send(&mut self, parts: &[&[u8]], count: usize) {
         self.counts.held.fetch_sub(count, Ordering::Relaxed);
-        if let Err(error) = self.sink.export(spans, count) {
+        if let Err(error) = self.sink.export(parts, count) {
             let before = self
                 .counts
                 .failed
@@ -318,7 +315,7 @@ mod tests {
     struct Collected(Arc<Mutex<Vec<usize>>>);
 
     impl Sink for Collected {
-        fn export(&mut self, _: &[u8], count: usize) -> Result<(), String> {
+        fn export(&mut self, _: &[&[u8]], count: usize) -> Result<(), String> {
             self.0.lock().unwrap().push(count);
             Ok(())
         }
@@ -328,7 +325,7 @@ mod tests {
     struct Refusing(Receiver<()>);
 
     impl Sink for Refusing {
-        fn export(&mut self, _: &[u8], _: usize) -> Result<(), String> {
+        fn export(&mut self, _: &[&[u8]], _: usize) -> Result<(), String> {
             let _ = self.0.recv();
             Err("refused".into())
         }
@@ -380,6 +377,26 @@ mod tests {
         queue.push(record(2));
         assert!(queue.flush(Duration::from_secs(5)));
         assert_eq!(*sink.0.lock().unwrap(), [2]);
+    }
+
+    #[test]
+    fn spans_of_many_threads_all_leave_in_requests_of_a_batch() {
+        let sink = Collected::default();
+        let queue =
+            Arc::new(SpanQueue::start(settings(1000, 60_000, 8), sink.clone(), "t").unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let queue = queue.clone();
+                thread::spawn(move || (0..5).for_each(|n| queue.push(record(t * 10 + n))))
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert!(queue.flush(Duration::from_secs(5)));
+        let batches = sink.0.lock().unwrap().clone();
+        assert_eq!(batches.iter().sum::<usize>(), 20, "{batches:?}");
+        // Five a shard: two shards' spans together would pass a batch of 8.
+        assert!(batches.iter().all(|&n| n <= 8), "{batches:?}");
+        assert_eq!(queue.lost(), (0, 0));
     }
 
     #[test]

@@ -236,7 +236,7 @@ mod tests {
     fn test_queue() -> SpanQueue {
         struct Nowhere;
         impl batch::Sink for Nowhere {
-            fn export(&mut self, _: &[u8], _: usize) -> Result<(), String> {
+            fn export(&mut self, _: &[&[u8]], _: usize) -> Result<(), String> {
                 Ok(())
             }
         }

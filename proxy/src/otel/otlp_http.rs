@@ -150,10 +150,10 @@ pub struct RecordExporter {
 
 impl RecordExporter {
     /// The request's body: the spans framed under the resource and scope.
-    fn body(&self, spans: &[u8]) -> Result<(Vec<u8>, Option<&'static str>), String> {
+    fn body(&self, parts: &[&[u8]]) -> Result<(Vec<u8>, Option<&'static str>), String> {
         let exporter = &self.exporter;
         let mut body = exporter.buffer();
-        frame_spans(&mut body, &exporter.resource, &self.scope, spans);
+        frame_spans(&mut body, &exporter.resource, &self.scope, parts);
         if self.format == RecordFormat::Protobuf {
             return Ok((body, None));
         }
@@ -166,8 +166,8 @@ impl RecordExporter {
 }
 
 impl Sink for RecordExporter {
-    fn export(&mut self, spans: &[u8], _count: usize) -> Result<(), String> {
-        let (body, content_type) = self.body(spans)?;
+    fn export(&mut self, parts: &[&[u8]], _count: usize) -> Result<(), String> {
+        let (body, content_type) = self.body(parts)?;
         self.exporter.post_as(body, content_type)
     }
 }
@@ -233,7 +233,7 @@ mod tests {
                     InstrumentationScope::builder("warden-proxy").build(),
                     RecordFormat::Json,
                 );
-        let (body, content_type) = exporter.body(&spans).unwrap();
+        let (body, content_type) = exporter.body(&[&spans]).unwrap();
         assert_eq!(content_type, Some("application/json"));
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let span = &json["resourceSpans"][0]["scopeSpans"][0]["spans"][0];

@@ -27,7 +27,9 @@ mod attributes;
 mod wire;
 
 use attributes::{attribute_field, field_attribute, key_value};
-use wire::{bytes, fixed32, fixed64, key, message, string, string_len, uint, varint, LEN};
+use wire::{
+    bytes, delimited_len, fixed32, fixed64, key, message, string, string_len, uint, varint, LEN,
+};
 
 /// `SpanFlags`: the span says whether its parent is remote, and whether it is.
 const CONTEXT_HAS_IS_REMOTE: u32 = 0x100;
@@ -98,26 +100,41 @@ pub fn encode_span_field(out: &mut Vec<u8>, scratch: &mut Vec<u8>, record: &Span
 }
 
 /// An `ExportTraceServiceRequest` of spans already encoded by [`encode_span_field`]
-/// (`spans`, one after another), all of `scope`, under `resource`, into `out` (cleared).
+/// (the `parts`, each spans one after another), all of `scope`, under `resource`, into
+/// `out` (cleared). The lengths are counted first, so that each part is copied once and
+/// nothing is moved after it is written.
 pub fn frame_spans(
     out: &mut Vec<u8>,
     resource: &EncodedResource,
     scope: &InstrumentationScope,
-    spans: &[u8],
+    parts: &[&[u8]],
 ) {
     out.clear();
-    if spans.is_empty() {
+    let spans_len: usize = parts.iter().map(|part| part.len()).sum();
+    if spans_len == 0 {
         return;
     }
-    message(out, 1, |b| {
-        message(b, 1, |b| b.extend_from_slice(&resource.resource));
-        message(b, 2, |b| {
-            message(b, 1, |b| instrumentation_scope(b, scope));
-            b.extend_from_slice(spans);
-            string(b, 3, scope.schema_url().unwrap_or_default());
-        });
-        string(b, 3, &resource.schema_url);
-    });
+    let mut scope_message = Vec::new();
+    instrumentation_scope(&mut scope_message, scope);
+    let scope_schema = scope.schema_url().unwrap_or_default();
+    let scope_spans = delimited_len(scope_message.len()) + spans_len + string_len(scope_schema);
+    let resource_spans = delimited_len(resource.resource.len())
+        + delimited_len(scope_spans)
+        + string_len(&resource.schema_url);
+    out.reserve(delimited_len(resource_spans));
+    // ResourceSpans { resource, scope_spans: [ScopeSpans { scope, spans, schema_url }],
+    // schema_url }
+    key(out, 1, LEN);
+    varint(out, resource_spans as u64);
+    bytes(out, 1, &resource.resource);
+    key(out, 2, LEN);
+    varint(out, scope_spans as u64);
+    bytes(out, 1, &scope_message);
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    string(out, 3, scope_schema);
+    string(out, 3, &resource.schema_url);
 }
 
 /// An `ExportTraceServiceRequest` of the proxy's `records`, all of `scope`, into `out`
@@ -133,7 +150,7 @@ pub fn encode_records(
     for record in records {
         encode_span_field(&mut spans, &mut scratch, record);
     }
-    frame_spans(out, resource, scope, &spans);
+    frame_spans(out, resource, scope, &[&spans]);
 }
 
 /// One attribute as a span's field 9 (the fixed attributes' tests compare with it).
