@@ -95,8 +95,8 @@ impl std::fmt::Debug for Wake {
     }
 }
 
-/// A shard's lock: a panic while one was held left it poisoned, not unusable (its
-/// buffer holds whole spans or is cleared by the next take).
+/// A shard's lock. Encoding a span does not panic; were a thread to panic while it held
+/// the lock, the shard would stay usable rather than stop every later span.
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard
         .lock()
