@@ -87,17 +87,23 @@ pub fn hex(bytes: &[u8]) -> String {
 /// capacity check and a UTF-8 encoding each) cost a traced request's `traceparent` 677
 /// instructions (`load-tests/instructions.sh`, 2026-12-02).
 pub fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buffer = [0u8; 64];
     out.reserve(bytes.len() * 2);
     for chunk in bytes.chunks(32) {
-        for (pair, byte) in buffer.chunks_exact_mut(2).zip(chunk) {
-            pair[0] = DIGITS[usize::from(byte >> 4)];
-            pair[1] = DIGITS[usize::from(byte & 0x0f)];
-        }
-        let digits = &buffer[..chunk.len() * 2];
+        let digits = &mut buffer[..chunk.len() * 2];
+        put_hex(digits, chunk);
         // Hex digits are ASCII: the check is a pass over at most 64 bytes.
         out.push_str(std::str::from_utf8(digits).unwrap_or_default());
+    }
+}
+
+/// `bytes` as lowercase hex digits into `out`, two a byte (as many bytes as `out` holds
+/// pairs).
+pub fn put_hex(out: &mut [u8], bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
     }
 }
 

@@ -149,15 +149,24 @@ impl AnswerFacts {
         }
     }
 
+    /// Takes the id and model an event names: its own, then those of the object it
+    /// carries (the Responses API's events the response, Anthropic's `message_start`
+    /// the message).
+    fn name_from(&mut self, event: &Event<'_>) {
+        self.name(&event.id, &event.model);
+        for nested in [event.response.as_ref(), event.message.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            self.name(&nested.id, &nested.model);
+        }
+    }
+
     /// The facts as attributes of the attempt's span.
     pub fn add_to(mut self, span: &mut SpanRecord) {
         if let Some(first) = self.first_unparsed.take().filter(|_| !self.named()) {
             if let Some(event) = read_event(&first) {
-                self.name(&event.id, &event.model);
-                let nested = [event.response.as_ref(), event.message.as_ref()];
-                for nested in nested.into_iter().flatten() {
-                    self.name(&nested.id, &nested.model);
-                }
+                self.name_from(&event);
             }
         }
         if let Some(id) = self.id {
@@ -227,31 +236,19 @@ impl EventReader for AnswerFacts {
 
     /// One event of a stream (or a whole answer), as the usage's reading parsed it.
     fn event(&mut self, event: &Event<'_>) {
-        let objects = [
-            (
-                &event.id,
-                &event.model,
-                &event.object,
-                &event.status,
-                &event.stop_reason,
-                event.usage.as_deref(),
-            ),
-            // The Responses API's events carry the response, Anthropic's `message_start`
-            // the message.
-        ];
+        self.name_from(event);
+        let objects = [(
+            &event.object,
+            &event.status,
+            &event.stop_reason,
+            event.usage.as_deref(),
+        )];
         let nested = [event.response.as_ref(), event.message.as_ref()];
-        let nested = nested.into_iter().flatten().map(|n| {
-            (
-                &n.id,
-                &n.model,
-                &n.object,
-                &n.status,
-                &n.stop_reason,
-                n.usage.as_deref(),
-            )
-        });
-        for (id, model, object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
-            self.name(id, model);
+        let nested = nested
+            .into_iter()
+            .flatten()
+            .map(|n| (&n.object, &n.status, &n.stop_reason, n.usage.as_deref()));
+        for (object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
             self.finished(stop_reason.get());
             if object.get() == Some("response") {
                 self.finished(status.get().filter(|s| *s != "in_progress"));

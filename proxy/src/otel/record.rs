@@ -9,20 +9,13 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-#[cfg(test)]
-use opentelemetry::trace::{SpanContext, Status, TraceFlags, TraceState};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
-#[cfg(test)]
-use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
-#[cfg(test)]
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
+use warden_shared::keys::put_hex;
 use warden_shared::snapshot::{AgentState, ProxyKeyState};
 
 use super::content::PendingContent;
 use super::fixed::Fixed;
-#[cfg(test)]
-use super::fixed::FixedValue;
 
 /// A sampled span, started or finished.
 #[derive(Debug)]
@@ -199,63 +192,6 @@ impl SpanRecord {
             caller.for_each(&mut f);
         }
     }
-
-    /// The span's own context, in the SDK's form.
-    #[cfg(test)]
-    fn context(&self) -> SpanContext {
-        let state = self
-            .trace_state
-            .as_deref()
-            .and_then(|s| s.parse::<TraceState>().ok())
-            .unwrap_or_default();
-        SpanContext::new(
-            self.trace_id,
-            self.span_id,
-            TraceFlags::SAMPLED,
-            false,
-            state,
-        )
-    }
-
-    /// The SDK's form of this span, which tests compare with the reference conversion.
-    #[cfg(test)]
-    pub fn to_span_data(&self, scope: &InstrumentationScope) -> SpanData {
-        let mut attributes = Vec::with_capacity(self.attributes.len() + 4);
-        self.for_each_attribute(|key, value| {
-            let value = match value {
-                FieldRef::Str(s) => Value::from(s.to_owned()),
-                FieldRef::Int(v) => Value::I64(v),
-                FieldRef::Float(v) => Value::F64(v),
-                FieldRef::Bool(v) => Value::Bool(v),
-                FieldRef::Strs(v) => Value::Array(Array::String(
-                    v.iter().cloned().map(StringValue::from).collect(),
-                )),
-                FieldRef::Fixed(fixed) => match fixed.value {
-                    FixedValue::Str(text) => Value::from(text),
-                    FixedValue::Bool(flag) => Value::Bool(flag),
-                },
-            };
-            attributes.push(KeyValue::new(key.to_owned(), value));
-        });
-        SpanData {
-            span_context: self.context(),
-            parent_span_id: self.parent.unwrap_or(SpanId::INVALID),
-            parent_span_is_remote: self.parent.is_some(),
-            span_kind: self.kind.clone(),
-            name: Cow::Owned(self.name().to_owned()),
-            start_time: self.start,
-            end_time: self.end,
-            attributes,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status: match &self.error {
-                Some(description) => Status::error(description.clone()),
-                None => Status::Unset,
-            },
-            instrumentation_scope: scope.clone(),
-        }
-    }
 }
 
 /// A W3C `traceparent`, its 55 bytes written into a buffer on the stack and copied
@@ -274,11 +210,72 @@ pub fn traceparent(trace_id: TraceId, span_id: SpanId, sampled: bool) -> String 
     String::from_utf8(text.to_vec()).unwrap_or_default()
 }
 
-/// `bytes` as lowercase hex digits into `out`, two a byte.
-fn put_hex(out: &mut [u8], bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = DIGITS[usize::from(byte >> 4)];
-        pair[1] = DIGITS[usize::from(byte & 0x0f)];
+/// The SDK's form of a record, which tests compare with the reference conversion.
+#[cfg(test)]
+mod sdk_form {
+    use std::borrow::Cow;
+
+    use opentelemetry::trace::{SpanContext, SpanId, Status, TraceFlags, TraceState};
+    use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+    use super::super::fixed::FixedValue;
+    use super::{FieldRef, SpanRecord};
+
+    impl SpanRecord {
+        /// The span's own context, in the SDK's form.
+        fn context(&self) -> SpanContext {
+            let state = self
+                .trace_state
+                .as_deref()
+                .and_then(|s| s.parse::<TraceState>().ok())
+                .unwrap_or_default();
+            SpanContext::new(
+                self.trace_id,
+                self.span_id,
+                TraceFlags::SAMPLED,
+                false,
+                state,
+            )
+        }
+
+        /// The SDK's form of this span, which tests compare with the reference conversion.
+        pub fn to_span_data(&self, scope: &InstrumentationScope) -> SpanData {
+            let mut attributes = Vec::with_capacity(self.attributes.len() + 4);
+            self.for_each_attribute(|key, value| {
+                let value = match value {
+                    FieldRef::Str(s) => Value::from(s.to_owned()),
+                    FieldRef::Int(v) => Value::I64(v),
+                    FieldRef::Float(v) => Value::F64(v),
+                    FieldRef::Bool(v) => Value::Bool(v),
+                    FieldRef::Strs(v) => Value::Array(Array::String(
+                        v.iter().cloned().map(StringValue::from).collect(),
+                    )),
+                    FieldRef::Fixed(fixed) => match fixed.value {
+                        FixedValue::Str(text) => Value::from(text),
+                        FixedValue::Bool(flag) => Value::Bool(flag),
+                    },
+                };
+                attributes.push(KeyValue::new(key.to_owned(), value));
+            });
+            SpanData {
+                span_context: self.context(),
+                parent_span_id: self.parent.unwrap_or(SpanId::INVALID),
+                parent_span_is_remote: self.parent.is_some(),
+                span_kind: self.kind.clone(),
+                name: Cow::Owned(self.name().to_owned()),
+                start_time: self.start,
+                end_time: self.end,
+                attributes,
+                dropped_attributes_count: 0,
+                events: SpanEvents::default(),
+                links: SpanLinks::default(),
+                status: match &self.error {
+                    Some(description) => Status::error(description.clone()),
+                    None => Status::Unset,
+                },
+                instrumentation_scope: scope.clone(),
+            }
+        }
     }
 }

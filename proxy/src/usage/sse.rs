@@ -180,17 +180,23 @@ fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
     total
 }
 
+/// Where the value of each key `key` (quotes included) in the JSON `data` starts. A
+/// string value's bytes are not searched for the key: within a JSON string a quote is
+/// escaped, so they cannot hold it.
+fn key_values<'a>(data: &'a [u8], key: &'a Finder<'_>) -> impl Iterator<Item = usize> + 'a {
+    let mut at = 0;
+    std::iter::from_fn(move || loop {
+        at += key.find(&data[at..])? + key.needle().len();
+        if let Some(value) = value_start(data, at) {
+            return Some(value);
+        }
+    })
+}
+
 /// Whether some key `key` (quotes included) in the JSON `data` has a value that starts
 /// with `first` (`"`: a string, `{`: an object).
 pub(crate) fn has_value(data: &[u8], key: &Finder<'_>, first: u8) -> bool {
-    let mut at = 0;
-    while let Some(found) = key.find(&data[at..]) {
-        at += found + key.needle().len();
-        if value_start(data, at).is_some_and(|value| data[value] == first) {
-            return true;
-        }
-    }
-    false
+    key_values(data, key).any(|value| data[value] == first)
 }
 
 /// The string values of every key `key` (quotes included) in the JSON `data`, as they
@@ -198,16 +204,10 @@ pub(crate) fn has_value(data: &[u8], key: &Finder<'_>, first: u8) -> bool {
 /// takes a parse to be read. Values that are not strings are passed over.
 pub(crate) fn plain_strings<'a>(data: &'a [u8], key: &Finder<'_>) -> Option<Vec<&'a str>> {
     let mut values = Vec::new();
-    let mut at = 0;
-    while let Some(found) = key.find(&data[at..]) {
-        at += found + key.needle().len();
-        let Some(quote) = value_start(data, at).filter(|&value| data[value] == b'"') else {
-            continue;
-        };
+    for quote in key_values(data, key).filter(|&value| data[value] == b'"') {
         let text = &data[quote + 1..];
         let end = memchr::memchr2(b'"', b'\\', text).filter(|&end| text[end] == b'"')?;
         values.push(std::str::from_utf8(&text[..end]).ok()?);
-        at = quote + 1 + end + 1;
     }
     Some(values)
 }
