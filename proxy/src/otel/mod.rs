@@ -25,7 +25,6 @@ mod answer;
 mod batch;
 mod content;
 pub mod export;
-#[macro_use]
 mod fixed;
 mod lost;
 mod otlp_http;

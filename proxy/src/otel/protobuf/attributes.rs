@@ -41,8 +41,9 @@ pub(super) fn field_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: Fi
         FieldRef::Int(v) => Scalar::Int(v),
         FieldRef::Float(v) => Scalar::Float(v),
         FieldRef::Strs(values) => return strings_attribute(b, field, name, values),
-        // Encoded at compile time as a span's attribute, field 9.
-        FieldRef::Fixed(fixed) if field == 9 && fixed.key == name => {
+        // Encoded at compile time as a span's attribute, field 9, under its own key
+        // (`push_fixed` takes the key from it: the same pointer, no bytes compared).
+        FieldRef::Fixed(fixed) if field == 9 && std::ptr::eq(fixed.key, name) => {
             return b.extend_from_slice(fixed.encoded)
         }
         FieldRef::Fixed(fixed) => match fixed.value {
