@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::buffers::Buffers;
 use super::protobuf::encode_span_field;
 use super::record::SpanRecord;
 
@@ -82,6 +83,8 @@ pub struct SpanQueue {
     /// A few times a second at most.
     wake: Sender<Wake>,
     counts: Arc<Counts>,
+    /// The buffers of batches sent, for the shards' next ones.
+    buffers: Buffers,
     batch_size: usize,
     max_held: usize,
 }
@@ -128,6 +131,8 @@ impl SpanQueue {
         // runtime's other threads seldom share one.
         let cores = thread::available_parallelism().map_or(1, |n| n.get());
         let shards: Arc<[Mutex<Shard>]> = (0..cores * 4).map(|_| Mutex::default()).collect();
+        // Each shard's next buffer and a batch or two on their way.
+        let buffers = Buffers::new(shards.len() + 2);
         let worker = Worker {
             records: receiver,
             woken,
@@ -136,6 +141,7 @@ impl SpanQueue {
             delay: settings.scheduled_delay,
             batch_size,
             counts: counts.clone(),
+            buffers: buffers.clone(),
             pending: Shard::default(),
         };
         thread::Builder::new()
@@ -147,6 +153,7 @@ impl SpanQueue {
             records,
             wake,
             counts,
+            buffers,
             batch_size,
             max_held,
         })
@@ -172,16 +179,9 @@ impl SpanQueue {
             encode_span_field(&mut encoded.spans, scratch, &record);
             encoded.count += 1;
             (encoded.count >= self.batch_size).then(|| {
-                // The next batch's buffer as large as this one's: grown from nothing
-                // it would be copied a dozen times on the way.
-                let capacity = encoded.spans.capacity();
-                std::mem::replace(
-                    encoded,
-                    Encoded {
-                        spans: Vec::with_capacity(capacity),
-                        count: 0,
-                    },
-                )
+                // The next batch's buffer a sent one's, or as large as this one's.
+                let spans = self.buffers.take(encoded.spans.capacity());
+                std::mem::replace(encoded, Encoded { spans, count: 0 })
             })
         };
         drop(record);
@@ -224,6 +224,7 @@ struct Worker<S> {
     delay: Duration,
     batch_size: usize,
     counts: Arc<Counts>,
+    buffers: Buffers,
     /// What this thread gathers from the shards and the records until it sends it.
     pending: Shard,
 }
@@ -234,7 +235,10 @@ impl<S: Sink> Worker<S> {
         loop {
             let wait = deadline.saturating_duration_since(Instant::now());
             match self.woken.recv_timeout(wait) {
-                Ok(Wake::Batch(batch)) => self.send(&[&batch.spans], batch.count),
+                Ok(Wake::Batch(batch)) => {
+                    self.send(&[&batch.spans], batch.count);
+                    self.buffers.give(batch.spans);
+                }
                 Ok(Wake::Flush(done)) => {
                     self.send_held();
                     let _ = done.send(());
@@ -253,7 +257,8 @@ impl<S: Sink> Worker<S> {
 
     /// Sends the spans with content, made into attributes here, and what the shards
     /// hold: each part as it is, in requests of at most a batch unless one part alone
-    /// is more.
+    /// is more. A shard's buffer is swapped for a kept one; with nothing to send, the
+    /// buffers are freed.
     fn send_held(&mut self) {
         while let Ok(mut record) = self.records.try_recv() {
             record.add_content();
@@ -263,9 +268,20 @@ impl<S: Sink> Worker<S> {
         }
         let mut parts = vec![std::mem::take(&mut self.pending.encoded)];
         for shard in self.shards.iter() {
-            parts.push(std::mem::take(&mut lock(shard).encoded));
+            let mut shard = lock(shard);
+            if shard.encoded.count > 0 {
+                let spans = self.buffers.take(shard.encoded.spans.capacity());
+                parts.push(std::mem::replace(
+                    &mut shard.encoded,
+                    Encoded { spans, count: 0 },
+                ));
+            }
         }
         parts.retain(|part| part.count > 0);
+        if parts.is_empty() {
+            self.release();
+            return;
+        }
         let mut group: Vec<&[u8]> = Vec::new();
         let mut count = 0;
         for part in &parts {
@@ -278,6 +294,20 @@ impl<S: Sink> Worker<S> {
         }
         if count > 0 {
             self.send(&group, count);
+        }
+        for part in parts {
+            self.buffers.give(part.spans);
+        }
+    }
+
+    /// Frees the kept buffers and the empty shards' (a round without spans).
+    fn release(&mut self) {
+        self.buffers.release();
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            if shard.encoded.count == 0 {
+                shard.encoded.spans = Vec::new();
+            }
         }
     }
 
@@ -396,6 +426,24 @@ mod tests {
         assert_eq!(batches.iter().sum::<usize>(), 20, "{batches:?}");
         // Five a shard: two shards' spans together would pass a batch of 8.
         assert!(batches.iter().all(|&n| n <= 8), "{batches:?}");
+        assert_eq!(queue.lost(), (0, 0));
+    }
+
+    #[test]
+    fn sent_buffers_are_kept_for_the_next_batches_until_a_round_finds_nothing() {
+        let sink = Collected::default();
+        let queue = SpanQueue::start(settings(100, 60_000, 2), sink.clone(), "t").unwrap();
+        for n in 0..5 {
+            queue.push(record(n));
+        }
+        assert!(queue.flush(Duration::from_secs(5)));
+        assert_eq!(sink.0.lock().unwrap().iter().sum::<usize>(), 5);
+        assert!(queue.buffers.kept() >= 1, "a sent batch's buffer is kept");
+        queue.push(record(6));
+        assert!(queue.flush(Duration::from_secs(5)));
+        assert!(queue.buffers.kept() >= 1);
+        assert!(queue.flush(Duration::from_secs(5)));
+        assert_eq!(queue.buffers.kept(), 0, "an idle round frees them");
         assert_eq!(queue.lost(), (0, 0));
     }
 

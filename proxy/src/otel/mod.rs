@@ -23,6 +23,7 @@
 
 mod answer;
 mod batch;
+mod buffers;
 mod content;
 pub mod export;
 mod fixed;

@@ -16,9 +16,10 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 use prost::Message;
-use reqwest_mcp::blocking::Client;
+use reqwest_mcp::blocking::{Body, Client};
 
 use super::batch::Sink;
+use super::buffers::Buffers;
 use super::protobuf::{encode_request, frame_spans, EncodedResource};
 
 pub struct ProtobufExporter {
@@ -82,12 +83,12 @@ impl ProtobufExporter {
     }
 
     fn post(&self, body: Vec<u8>) -> Result<(), String> {
-        self.post_as(body, None)
+        self.last_size.store(body.len(), Ordering::Relaxed);
+        self.post_as(body.into(), None)
     }
 
     /// Posts `body`, of `content_type` when it is not protobuf.
-    fn post_as(&self, body: Vec<u8>, content_type: Option<&'static str>) -> Result<(), String> {
-        self.last_size.store(body.len(), Ordering::Relaxed);
+    fn post_as(&self, body: Body, content_type: Option<&'static str>) -> Result<(), String> {
         let mut headers = self.headers.clone();
         if let Some(content_type) = content_type {
             headers.insert(
@@ -125,6 +126,7 @@ impl ProtobufExporter {
             exporter: self,
             scope,
             format,
+            bodies: Buffers::new(2),
         }
     }
 }
@@ -146,19 +148,25 @@ pub struct RecordExporter {
     exporter: ProtobufExporter,
     scope: InstrumentationScope,
     format: RecordFormat,
+    /// The requests' bodies, kept for the next ones (`Buffers`: a batch's megabytes
+    /// written into pages already there).
+    bodies: Buffers,
 }
 
 impl RecordExporter {
     /// The request's body: the spans framed under the resource and scope.
     fn body(&self, parts: &[&[u8]]) -> Result<(Vec<u8>, Option<&'static str>), String> {
         let exporter = &self.exporter;
-        let mut body = exporter.buffer();
+        let mut body = self.bodies.take(exporter.last_size.load(Ordering::Relaxed));
         frame_spans(&mut body, &exporter.resource, &self.scope, parts);
+        exporter.last_size.store(body.len(), Ordering::Relaxed);
         if self.format == RecordFormat::Protobuf {
             return Ok((body, None));
         }
-        let request = ExportTraceServiceRequest::decode(body.as_slice())
-            .map_err(|error| format!("OTLP/JSON: the spans do not decode: {error}"))?;
+        let request = ExportTraceServiceRequest::decode(body.as_slice());
+        self.bodies.give(body);
+        let request =
+            request.map_err(|error| format!("OTLP/JSON: the spans do not decode: {error}"))?;
         let json = serde_json::to_vec(&request)
             .map_err(|error| format!("OTLP/JSON: the spans do not serialize: {error}"))?;
         Ok((json, Some("application/json")))
@@ -168,7 +176,9 @@ impl RecordExporter {
 impl Sink for RecordExporter {
     fn export(&mut self, parts: &[&[u8]], _count: usize) -> Result<(), String> {
         let (body, content_type) = self.body(parts)?;
-        self.exporter.post_as(body, content_type)
+        // The client drops the body once it is sent: it comes back to `bodies`.
+        self.exporter
+            .post_as(self.bodies.lend(body).into(), content_type)
     }
 }
 
