@@ -32,6 +32,11 @@ static ROUTES: [(&str, &str); 6] = [
     ("/v1/models", "POST /v1/models"),
 ];
 
+/// Looked for in every traced request's headers: a name made once, where looking a
+/// `&str` up parses it into one each time (starting a request's trace 517 -> 302
+/// instructions, `instructions.sh LOAD=plain TRACED=1`, 2026-12-06).
+static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+
 /// `gen_ai.operation.name` of a request to `endpoint`: the conventions' `chat` for
 /// chat completions and the Responses and Messages APIs, `embeddings`; `count_tokens`
 /// (Warden's name: the conventions have none) for Anthropic's token count.
@@ -104,7 +109,10 @@ impl RequestTrace {
         let route = ROUTES.iter().find(|(route, _)| *route == path);
         RequestTrace {
             tracer: tracer.clone(),
-            parent: parent_span(&HeaderExtractor(headers)),
+            parent: headers
+                .contains_key(&TRACEPARENT)
+                .then(|| parent_span(&HeaderExtractor(headers)))
+                .flatten(),
             arrived: SystemTime::now(),
             method: match method {
                 "POST" => Field::Static("POST"),

@@ -40,7 +40,7 @@ pub(super) fn message(b: &mut Vec<u8>, field: u32, write: impl FnOnce(&mut Vec<u
     b[start..].rotate_right(n);
 }
 
-#[inline]
+#[inline(always)]
 pub(super) fn key(b: &mut Vec<u8>, field: u32, wire_type: u8) {
     varint(b, (u64::from(field) << 3) | u64::from(wire_type));
 }
@@ -85,13 +85,21 @@ pub(super) fn fixed32(b: &mut Vec<u8>, field: u32, value: u32) {
     }
 }
 
-#[inline]
+/// Inlined, so that a constant tag or a short length is one push rather than a call: a
+/// span's encoding 4,528 -> 4,327 instructions (`instructions.sh LOAD=plain TRACED=1`,
+/// 2026-12-06).
+#[inline(always)]
 pub(super) fn varint(b: &mut Vec<u8>, value: u64) {
     // Tags and most lengths take one byte.
     if value < 0x80 {
         b.push(value as u8);
-        return;
+    } else {
+        long_varint(b, value);
     }
+}
+
+#[inline(never)]
+fn long_varint(b: &mut Vec<u8>, value: u64) {
     let mut buf = [0u8; 10];
     let n = varint_into(&mut buf, value);
     b.extend_from_slice(&buf[..n]);
