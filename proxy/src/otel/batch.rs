@@ -142,6 +142,7 @@ impl SpanQueue {
             batch_size,
             counts: counts.clone(),
             buffers: buffers.clone(),
+            largest: 0,
             pending: Shard::default(),
         };
         thread::Builder::new()
@@ -225,6 +226,8 @@ struct Worker<S> {
     batch_size: usize,
     counts: Arc<Counts>,
     buffers: Buffers,
+    /// The most bytes a request sent since the last delay's round.
+    largest: usize,
     /// What this thread gathers from the shards and the records until it sends it.
     pending: Shard,
 }
@@ -245,6 +248,9 @@ impl<S: Sink> Worker<S> {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     self.send_held();
+                    // After a burst, buffers far larger than what was sent since are
+                    // not kept: light traffic does not hold a burst's megabytes.
+                    self.buffers.trim(2 * std::mem::take(&mut self.largest));
                     deadline = Instant::now() + self.delay;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -313,6 +319,7 @@ impl<S: Sink> Worker<S> {
 
     fn send(&mut self, parts: &[&[u8]], count: usize) {
         self.counts.held.fetch_sub(count, Ordering::Relaxed);
+        self.largest = self.largest.max(parts.iter().map(|part| part.len()).sum());
         if let Err(error) = self.sink.export(parts, count) {
             let before = self
                 .counts

@@ -5,11 +5,16 @@
 //! a second earlier: the request threads that filled it took a page fault every few
 //! spans, and growing it from nothing copied it a dozen times on the way. Kept, it is
 //! written into pages already there. Held buffers are dropped once a round of the
-//! exporting thread finds no span, so an idle proxy keeps none.
+//! exporting thread finds no span, so an idle proxy keeps none, and those much larger
+//! than the last second's largest request once a round has passed, so a burst's do not
+//! stay with light traffic.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+
+/// Buffers this small are always kept: a trim frees only what a burst left.
+const SMALL: usize = 64 * 1024;
 
 /// Empty buffers ready for reuse, shared by the threads that fill and send them.
 #[derive(Debug, Clone)]
@@ -56,6 +61,12 @@ impl Buffers {
     /// Frees every kept buffer (nothing to send: the proxy is idle).
     pub fn release(&self) {
         self.free().clear();
+    }
+
+    /// Frees the kept buffers larger than `capacity` (and than a small batch's 64 KiB).
+    pub fn trim(&self, capacity: usize) {
+        let limit = capacity.max(SMALL);
+        self.free().retain(|buffer| buffer.capacity() <= limit);
     }
 
     /// `buffer` as `Bytes` for an HTTP client, given back to these buffers when the
@@ -116,6 +127,18 @@ mod tests {
         assert_eq!(buffers.kept(), 2);
         buffers.release();
         assert_eq!(buffers.kept(), 0);
+    }
+
+    #[test]
+    fn a_trim_frees_only_buffers_past_the_capacity_and_a_small_batch() {
+        let buffers = Buffers::new(4);
+        for capacity in [1024, 100 * 1024, 4 * 1024 * 1024] {
+            buffers.give(Vec::with_capacity(capacity));
+        }
+        buffers.trim(200 * 1024);
+        assert_eq!(buffers.kept(), 2);
+        buffers.trim(0);
+        assert_eq!(buffers.kept(), 1, "a buffer under 64 KiB stays");
     }
 
     #[test]

@@ -160,6 +160,8 @@ impl RecordExporter {
         let mut body = self.bodies.take(exporter.last_size.load(Ordering::Relaxed));
         frame_spans(&mut body, &exporter.resource, &self.scope, parts);
         exporter.last_size.store(body.len(), Ordering::Relaxed);
+        // A burst's larger bodies are not kept once requests are smaller again.
+        self.bodies.trim(2 * body.len());
         if self.format == RecordFormat::Protobuf {
             return Ok((body, None));
         }
