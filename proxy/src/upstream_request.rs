@@ -12,6 +12,7 @@ use crate::config::{OwnCredential, ProvidersConfig};
 use crate::endpoint::Endpoint;
 use crate::headers::is_header_value;
 use crate::managed_keys::ManagedKeys;
+use crate::otel::{TRACEPARENT, TRACESTATE};
 use crate::refusal::Refusal;
 use crate::state::{EnforcementState, KeyView};
 use crate::upstream::{Target, Upstreams, INLINE_BODY};
@@ -43,8 +44,8 @@ impl ClientHeaders {
             user_agent: headers.get(http::header::USER_AGENT).cloned(),
             anthropic_version: anthropic("anthropic-version"),
             anthropic_beta: anthropic("anthropic-beta"),
-            traceparent: headers.get("traceparent").cloned(),
-            tracestate: headers.get("tracestate").cloned(),
+            traceparent: headers.get(&TRACEPARENT).cloned(),
+            tracestate: headers.get(&TRACESTATE).cloned(),
         }
     }
 }

@@ -49,6 +49,14 @@ struct Encoded {
     count: usize,
 }
 
+impl Encoded {
+    /// The spans held, handed over; a kept buffer (or one as large) takes their place.
+    fn hand_over(&mut self, buffers: &Buffers) -> Encoded {
+        let spans = buffers.take(self.spans.capacity());
+        std::mem::replace(self, Encoded { spans, count: 0 })
+    }
+}
+
 /// A thread's shard: the spans it encoded and not yet handed over.
 #[derive(Debug, Default)]
 struct Shard {
@@ -179,11 +187,7 @@ impl SpanQueue {
             let Shard { encoded, scratch } = &mut *shard;
             encode_span_field(&mut encoded.spans, scratch, &record);
             encoded.count += 1;
-            (encoded.count >= self.batch_size).then(|| {
-                // The next batch's buffer a sent one's, or as large as this one's.
-                let spans = self.buffers.take(encoded.spans.capacity());
-                std::mem::replace(encoded, Encoded { spans, count: 0 })
-            })
+            (encoded.count >= self.batch_size).then(|| encoded.hand_over(&self.buffers))
         };
         drop(record);
         if let Some(batch) = full {
@@ -276,11 +280,7 @@ impl<S: Sink> Worker<S> {
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             if shard.encoded.count > 0 {
-                let spans = self.buffers.take(shard.encoded.spans.capacity());
-                parts.push(std::mem::replace(
-                    &mut shard.encoded,
-                    Encoded { spans, count: 0 },
-                ));
+                parts.push(shard.encoded.hand_over(&self.buffers));
             }
         }
         parts.retain(|part| part.count > 0);

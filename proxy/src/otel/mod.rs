@@ -40,6 +40,7 @@ use std::time::{Duration, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceState};
+use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
@@ -137,6 +138,20 @@ impl Tracer {
     pub fn lost(&self) -> (u64, u64) {
         self.inner.queue.lost()
     }
+}
+
+/// The W3C trace context's headers, as names made once: looking a `&str` up parses it
+/// into a name each time (starting a request's trace 517 -> 302 instructions,
+/// `instructions.sh LOAD=plain TRACED=1`, 2026-12-06).
+pub static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+pub static TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
+/// The agent's span a request's headers name, when they name a valid one.
+fn parent_in_headers(headers: &http::HeaderMap) -> Option<SpanContext> {
+    headers
+        .contains_key(&TRACEPARENT)
+        .then(|| parent_span(&HeaderExtractor(headers)))
+        .flatten()
 }
 
 /// The agent's span a carrier (headers, an MCP `_meta`) names, when it names a valid

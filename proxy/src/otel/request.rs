@@ -5,13 +5,12 @@ use std::borrow::Cow;
 use std::time::{Instant, SystemTime};
 
 use opentelemetry::trace::{SpanContext, SpanKind};
-use opentelemetry_http::HeaderExtractor;
 use warden_shared::registry::Provider;
 
 use super::answer::AnswerFacts;
 use super::content::{PendingContent, Sent};
 use super::record::{Caller, Field, SpanRecord};
-use super::{fixed, parent_span, Propagated, Tracer};
+use super::{fixed, parent_in_headers, Propagated, Tracer};
 use crate::capture::Capture;
 use crate::endpoint::Endpoint;
 use crate::refusal::Refusal;
@@ -31,11 +30,6 @@ static ROUTES: [(&str, &str); 6] = [
     ),
     ("/v1/models", "POST /v1/models"),
 ];
-
-/// Looked for in every traced request's headers: a name made once, where looking a
-/// `&str` up parses it into one each time (starting a request's trace 517 -> 302
-/// instructions, `instructions.sh LOAD=plain TRACED=1`, 2026-12-06).
-static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
 
 /// `gen_ai.operation.name` of a request to `endpoint`: the conventions' `chat` for
 /// chat completions and the Responses and Messages APIs, `embeddings`; `count_tokens`
@@ -109,10 +103,7 @@ impl RequestTrace {
         let route = ROUTES.iter().find(|(route, _)| *route == path);
         RequestTrace {
             tracer: tracer.clone(),
-            parent: headers
-                .contains_key(&TRACEPARENT)
-                .then(|| parent_span(&HeaderExtractor(headers)))
-                .flatten(),
+            parent: parent_in_headers(headers),
             arrived: SystemTime::now(),
             method: match method {
                 "POST" => Field::Static("POST"),

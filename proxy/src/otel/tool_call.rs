@@ -7,14 +7,13 @@ use std::time::SystemTime;
 
 use opentelemetry::propagation::Extractor;
 use opentelemetry::trace::SpanKind;
-use opentelemetry_http::HeaderExtractor;
 use rmcp::model::{CallToolRequestParams, MetaObject};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
 use super::content::{PendingContent, Sent};
 use super::record::{Caller, Field, SpanRecord};
-use super::{parent_span, Propagated, Tracer};
+use super::{parent_in_headers, parent_span, Propagated, Tracer};
 use crate::capture::Capture;
 use crate::refusal::Refusal;
 use crate::state::KeyView;
@@ -55,9 +54,7 @@ impl ToolCallTrace {
         let parts = context.extensions.get::<http::request::Parts>();
         let meta = request.meta.as_deref().unwrap_or(&context.meta.0);
         let parent = match parts {
-            Some(parts) if meta.get_traceparent().is_none() => {
-                parent_span(&HeaderExtractor(&parts.headers))
-            }
+            Some(parts) if meta.get_traceparent().is_none() => parent_in_headers(&parts.headers),
             _ => parent_span(&MetaContext(meta)),
         };
         let begun = tracer.begin(parent.as_ref(), SpanKind::Internal, SystemTime::now());
