@@ -78,7 +78,7 @@ impl ProxyService {
 
     /// The request's trace when tracing is on, for the agent APIs (`/v1/...`); the
     /// probes and metrics are not traced, and MCP traces its tool calls itself.
-    fn trace(&self, session: &ServerSession) -> Option<RequestTrace> {
+    fn trace(&self, session: &ServerSession) -> Option<RequestTrace<'_>> {
         let tracer = self.resources.tracer.as_ref()?;
         let header = session.req_header();
         let path = header.uri.path();
@@ -89,7 +89,7 @@ impl ProxyService {
     async fn route(
         &self,
         session: &mut ServerSession,
-        trace: Option<&mut RequestTrace>,
+        trace: Option<&mut RequestTrace<'_>>,
     ) -> Result<(), Refused> {
         let shared = &self.resources;
         let method = session.req_header().method.as_str().to_owned();

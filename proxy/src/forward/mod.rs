@@ -36,7 +36,7 @@ pub async fn forward(
     session: &mut ServerSession,
     view: KeyView,
     endpoint: Endpoint,
-    mut trace: Option<&mut RequestTrace>,
+    mut trace: Option<&mut RequestTrace<'_>>,
 ) -> Result<(), Refused> {
     let started = Instant::now();
     if let Some(trace) = trace.as_deref_mut() {

@@ -63,7 +63,7 @@ pub(super) async fn send(
     session: &mut ServerSession,
     ready: &Ready<'_>,
     added: &[(&'static str, String)],
-    trace: Option<&mut RequestTrace>,
+    trace: Option<&mut RequestTrace<'_>>,
 ) -> Result<Answer, Refusal> {
     let provider = ready.admitted.route.provider;
     let body = upstream_body(ready)?;
@@ -122,7 +122,7 @@ pub(super) async fn send(
 fn attempt(
     shared: &Resources,
     ready: &Ready<'_>,
-    trace: &mut RequestTrace,
+    trace: &mut RequestTrace<'_>,
     client: &mut ClientHeaders,
 ) -> Option<AnswerFacts> {
     let provider = ready.admitted.route.provider;

@@ -31,7 +31,7 @@ pub(super) fn settle(
     ready: Ready<'_>,
     passed: Passed,
     answer: Answer,
-    trace: Option<&mut RequestTrace>,
+    trace: Option<&mut RequestTrace<'_>>,
 ) -> Option<Exchange> {
     let work = Instant::now();
     let Answer {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use memchr::memmem::Finder;
 
-use super::record::{Field, SpanRecord};
+use super::record::SpanRecord;
 use crate::endpoint::Endpoint;
 use crate::usage::extract::{
     read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField,
@@ -169,19 +169,14 @@ impl AnswerFacts {
                 self.name_from(&event);
             }
         }
-        if let Some(id) = self.id {
-            let id = span.part(&id);
-            span.push("gen_ai.response.id", id);
+        if let Some(id) = &self.id {
+            span.str("gen_ai.response.id", id);
         }
-        if let Some(model) = self.model {
-            let model = span.part(&model);
-            span.push("gen_ai.response.model", model);
+        if let Some(model) = &self.model {
+            span.str("gen_ai.response.model", model);
         }
         if !self.finish_reasons.is_empty() {
-            span.push(
-                "gen_ai.response.finish_reasons",
-                Field::Texts(self.finish_reasons),
-            );
+            span.strs("gen_ai.response.finish_reasons", &self.finish_reasons);
         }
         let counts = [
             (
@@ -199,14 +194,11 @@ impl AnswerFacts {
         ];
         for (name, count) in counts {
             if let Some(count) = count {
-                span.push(name, Field::Int(count));
+                span.int(name, count);
             }
         }
         if let Some(first) = self.first_chunk {
-            span.push(
-                "gen_ai.response.time_to_first_chunk",
-                Field::Float(first.as_secs_f64()),
-            );
+            span.float("gen_ai.response.time_to_first_chunk", first.as_secs_f64());
         }
     }
 }
@@ -272,7 +264,7 @@ mod tests {
 
     use bytes::BytesMut;
     use opentelemetry::trace::{SpanId, SpanKind, TraceId};
-    use opentelemetry::{InstrumentationScope, KeyValue};
+    use opentelemetry::KeyValue;
 
     use super::*;
     use crate::usage::extract::read_event;
@@ -292,8 +284,7 @@ mod tests {
                 SystemTime::now(),
             );
             self.add_to(&mut span);
-            span.to_span_data(&InstrumentationScope::builder("t").build())
-                .attributes
+            span.attributes()
         }
     }
 

@@ -345,7 +345,6 @@ mod tests {
 
     use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 
-    use super::super::record::Field;
     use super::*;
 
     #[derive(Clone, Default)]
@@ -369,15 +368,14 @@ mod tests {
     }
 
     fn record(n: u64) -> SpanRecord {
-        SpanRecord {
-            name: Field::Static("chat gpt-4o"),
-            ..SpanRecord::new(
-                TraceId::from(u128::from(n) + 1),
-                SpanId::from(n + 1),
-                SpanKind::Client,
-                SystemTime::now(),
-            )
-        }
+        let mut record = SpanRecord::new(
+            TraceId::from(u128::from(n) + 1),
+            SpanId::from(n + 1),
+            SpanKind::Client,
+            SystemTime::now(),
+        );
+        record.name(&["chat gpt-4o"]);
+        record
     }
 
     fn settings(queue: usize, delay_ms: u64, batch: usize) -> BatchSettings {

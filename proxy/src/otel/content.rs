@@ -18,7 +18,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::record::{Field, SpanRecord};
+use super::record::SpanRecord;
 use crate::capture::Capture;
 use crate::endpoint::Endpoint;
 
@@ -47,26 +47,26 @@ impl PendingContent {
         let (redactions, mut body) = match self.capture.redacted_value() {
             Ok(redacted) => redacted,
             Err(reason) => {
-                span.push("warden.content.omitted", Field::Static(reason));
+                span.str("warden.content.omitted", reason);
                 return;
             }
         };
         match self.shape {
             Sent::ToolArguments => {
                 let arguments = body["arguments"].take().to_string();
-                span.push("gen_ai.tool.call.arguments", Field::Text(arguments));
+                span.str("gen_ai.tool.call.arguments", &arguments);
             }
             Sent::Prompt(endpoint) => {
                 let prompt = Prompt::of(endpoint, &body);
                 if let Some(system) = prompt.system {
                     let system = Value::Array(system).to_string();
-                    span.push("gen_ai.system_instructions", Field::Text(system));
+                    span.str("gen_ai.system_instructions", &system);
                 }
                 let messages = Value::Array(prompt.messages).to_string();
-                span.push("gen_ai.input.messages", Field::Text(messages));
+                span.str("gen_ai.input.messages", &messages);
             }
         }
-        span.push("warden.content.redactions", Field::Int(redactions as i64));
+        span.int("warden.content.redactions", redactions as i64);
     }
 }
 
@@ -280,16 +280,15 @@ mod tests {
         span
     }
 
-    fn attribute<'s>(span: &'s SpanRecord, key: &str) -> Option<&'s Field> {
-        span.attributes
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v)
+    fn attribute(span: &SpanRecord, key: &str) -> Option<opentelemetry::Value> {
+        span.attribute(key)
     }
 
     fn json_attribute(span: &SpanRecord, key: &str) -> Value {
         match attribute(span, key) {
-            Some(Field::Text(text)) => serde_json::from_str(text).expect("JSON"),
+            Some(opentelemetry::Value::String(text)) => {
+                serde_json::from_str(text.as_str()).expect("JSON")
+            }
             other => panic!("{key}: {other:?}"),
         }
     }
@@ -313,7 +312,7 @@ mod tests {
         );
         assert_eq!(
             attribute(&span, "warden.content.redactions"),
-            Some(&Field::Int(1))
+            Some(opentelemetry::Value::I64(1))
         );
 
         let call = br#"{"arguments":{"q":"docs","token":"s3cret"}}"#;
@@ -331,13 +330,13 @@ mod tests {
         );
         assert_eq!(
             attribute(&span, "warden.content.omitted"),
-            Some(&Field::Static("too_large"))
+            Some(opentelemetry::Value::from("too_large"))
         );
         assert!(attribute(&span, "gen_ai.input.messages").is_none());
         let unreadable = added(b"{not json", Sent::ToolArguments, vec![]);
         assert_eq!(
             attribute(&unreadable, "warden.content.omitted"),
-            Some(&Field::Static("unreadable"))
+            Some(opentelemetry::Value::from("unreadable"))
         );
     }
 

@@ -144,8 +144,7 @@ pub fn stream(streaming: bool) -> &'static Fixed {
 
 #[cfg(test)]
 mod tests {
-    use super::super::protobuf::encode_attribute;
-    use super::super::record::FieldRef;
+    use super::super::protobuf::{encode_attribute, Scalar};
     use super::*;
 
     /// Each fixed attribute is the bytes the encoder writes for its key and value.
@@ -170,8 +169,8 @@ mod tests {
         );
         for fixed in all {
             let value = match fixed.value {
-                FixedValue::Str(text) => FieldRef::Str(text),
-                FixedValue::Bool(flag) => FieldRef::Bool(flag),
+                FixedValue::Str(text) => Scalar::Str(text),
+                FixedValue::Bool(flag) => Scalar::Bool(flag),
             };
             assert_eq!(
                 fixed.encoded,

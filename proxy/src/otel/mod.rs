@@ -13,9 +13,10 @@
 //! and the tenant's payload capture is enabled, redacted by its rules (`content`).
 //!
 //! The request path does not use the SDK's span objects: Warden samples (the same
-//! samplers, `sampler`), records a span as a compact [`record::SpanRecord`], encodes
-//! it straight into OTLP (`protobuf`) on the request's thread when it ends, and a
-//! thread of its own posts the encoded batches (`batch`, `otlp_http`). The control
+//! samplers, `sampler`), records a span as a compact [`record::SpanRecord`] whose name
+//! and attributes are encoded into OTLP (`protobuf`) as the request path gives them,
+//! frames it on the request's thread when it ends, and a thread of its own posts the
+//! encoded batches (`batch`, `otlp_http`). The control
 //! plane's spans go through the SDK, exported by the same encoder.
 //!
 //! With tracing off there is no [`Tracer`]: no span, no attribute, no clock read; the
@@ -39,7 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceState};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceContextExt, TraceId, TraceState};
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
@@ -70,10 +71,24 @@ struct TracerInner {
     capture_content: bool,
 }
 
-/// A span just begun: the context its callee is told and, when sampled, its record.
+/// A span just begun: its ids, whether it is sampled, the agent's `tracestate` and,
+/// when sampled, its record.
 struct Begun {
-    propagated: Propagated,
+    trace_id: TraceId,
+    span_id: SpanId,
+    sampled: bool,
+    state: Option<String>,
     record: Option<SpanRecord>,
+}
+
+impl Begun {
+    /// The span's context as its callee is told it.
+    fn propagated(&self) -> Propagated {
+        Propagated {
+            traceparent: Some(traceparent(self.trace_id, self.span_id, self.sampled)),
+            tracestate: self.state.clone(),
+        }
+    }
 }
 
 impl Tracer {
@@ -109,16 +124,17 @@ impl Tracer {
             .filter(|state| **state != TraceState::NONE)
             .map(TraceState::header)
             .filter(|header| !header.is_empty());
-        let record = sampled.then(|| SpanRecord {
-            parent: parent.map(SpanContext::span_id),
-            trace_state: state.as_deref().map(Box::from),
-            ..SpanRecord::new(trace_id, span_id, kind, start)
+        let record = sampled.then(|| {
+            let mut record = SpanRecord::new(trace_id, span_id, kind, start);
+            record.parent = parent.map(SpanContext::span_id);
+            record.trace_state = state.as_deref().map(Box::from);
+            record
         });
         Begun {
-            propagated: Propagated {
-                traceparent: Some(traceparent(trace_id, span_id, sampled)),
-                tracestate: state,
-            },
+            trace_id,
+            span_id,
+            sampled,
+            state,
             record,
         }
     }
@@ -218,20 +234,18 @@ mod tests {
         .into();
         let parent = parent_span(&headers).expect("a valid parent");
         let begun = tracer.begin(Some(&parent), SpanKind::Client, SystemTime::now());
+        let propagated = begun.propagated();
         let record = begun.record.expect("the agent sampled it");
         assert_eq!(record.trace_id, parent.trace_id());
         assert_eq!(record.parent, Some(parent.span_id()));
         assert_eq!(record.trace_state.as_deref(), Some("vendor=a,other=b"));
-        let traceparent = begun.propagated.traceparent.unwrap();
+        let traceparent = propagated.traceparent.unwrap();
         assert!(traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"));
         assert!(
             !traceparent.contains("b7ad6b7169203331"),
             "a span of its own"
         );
-        assert_eq!(
-            begun.propagated.tracestate.as_deref(),
-            Some("vendor=a,other=b")
-        );
+        assert_eq!(propagated.tracestate.as_deref(), Some("vendor=a,other=b"));
         let unsampled: HashMap<String, String> = [(
             "traceparent".to_owned(),
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00".to_owned(),
@@ -240,7 +254,7 @@ mod tests {
         let parent = parent_span(&unsampled).unwrap();
         let begun = tracer.begin(Some(&parent), SpanKind::Client, SystemTime::now());
         assert!(begun.record.is_none(), "the agent's decision is followed");
-        assert!(begun.propagated.traceparent.unwrap().ends_with("-00"));
+        assert!(begun.propagated().traceparent.unwrap().ends_with("-00"));
         let invalid: HashMap<String, String> =
             [("traceparent".to_owned(), "00-zz-yy-01".to_owned())].into();
         assert!(parent_span(&invalid).is_none());

@@ -217,7 +217,7 @@ mod tests {
     use opentelemetry_sdk::Resource;
 
     use super::super::protobuf::encode_span_field;
-    use super::super::record::{Field, SpanRecord};
+    use super::super::record::SpanRecord;
     use super::*;
 
     /// The proxy's `http/json` body is OTLP's JSON: ids in hex, fields in camel case.
@@ -229,8 +229,8 @@ mod tests {
             SpanKind::Client,
             SystemTime::now(),
         );
-        record.name = record.part("chat gpt-4o");
-        record.push("gen_ai.request.model", Field::Part { start: 5, end: 11 });
+        record.name(&["chat", " ", "gpt-4o"]);
+        record.str("gen_ai.request.model", "gpt-4o");
         let (mut spans, mut scratch) = (Vec::new(), Vec::new());
         encode_span_field(&mut spans, &mut scratch, &record);
         // As `TracingConfig::tracer` does before building the client.

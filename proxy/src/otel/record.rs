@@ -1,21 +1,25 @@
-//! A span as the proxy records it: ids, name, kind, times, status and attributes whose
-//! keys are static and whose values are mostly static or shared, so that the request
-//! path allocates little and encodes it as it is when it ends (`super::protobuf`,
-//! `super::batch`). The SDK's span objects (a sampler's result, a `KeyValue` per
-//! attribute, a `SpanData` of several hundred bytes queued per span) cost a traced
-//! request several microseconds; this costs a fraction of one.
+//! A span as the proxy records it: ids, kind, times and status, and its name and
+//! attributes encoded into OTLP as they are given (`super::protobuf`), so that ending
+//! it is a copy of bytes already written (`super::batch`). The SDK's span objects (a
+//! sampler's result, a `KeyValue` per attribute, a `SpanData` of several hundred bytes
+//! queued per span) cost a traced request several microseconds; this costs a fraction
+//! of one.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 
 use warden_shared::keys::put_hex;
-use warden_shared::snapshot::{AgentState, ProxyKeyState};
 
 use super::content::PendingContent;
 use super::fixed::Fixed;
+use super::protobuf::{span_attribute, span_name, span_strings, Scalar};
+use crate::state::KeyView;
+
+/// Room for a span's name and attributes from the start: a forwarded request's come to
+/// about 600 bytes, so that they are written without the buffer growing.
+const FIELDS_CAPACITY: usize = 768;
 
 /// A sampled span, started or finished.
 #[derive(Debug)]
@@ -27,94 +31,20 @@ pub struct SpanRecord {
     pub parent: Option<SpanId>,
     /// The `tracestate` the agent sent, as it sent it (parsed and written back).
     pub trace_state: Option<Box<str>>,
-    /// `Static`, `Text` or `Part`.
-    pub name: Field,
     pub kind: SpanKind,
     pub start: SystemTime,
     pub end: SystemTime,
-    pub attributes: Vec<(&'static str, Field)>,
-    /// The texts of the name and attributes that the request path copies (the model,
-    /// the provider's address, the answer's id and model), one after another, each a
-    /// [`Field::Part`]: one allocation for them all.
-    pub texts: String,
-    /// Tenant, key and agent, read from the key's state when the span is encoded.
-    pub caller: Option<Caller>,
+    /// The span's name and attributes, its OTLP fields 5 and 9, in the order they were
+    /// given (protobuf's fields may come in any order). Written as they are given, a
+    /// text is copied once, where a list of attributes encoded at the end copied the
+    /// texts twice and freed them one by one: a traced request's instructions
+    /// 84,262 -> 82,497 (`instructions.sh LOAD=plain TRACED=1`, 2026-12-06).
+    fields: Vec<u8>,
     /// An error status and its description; `None`: unset.
     pub error: Option<Cow<'static, str>>,
     /// What the agent sent (a prompt, a tool call's arguments), made into attributes
     /// (redacted) on the exporting thread.
     pub content: Option<Box<PendingContent>>,
-}
-
-/// An attribute's value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Field {
-    Static(&'static str),
-    Text(String),
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Texts(Vec<String>),
-    /// A text in the record's `texts`, from its `start` byte to its `end`.
-    Part {
-        start: u32,
-        end: u32,
-    },
-    /// A fixed attribute's value, encoded at compile time (its key is the fixed one).
-    Fixed(&'static Fixed),
-}
-
-/// An attribute's value as encoders read it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum FieldRef<'a> {
-    Str(&'a str),
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Strs(&'a [String]),
-    /// A fixed attribute: its value, and its encoding as a span's attribute.
-    Fixed(&'static Fixed),
-}
-
-impl Field {
-    /// The value as encoders read it, `texts` being its record's.
-    pub fn as_ref<'a>(&'a self, texts: &'a str) -> FieldRef<'a> {
-        match self {
-            Field::Static(s) => FieldRef::Str(s),
-            Field::Text(s) => FieldRef::Str(s),
-            Field::Part { start, end } => FieldRef::Str(
-                texts
-                    .get(*start as usize..*end as usize)
-                    .unwrap_or_default(),
-            ),
-            Field::Int(v) => FieldRef::Int(*v),
-            Field::Float(v) => FieldRef::Float(*v),
-            Field::Bool(v) => FieldRef::Bool(*v),
-            Field::Texts(v) => FieldRef::Strs(v),
-            Field::Fixed(fixed) => FieldRef::Fixed(fixed),
-        }
-    }
-}
-
-/// Who made a request: its key's state and its agent's, shared with the enforcement
-/// state (two reference counts, not four strings).
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub key: Arc<ProxyKeyState>,
-    pub agent: Option<Arc<AgentState>>,
-}
-
-impl Caller {
-    /// `warden.tenant.id`, `warden.key.id`, `gen_ai.agent.id` and, when the registry
-    /// names the agent, `gen_ai.agent.name`.
-    fn for_each(&self, mut f: impl FnMut(&'static str, FieldRef<'_>)) {
-        f("warden.tenant.id", FieldRef::Str(&self.key.tenant_id));
-        f("warden.key.id", FieldRef::Str(&self.key.id));
-        f("gen_ai.agent.id", FieldRef::Str(&self.key.agent_id));
-        if let Some(agent) = self.agent.as_ref().filter(|a| !a.name.is_empty()) {
-            f("gen_ai.agent.name", FieldRef::Str(&agent.name));
-        }
-    }
 }
 
 impl SpanRecord {
@@ -130,49 +60,65 @@ impl SpanRecord {
             span_id,
             parent: None,
             trace_state: None,
-            name: Field::Static(""),
             kind,
             start,
             end: start,
-            attributes: Vec::new(),
-            texts: String::new(),
-            caller: None,
+            fields: Vec::with_capacity(FIELDS_CAPACITY),
             error: None,
             content: None,
         }
     }
 
-    pub fn push(&mut self, key: &'static str, value: Field) {
-        self.attributes.push((key, value));
+    /// Names the span: `parts` one after another (`chat` ` ` `gpt-4o`). Once a span.
+    pub fn name(&mut self, parts: &[&str]) {
+        span_name(&mut self.fields, parts);
     }
 
-    /// A fixed attribute: its key and value, encoded once.
-    pub fn push_fixed(&mut self, fixed: &'static Fixed) {
-        self.attributes.push((fixed.key, Field::Fixed(fixed)));
+    #[inline]
+    pub fn str(&mut self, key: &str, value: &str) {
+        span_attribute(&mut self.fields, key, Scalar::Str(value));
     }
 
-    /// `text` appended to the record's texts, as a field.
-    pub fn part(&mut self, text: &str) -> Field {
-        let start = self.texts.len();
-        self.texts.push_str(text);
-        self.part_since(start)
+    #[inline]
+    pub fn int(&mut self, key: &str, value: i64) {
+        span_attribute(&mut self.fields, key, Scalar::Int(value));
     }
 
-    /// The record's texts from byte `start` to their end, as a field.
-    pub fn part_since(&self, start: usize) -> Field {
-        // Past 4 GiB of texts (never: a span's are a few hundred bytes) a part is empty.
-        match (u32::try_from(start), u32::try_from(self.texts.len())) {
-            (Ok(start), Ok(end)) => Field::Part { start, end },
-            _ => Field::Static(""),
+    #[inline]
+    pub fn float(&mut self, key: &str, value: f64) {
+        span_attribute(&mut self.fields, key, Scalar::Float(value));
+    }
+
+    #[inline]
+    pub fn flag(&mut self, key: &str, value: bool) {
+        span_attribute(&mut self.fields, key, Scalar::Bool(value));
+    }
+
+    /// A list of strings.
+    pub fn strs(&mut self, key: &str, values: &[String]) {
+        span_strings(&mut self.fields, key, values);
+    }
+
+    /// A fixed attribute: its bytes, encoded at compile time.
+    #[inline]
+    pub fn fixed(&mut self, fixed: &'static Fixed) {
+        self.fields.extend_from_slice(fixed.encoded);
+    }
+
+    /// `warden.tenant.id`, `warden.key.id`, `gen_ai.agent.id` and, when the registry
+    /// names the agent, `gen_ai.agent.name`: who made the request.
+    pub fn caller(&mut self, view: &KeyView) {
+        self.str("warden.tenant.id", &view.key.tenant_id);
+        self.str("warden.key.id", &view.key.id);
+        self.str("gen_ai.agent.id", &view.key.agent_id);
+        if let Some(agent) = view.agent.as_ref().filter(|a| !a.name.is_empty()) {
+            self.str("gen_ai.agent.name", &agent.name);
         }
     }
 
-    /// The span's name.
-    pub fn name(&self) -> &str {
-        match self.name.as_ref(&self.texts) {
-            FieldRef::Str(name) => name,
-            _ => "",
-        }
+    /// The name and attributes, encoded.
+    pub fn fields(&self) -> &[u8] {
+        &self.fields
     }
 
     /// Makes the held content, if any, into the span's attributes (on the exporting
@@ -180,16 +126,6 @@ impl SpanRecord {
     pub fn add_content(&mut self) {
         if let Some(content) = self.content.take() {
             content.add_to(self);
-        }
-    }
-
-    /// Every attribute, the caller's last.
-    pub fn for_each_attribute(&self, mut f: impl FnMut(&str, FieldRef<'_>)) {
-        for (key, value) in &self.attributes {
-            f(key, value.as_ref(&self.texts));
-        }
-        if let Some(caller) = &self.caller {
-            caller.for_each(&mut f);
         }
     }
 }
@@ -217,10 +153,12 @@ mod sdk_form {
 
     use opentelemetry::trace::{SpanContext, SpanId, Status, TraceFlags, TraceState};
     use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::trace::v1::Span;
     use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+    use prost::Message;
 
-    use super::super::fixed::FixedValue;
-    use super::{FieldRef, SpanRecord};
+    use super::SpanRecord;
 
     impl SpanRecord {
         /// The span's own context, in the SDK's form.
@@ -239,34 +177,61 @@ mod sdk_form {
             )
         }
 
+        /// The name and attributes written, read back by the reference decoder.
+        fn decoded(&self) -> Span {
+            Span::decode(self.fields()).expect("a span's fields decode")
+        }
+
+        /// The span's name, read back.
+        pub fn decoded_name(&self) -> String {
+            self.decoded().name
+        }
+
+        /// The span's attributes, read back in the SDK's form.
+        pub fn attributes(&self) -> Vec<KeyValue> {
+            let value = |value: Option<Any>| match value.expect("a value") {
+                Any::StringValue(s) => Value::from(s),
+                Any::BoolValue(v) => Value::Bool(v),
+                Any::IntValue(v) => Value::I64(v),
+                Any::DoubleValue(v) => Value::F64(v),
+                Any::ArrayValue(array) => Value::Array(Array::String(
+                    array
+                        .values
+                        .into_iter()
+                        .map(|v| match v.value {
+                            Some(Any::StringValue(s)) => StringValue::from(s),
+                            other => panic!("a list of strings only: {other:?}"),
+                        })
+                        .collect(),
+                )),
+                other => panic!("not written by the proxy: {other:?}"),
+            };
+            self.decoded()
+                .attributes
+                .into_iter()
+                .map(|kv| KeyValue::new(kv.key, value(kv.value.and_then(|v| v.value))))
+                .collect()
+        }
+
+        /// The value of the attribute `key`, read back.
+        pub fn attribute(&self, key: &str) -> Option<Value> {
+            self.attributes()
+                .into_iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value)
+        }
+
         /// The SDK's form of this span, which tests compare with the reference conversion.
         pub fn to_span_data(&self, scope: &InstrumentationScope) -> SpanData {
-            let mut attributes = Vec::with_capacity(self.attributes.len() + 4);
-            self.for_each_attribute(|key, value| {
-                let value = match value {
-                    FieldRef::Str(s) => Value::from(s.to_owned()),
-                    FieldRef::Int(v) => Value::I64(v),
-                    FieldRef::Float(v) => Value::F64(v),
-                    FieldRef::Bool(v) => Value::Bool(v),
-                    FieldRef::Strs(v) => Value::Array(Array::String(
-                        v.iter().cloned().map(StringValue::from).collect(),
-                    )),
-                    FieldRef::Fixed(fixed) => match fixed.value {
-                        FixedValue::Str(text) => Value::from(text),
-                        FixedValue::Bool(flag) => Value::Bool(flag),
-                    },
-                };
-                attributes.push(KeyValue::new(key.to_owned(), value));
-            });
             SpanData {
                 span_context: self.context(),
                 parent_span_id: self.parent.unwrap_or(SpanId::INVALID),
                 parent_span_is_remote: self.parent.is_some(),
                 span_kind: self.kind.clone(),
-                name: Cow::Owned(self.name().to_owned()),
+                name: Cow::Owned(self.decoded_name()),
                 start_time: self.start,
                 end_time: self.end,
-                attributes,
+                attributes: self.attributes(),
                 dropped_attributes_count: 0,
                 events: SpanEvents::default(),
                 links: SpanLinks::default(),

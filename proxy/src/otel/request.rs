@@ -4,13 +4,13 @@
 use std::borrow::Cow;
 use std::time::{Instant, SystemTime};
 
-use opentelemetry::trace::{SpanContext, SpanKind};
+use opentelemetry::trace::SpanKind;
 use warden_shared::registry::Provider;
 
 use super::answer::AnswerFacts;
 use super::content::{PendingContent, Sent};
-use super::record::{Caller, Field, SpanRecord};
-use super::{fixed, parent_in_headers, Propagated, Tracer};
+use super::record::SpanRecord;
+use super::{fixed, parent_in_headers, Begun, Propagated, Tracer};
 use crate::capture::Capture;
 use crate::endpoint::Endpoint;
 use crate::refusal::Refusal;
@@ -44,24 +44,20 @@ pub fn operation_name(endpoint: Endpoint) -> &'static str {
 
 /// One agent request's trace, from its arrival to its answer. A forwarded request is
 /// one span, the CLIENT span of its upstream attempt, under the agent's span; a request
-/// refused before any attempt is a SERVER span of its own, made when it is answered. A
-/// request neither forwarded nor refused (the model list) makes none.
-pub struct RequestTrace {
-    tracer: Tracer,
-    /// The agent's span (none when it sent no valid `traceparent`).
-    parent: Option<SpanContext>,
-    /// When the request arrived: a refusal's span starts then.
-    arrived: SystemTime,
-    method: Field,
-    path: Field,
+/// refused before any attempt is a SERVER span of its own, from its arrival. A request
+/// neither forwarded nor refused (the model list) makes none. The span's ids are drawn
+/// and its sampling decided on arrival, so that what is known of the request (its
+/// caller) is written into it as soon as it is known, and only when it records.
+pub struct RequestTrace<'t> {
+    /// Borrowed for the request: no reference count that every core's requests share.
+    tracer: &'t Tracer,
+    /// The request's span (its record `None` when the trace is sampled out).
+    span: Begun,
+    method: Cow<'static, str>,
+    path: Cow<'static, str>,
     route: Option<&'static (&'static str, &'static str)>,
-    /// Tenant, key and agent, once the key is known.
-    caller: Option<Caller>,
     /// The approval the request waits on or was let through by.
     approval_id: Option<i64>,
-    /// The upstream attempt's span, from its start to the answer's end (`None` too when
-    /// the trace is sampled out).
-    client: Option<SpanRecord>,
     /// When the attempt started: the time to the first chunk is counted from it.
     attempt_started: Option<Instant>,
     /// Whether an upstream attempt began, sampled or not: its span is the request's.
@@ -92,31 +88,29 @@ pub struct Settled {
     pub estimated: bool,
 }
 
-impl RequestTrace {
+impl<'t> RequestTrace<'t> {
     /// A request to `path`, under the agent's trace when its headers carry one.
     pub fn start(
-        tracer: &Tracer,
+        tracer: &'t Tracer,
         method: &str,
         path: &str,
         headers: &http::HeaderMap,
-    ) -> RequestTrace {
+    ) -> RequestTrace<'t> {
         let route = ROUTES.iter().find(|(route, _)| *route == path);
+        let parent = parent_in_headers(headers);
         RequestTrace {
-            tracer: tracer.clone(),
-            parent: parent_in_headers(headers),
-            arrived: SystemTime::now(),
+            tracer,
+            span: tracer.begin(parent.as_ref(), SpanKind::Server, SystemTime::now()),
             method: match method {
-                "POST" => Field::Static("POST"),
-                other => Field::Text(other.to_owned()),
+                "POST" => Cow::Borrowed("POST"),
+                other => Cow::Owned(other.to_owned()),
             },
             path: match route {
-                Some((route, _)) => Field::Static(route),
-                None => Field::Text(path.to_owned()),
+                Some((route, _)) => Cow::Borrowed(route),
+                None => Cow::Owned(path.to_owned()),
             },
             route,
-            caller: None,
             approval_id: None,
-            client: None,
             attempt_started: None,
             attempted: false,
         }
@@ -124,70 +118,54 @@ impl RequestTrace {
 
     /// Names the caller: tenant, key and agent.
     pub fn caller(&mut self, view: &KeyView) {
-        self.caller = Some(Caller {
-            key: view.key.clone(),
-            agent: view.agent.clone(),
-        });
+        if let Some(span) = &mut self.span.record {
+            span.caller(view);
+        }
     }
 
     /// Starts the CLIENT span of the upstream attempt; returns the context the provider
     /// is sent.
     pub fn attempt(&mut self, attempt: &Attempt<'_>) -> Propagated {
         self.attempted = true;
-        let now = SystemTime::now();
-        let begun = self
-            .tracer
-            .begin(self.parent.as_ref(), SpanKind::Client, now);
-        if let Some(mut span) = begun.record {
-            // Room for the answer's id and model too.
-            span.texts.reserve(
-                attempt.operation.len()
-                    + 1
-                    + 2 * attempt.model.len()
-                    + attempt.server_address.len()
-                    + 64,
-            );
-            let name_start = span.texts.len();
-            span.texts.push_str(attempt.operation);
-            span.texts.push(' ');
-            let model = span.part(attempt.model);
-            // `chat gpt-4o`: the model's text is the name's tail.
-            span.name = span.part_since(name_start);
-            let server_address = span.part(attempt.server_address);
-            span.attributes.reserve_exact(20);
+        if let Some(span) = &mut self.span.record {
+            span.kind = SpanKind::Client;
+            span.start = SystemTime::now();
+            // `chat gpt-4o`
+            span.name(&[attempt.operation, " ", attempt.model]);
             match fixed::operation(attempt.operation) {
-                Some(operation) => span.push_fixed(operation),
-                None => span.push("gen_ai.operation.name", Field::Static(attempt.operation)),
+                Some(operation) => span.fixed(operation),
+                None => span.str("gen_ai.operation.name", attempt.operation),
             }
             match fixed::provider(attempt.provider) {
-                Some(provider) => span.push_fixed(provider),
-                None => span.push(
-                    "gen_ai.provider.name",
-                    Field::Text(attempt.provider.as_str().to_owned()),
-                ),
+                Some(provider) => span.fixed(provider),
+                None => span.str("gen_ai.provider.name", attempt.provider.as_str()),
             }
-            span.push("gen_ai.request.model", model);
-            span.push_fixed(fixed::stream(attempt.streaming));
-            span.attributes.extend([
-                ("server.address", server_address),
-                ("server.port", Field::Int(i64::from(attempt.server_port))),
-            ]);
-            span.caller = self.caller.take();
-            self.client = Some(span);
+            span.str("gen_ai.request.model", attempt.model);
+            span.fixed(fixed::stream(attempt.streaming));
+            span.str("server.address", attempt.server_address);
+            span.int("server.port", i64::from(attempt.server_port));
             self.attempt_started = Some(Instant::now());
         }
-        begun.propagated
+        self.span.propagated()
+    }
+
+    /// The attempt's span, while it records.
+    fn attempt_span(&mut self) -> Option<&mut SpanRecord> {
+        self.span.record.as_mut().filter(|_| self.attempted)
     }
 
     /// Whether the attempt's span would show the request's prompt: it records, and the
     /// operator asked for content (the tenant's capture is the caller's to check).
     pub fn wants_content(&self, endpoint: Endpoint) -> bool {
-        self.client.is_some() && self.tracer.captures_content() && endpoint != Endpoint::Embeddings
+        self.attempted
+            && self.span.record.is_some()
+            && self.tracer.captures_content()
+            && endpoint != Endpoint::Embeddings
     }
 
     /// The request's prompt, held for the attempt's span (see `wants_content`).
     pub fn content(&mut self, capture: Capture, endpoint: Endpoint) {
-        if let Some(span) = self.client.as_mut() {
+        if let Some(span) = self.attempt_span() {
             span.content = Some(Box::new(PendingContent {
                 capture,
                 shape: Sent::Prompt(endpoint),
@@ -198,39 +176,31 @@ impl RequestTrace {
     /// Facts to gather from the provider's answer: only while the attempt's span
     /// records (a trace sampled out reads nothing of the answer).
     pub fn answer_facts(&self, endpoint: Endpoint) -> Option<AnswerFacts> {
-        self.client.as_ref()?;
+        self.span.record.as_ref()?;
         let started = self.attempt_started?;
         Some(AnswerFacts::new(started, endpoint))
     }
 
     /// Ends the upstream attempt's span with what the answer came to.
     pub fn settled(&mut self, settled: &Settled, facts: Option<AnswerFacts>) {
-        let Some(mut span) = self.client.take() else {
+        if !self.attempted {
+            return;
+        }
+        let Some(mut span) = self.span.record.take() else {
             return;
         };
-        span.push_fixed(fixed::FORWARDED);
-        span.attributes.extend([
-            (
-                "http.response.status_code",
-                Field::Int(i64::from(settled.status)),
-            ),
-            (
-                "gen_ai.usage.input_tokens",
-                Field::Int(settled.input_tokens),
-            ),
-            (
-                "gen_ai.usage.output_tokens",
-                Field::Int(settled.output_tokens),
-            ),
-        ]);
+        span.fixed(fixed::FORWARDED);
+        span.int("http.response.status_code", i64::from(settled.status));
+        span.int("gen_ai.usage.input_tokens", settled.input_tokens);
+        span.int("gen_ai.usage.output_tokens", settled.output_tokens);
         if settled.estimated {
-            span.push("warden.usage.estimated", Field::Bool(true));
+            span.flag("warden.usage.estimated", true);
         }
         if let Some(micros) = settled.cost_micros {
-            span.push("warden.cost_usd", Field::Float(micros as f64 / 1e6));
+            span.float("warden.cost_usd", micros as f64 / 1e6);
         }
         if let Some(approval_id) = self.approval_id {
-            span.push("warden.approval.id", Field::Int(approval_id));
+            span.int("warden.approval.id", approval_id);
         }
         if let Some(facts) = facts {
             facts.add_to(&mut span);
@@ -241,7 +211,7 @@ impl RequestTrace {
             } else {
                 Cow::Owned(settled.status.to_string())
             };
-            span.push("error.type", Field::Text(kind.to_string()));
+            span.str("error.type", &kind);
             span.error = Some(kind);
         }
         self.tracer.finish(span);
@@ -255,7 +225,11 @@ impl RequestTrace {
     /// Ends the request: `status` answered, `refused` when Warden refused it (its code
     /// is the decision, its policy named), with an error status then.
     pub fn end(mut self, status: u16, refused: Option<&Refusal>) {
-        if let Some(mut span) = self.client.take() {
+        let Some(mut span) = self.span.record.take() else {
+            // Sampled out, or the attempt's span already settled.
+            return;
+        };
+        if self.attempted {
             // An attempt that ended in a refusal (no connection, no answer in time).
             if let Some(refusal) = refused {
                 refusal_attributes(&mut span, refusal, status, self.approval_id);
@@ -266,35 +240,16 @@ impl RequestTrace {
         let Some(refusal) = refused else {
             return;
         };
-        // An attempt sampled out: the request is not traced.
-        if self.attempted {
-            return;
+        match (self.route, self.method.as_ref()) {
+            (Some((_, post)), "POST") => span.name(&[post]),
+            (Some((route, _)), method) => span.name(&[method, " ", route]),
+            (None, method) => span.name(&[method]),
         }
-        let begun = self
-            .tracer
-            .begin(self.parent.as_ref(), SpanKind::Server, self.arrived);
-        let Some(mut span) = begun.record else {
-            return;
-        };
-        let method = match &self.method {
-            Field::Static(method) => *method,
-            Field::Text(method) => method.as_str(),
-            _ => "",
-        };
-        span.name = match (self.route, method) {
-            (Some((_, post)), "POST") => Field::Static(post),
-            (Some((route, _)), method) => Field::Text(format!("{method} {route}")),
-            (None, method) => Field::Text(method.to_owned()),
-        };
-        span.attributes.reserve_exact(10);
-        span.attributes.extend([
-            ("http.request.method", self.method),
-            ("url.path", self.path),
-        ]);
+        span.str("http.request.method", &self.method);
+        span.str("url.path", &self.path);
         if let Some((route, _)) = self.route {
-            span.push("http.route", Field::Static(route));
+            span.str("http.route", route);
         }
-        span.caller = self.caller.take();
         refusal_attributes(&mut span, refusal, status, self.approval_id);
         self.tracer.finish(span);
     }
@@ -308,16 +263,14 @@ fn refusal_attributes(
     status: u16,
     approval_id: Option<i64>,
 ) {
-    span.attributes.extend([
-        ("http.response.status_code", Field::Int(i64::from(status))),
-        ("warden.decision", Field::Static(refusal.code())),
-        ("error.type", Field::Static(refusal.code())),
-    ]);
+    span.int("http.response.status_code", i64::from(status));
+    span.str("warden.decision", refusal.code());
+    span.str("error.type", refusal.code());
     if let Some(policy_id) = refusal.policy_id() {
-        span.push("warden.policy.id", Field::Int(policy_id));
+        span.int("warden.policy.id", policy_id);
     }
     if let Some(approval_id) = approval_id {
-        span.push("warden.approval.id", Field::Int(approval_id));
+        span.int("warden.approval.id", approval_id);
     }
     span.error = Some(Cow::Borrowed(refusal.code()));
 }

@@ -12,7 +12,7 @@ use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
 use super::content::{PendingContent, Sent};
-use super::record::{Caller, Field, SpanRecord};
+use super::record::SpanRecord;
 use super::{parent_in_headers, parent_span, Propagated, Tracer};
 use crate::capture::Capture;
 use crate::refusal::Refusal;
@@ -58,30 +58,26 @@ impl ToolCallTrace {
             _ => parent_span(&MetaContext(meta)),
         };
         let begun = tracer.begin(parent.as_ref(), SpanKind::Internal, SystemTime::now());
+        let propagated = begun.propagated();
         let span = begun.record.map(|mut span| {
-            span.name = Field::Text(format!("execute_tool {}", request.name));
-            span.attributes.extend([
-                ("gen_ai.operation.name", Field::Static("execute_tool")),
-                ("gen_ai.tool.name", Field::Text(request.name.to_string())),
-                ("mcp.method.name", Field::Static("tools/call")),
-                ("jsonrpc.request.id", Field::Text(context.id.to_string())),
-            ]);
+            span.name(&["execute_tool ", &request.name]);
+            span.str("gen_ai.operation.name", "execute_tool");
+            span.str("gen_ai.tool.name", &request.name);
+            span.str("mcp.method.name", "tools/call");
+            span.str("jsonrpc.request.id", &context.id.to_string());
             let session = parts
                 .and_then(|p| p.headers.get("mcp-session-id"))
                 .and_then(|v| v.to_str().ok());
             if let Some(session) = session {
-                span.push("mcp.session.id", Field::Text(session.to_owned()));
+                span.str("mcp.session.id", session);
             }
-            span.caller = Some(Caller {
-                key: view.key.clone(),
-                agent: view.agent.clone(),
-            });
+            span.caller(view);
             span
         });
         ToolCallTrace {
             tracer: tracer.clone(),
             span,
-            propagated: begun.propagated,
+            propagated,
         }
     }
 
@@ -117,7 +113,7 @@ impl ToolCallTrace {
     /// Names the approval a held call waits on, or that let it through.
     pub fn approval(&mut self, approval_id: i64) {
         if let Some(span) = &mut self.span {
-            span.push("warden.approval.id", Field::Int(approval_id));
+            span.int("warden.approval.id", approval_id);
         }
     }
 
@@ -128,16 +124,16 @@ impl ToolCallTrace {
             return;
         };
         if let Some(server) = server {
-            span.push("warden.mcp.server", Field::Text(server.to_owned()));
+            span.str("warden.mcp.server", server);
         }
         let decision = refusal.map_or("allowed", Refusal::code);
-        span.push("warden.decision", Field::Static(decision));
+        span.str("warden.decision", decision);
         if let Some(policy_id) = refusal.and_then(Refusal::policy_id) {
-            span.push("warden.policy.id", Field::Int(policy_id));
+            span.int("warden.policy.id", policy_id);
         }
         if outcome != "ok" {
             let kind = refusal.map_or(outcome, Refusal::code);
-            span.push("error.type", Field::Static(kind));
+            span.str("error.type", kind);
             span.error = Some(Cow::Borrowed(kind));
         }
         self.tracer.finish(span);

@@ -1,10 +1,8 @@
-//! OTLP attributes: `KeyValue` messages of the SDK's values and of the proxy's records'
-//! fields. A single value's message has its lengths counted before it is written.
+//! OTLP attributes: `KeyValue` messages of the SDK's values and of the proxy's spans'
+//! attributes. A single value's message has its lengths counted before it is written.
 
 use opentelemetry::{Array, KeyValue, Value};
 
-use super::super::fixed::FixedValue;
-use super::super::record::FieldRef;
 use super::wire::{
     delimited_len, key, message, string, string_always, string_len, varint, varint_len, FIXED64,
     LEN, VARINT,
@@ -33,25 +31,15 @@ pub(super) fn attribute_field(b: &mut Vec<u8>, field: u32, attribute: &KeyValue)
     scalar_attribute(b, field, name, scalar);
 }
 
-/// A record's attribute as field `field`.
-pub(super) fn field_attribute(b: &mut Vec<u8>, field: u32, name: &str, value: FieldRef<'_>) {
-    let scalar = match value {
-        FieldRef::Str(s) => Scalar::Str(s),
-        FieldRef::Bool(v) => Scalar::Bool(v),
-        FieldRef::Int(v) => Scalar::Int(v),
-        FieldRef::Float(v) => Scalar::Float(v),
-        FieldRef::Strs(values) => return strings_attribute(b, field, name, values),
-        // Encoded at compile time as a span's attribute, field 9, under its own key
-        // (`push_fixed` takes the key from it: the same pointer, no bytes compared).
-        FieldRef::Fixed(fixed) if field == 9 && std::ptr::eq(fixed.key, name) => {
-            return b.extend_from_slice(fixed.encoded)
-        }
-        FieldRef::Fixed(fixed) => match fixed.value {
-            FixedValue::Str(text) => Scalar::Str(text),
-            FixedValue::Bool(flag) => Scalar::Bool(flag),
-        },
-    };
-    scalar_attribute(b, field, name, scalar);
+/// A span's attribute (field 9) of a single value, appended to the span's fields.
+#[inline]
+pub(in crate::otel) fn span_attribute(b: &mut Vec<u8>, name: &str, value: Scalar<'_>) {
+    scalar_attribute(b, 9, name, value);
+}
+
+/// A span's attribute (field 9) of a list of strings.
+pub(in crate::otel) fn span_strings(b: &mut Vec<u8>, name: &str, values: &[String]) {
+    strings_attribute(b, 9, name, values);
 }
 
 /// A `KeyValue` of a list of strings as field `field`: `AnyValue { array_value:
@@ -77,8 +65,8 @@ fn strings_attribute(b: &mut Vec<u8>, field: u32, name: &str, values: &[String])
 }
 
 /// A single attribute value.
-#[derive(Clone, Copy)]
-enum Scalar<'a> {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(in crate::otel) enum Scalar<'a> {
     Str(&'a str),
     Bool(bool),
     Int(i64),

@@ -26,7 +26,8 @@ use super::record::SpanRecord;
 mod attributes;
 mod wire;
 
-use attributes::{attribute_field, field_attribute, key_value};
+use attributes::{attribute_field, key_value};
+pub(super) use attributes::{span_attribute, span_strings, Scalar};
 use wire::{
     bytes, delimited_len, fixed32, fixed64, key, message, string, string_len, uint, varint, LEN,
 };
@@ -91,12 +92,31 @@ pub fn encode_request(out: &mut Vec<u8>, resource: &EncodedResource, spans: &[Sp
     });
 }
 
-/// A proxy's span as it goes into a request: field 2 (`spans`) of a `ScopeSpans`, its
-/// `Span` message written into `scratch` first and copied behind its length.
+/// A proxy's span as it goes into a request: field 2 (`spans`) of a `ScopeSpans`. Its
+/// ids, times and status are written into `scratch` and its length counted, so that
+/// its name and attributes, encoded as they were given, are copied once, behind them.
 pub fn encode_span_field(out: &mut Vec<u8>, scratch: &mut Vec<u8>, record: &SpanRecord) {
     scratch.clear();
-    encode_record(scratch, record);
-    bytes(out, 2, scratch);
+    span_head(scratch, record);
+    let head = scratch.len();
+    span_tail(scratch, record);
+    let fields = record.fields();
+    let len = scratch.len() + fields.len();
+    out.reserve(1 + 10 + len);
+    key(out, 2, LEN);
+    varint(out, len as u64);
+    out.extend_from_slice(&scratch[..head]);
+    out.extend_from_slice(fields);
+    out.extend_from_slice(&scratch[head..]);
+}
+
+/// A span's name (field 5), `parts` one after another, appended to its fields.
+pub(super) fn span_name(b: &mut Vec<u8>, parts: &[&str]) {
+    key(b, 5, LEN);
+    varint(b, parts.iter().map(|part| part.len()).sum::<usize>() as u64);
+    for part in parts {
+        b.extend_from_slice(part.as_bytes());
+    }
 }
 
 /// An `ExportTraceServiceRequest` of spans already encoded by [`encode_span_field`]
@@ -155,24 +175,27 @@ pub fn encode_records(
 
 /// One attribute as a span's field 9 (the fixed attributes' tests compare with it).
 #[cfg(test)]
-pub fn encode_attribute(name: &str, value: super::record::FieldRef<'_>) -> Vec<u8> {
+pub fn encode_attribute(name: &str, value: Scalar<'_>) -> Vec<u8> {
     let mut b = Vec::new();
-    field_attribute(&mut b, 9, name, value);
+    span_attribute(&mut b, name, value);
     b
 }
 
-fn encode_record(b: &mut Vec<u8>, record: &SpanRecord) {
+/// A span's fields before its name and attributes: ids, trace state, parent.
+fn span_head(b: &mut Vec<u8>, record: &SpanRecord) {
     bytes(b, 1, &record.trace_id.to_bytes());
     bytes(b, 2, &record.span_id.to_bytes());
     string(b, 3, record.trace_state.as_deref().unwrap_or_default());
     if let Some(parent) = record.parent {
         bytes(b, 4, &parent.to_bytes());
     }
-    string(b, 5, record.name());
+}
+
+/// A span's fields after its name and attributes: kind, times, status, flags.
+fn span_tail(b: &mut Vec<u8>, record: &SpanRecord) {
     uint(b, 6, span_kind(&record.kind));
     fixed64(b, 7, nanos(record.start));
     fixed64(b, 8, nanos(record.end));
-    record.for_each_attribute(|name, value| field_attribute(b, 9, name, value));
     // Status: always present, as the reference writes it; an error's code is 2 (a
     // varint field of one byte).
     key(b, 15, LEN);
@@ -304,14 +327,9 @@ mod tests {
     use opentelemetry_sdk::Resource;
     use prost::Message;
 
-    use std::sync::Arc;
-
-    use warden_shared::snapshot::AgentState;
-
     use super::super::fixed::{stream, FORWARDED};
-    use super::super::record::{Caller, Field, SpanRecord};
+    use super::super::record::SpanRecord;
     use super::{encode_records, encode_request, EncodedResource};
-    use crate::test_fixtures;
 
     fn context(trace: u128, span: u64, remote: bool, state: &str) -> SpanContext {
         SpanContext::new(
@@ -443,96 +461,104 @@ mod tests {
         assert_eq!(ours, reference);
     }
 
-    /// A record of each shape the proxy makes: a forwarded attempt under an agent's
-    /// span with its state, a refusal at the root, a tool call without a caller.
-    fn records() -> Vec<SpanRecord> {
+    /// `value` written into `record` as the request path writes an attribute of its
+    /// kind.
+    fn write(record: &mut SpanRecord, attribute: &KeyValue) {
+        let key = attribute.key.as_str();
+        match &attribute.value {
+            Value::String(s) => record.str(key, s.as_str()),
+            Value::I64(v) => record.int(key, *v),
+            Value::F64(v) => record.float(key, *v),
+            Value::Bool(v) => record.flag(key, *v),
+            Value::Array(Array::String(values)) => {
+                let values: Vec<String> = values.iter().map(|v| v.as_str().to_owned()).collect();
+                record.strs(key, &values)
+            }
+            other => panic!("the proxy writes no {other:?}"),
+        }
+    }
+
+    /// A record of each shape the proxy makes (a forwarded attempt under an agent's span
+    /// with its state, a refusal at the root, a tool call without attributes), each
+    /// with the name and attributes it was given, in the SDK's form.
+    fn records() -> Vec<(SpanRecord, String, Vec<KeyValue>)> {
         let start = std::time::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
-        let agent = AgentState {
-            id: "agent-1".into(),
-            tenant_id: "tenant-1".into(),
-            name: "support-bot".into(),
-            team_id: None,
-            environment: "production".into(),
-            blocked: false,
-            quarantined: false,
-            expires_at: None,
-        };
-        let forwarded = SpanRecord {
-            trace_id: TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
-            span_id: SpanId::from(0x1234),
-            parent: Some(SpanId::from(0x00f0_67aa_0ba9_02b7)),
-            trace_state: Some("agent=1,vendor=x".into()),
-            // The name and the model are parts of the record's texts.
-            name: Field::Part { start: 0, end: 11 },
-            kind: SpanKind::Client,
+        let mut forwarded = SpanRecord::new(
+            TraceId::from(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c),
+            SpanId::from(0x1234),
+            SpanKind::Client,
             start,
-            end: start + Duration::from_millis(250),
-            attributes: vec![
-                ("gen_ai.operation.name", Field::Static("chat")),
-                // Encoded at compile time.
-                (FORWARDED.key, Field::Fixed(FORWARDED)),
-                ("gen_ai.request.stream", Field::Fixed(stream(false))),
-                ("gen_ai.request.model", Field::Part { start: 5, end: 11 }),
-                ("server.address", Field::Text("api.openai.com".into())),
-                ("gen_ai.request.stream", Field::Bool(true)),
-                ("server.port", Field::Int(443)),
-                ("warden.budget.delta", Field::Int(-42)),
-                ("warden.cost_usd", Field::Float(0.000_125)),
-                ("warden.empty", Field::Static("")),
-                (
-                    "gen_ai.response.finish_reasons",
-                    Field::Texts(vec!["stop".into(), "".into()]),
-                ),
-                ("a.long.value", Field::Text("v".repeat(300))),
-                // A `KeyValue` of 127 bytes (every length one byte) and of 128.
-                ("a.edge", Field::Text("e".repeat(115))),
-                ("a.edge", Field::Text("e".repeat(116))),
-            ],
-            texts: "chat gpt-4o".into(),
-            caller: Some(Caller {
-                key: test_fixtures::key("key-1", "tenant-1", "agent-1"),
-                agent: Some(Arc::new(agent)),
-            }),
-            error: None,
-            content: None,
-        };
-        let refused = SpanRecord {
-            trace_id: TraceId::from(7),
-            span_id: SpanId::from(8),
-            parent: None,
-            trace_state: None,
-            name: Field::Static("POST /v1/chat/completions"),
-            kind: SpanKind::Server,
-            start: std::time::UNIX_EPOCH,
-            end: start,
-            attributes: vec![
-                ("warden.decision", Field::Static("blocked_agent")),
-                ("warden.policy.id", Field::Int(0)),
-            ],
-            texts: String::new(),
-            caller: Some(Caller {
-                key: test_fixtures::key("key-2", "tenant-1", "agent-2"),
-                agent: None,
-            }),
-            error: Some(Cow::Borrowed("blocked_agent")),
-            content: None,
-        };
-        let tool_call = SpanRecord {
-            trace_id: TraceId::from(9),
-            span_id: SpanId::from(10),
-            parent: Some(SpanId::from(11)),
-            trace_state: None,
-            name: Field::Text("execute_tool ".to_owned() + &"n".repeat(70_000)),
-            kind: SpanKind::Internal,
+        );
+        forwarded.parent = Some(SpanId::from(0x00f0_67aa_0ba9_02b7));
+        forwarded.trace_state = Some("agent=1,vendor=x".into());
+        forwarded.end = start + Duration::from_millis(250);
+        forwarded.name(&["chat", " ", "gpt-4o"]);
+        // Encoded at compile time.
+        forwarded.fixed(FORWARDED);
+        forwarded.fixed(stream(false));
+        let mut attributes = vec![
+            KeyValue::new("warden.decision", "forwarded"),
+            KeyValue::new("gen_ai.request.stream", false),
+        ];
+        let given = [
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.request.model", "gpt-4o"),
+            KeyValue::new("server.address", "api.openai.com"),
+            KeyValue::new("gen_ai.request.stream", true),
+            KeyValue::new("server.port", 443_i64),
+            KeyValue::new("warden.budget.delta", -42_i64),
+            KeyValue::new("warden.cost_usd", 0.000_125),
+            KeyValue::new("warden.empty", ""),
+            KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                Value::Array(Array::String(vec![
+                    StringValue::from("stop"),
+                    StringValue::from(""),
+                ])),
+            ),
+            KeyValue::new("a.long.value", "v".repeat(300)),
+            // A `KeyValue` of 127 bytes (every length one byte) and of 128.
+            KeyValue::new("a.edge", "e".repeat(115)),
+            KeyValue::new("a.edge", "e".repeat(116)),
+            KeyValue::new("k".repeat(200), i64::MIN),
+            KeyValue::new("gen_ai.agent.name", "support-bot"),
+        ];
+        for attribute in &given {
+            write(&mut forwarded, attribute);
+        }
+        attributes.extend(given);
+        let mut refused = SpanRecord::new(
+            TraceId::from(7),
+            SpanId::from(8),
+            SpanKind::Server,
+            std::time::UNIX_EPOCH,
+        );
+        refused.end = start;
+        // The name given after attributes: fields may come in any order.
+        let refusal = vec![
+            KeyValue::new("warden.decision", "blocked_agent"),
+            KeyValue::new("warden.policy.id", 0_i64),
+        ];
+        for attribute in &refusal {
+            write(&mut refused, attribute);
+        }
+        refused.name(&["POST /v1/chat/completions"]);
+        refused.error = Some(Cow::Borrowed("blocked_agent"));
+        let mut tool_call = SpanRecord::new(
+            TraceId::from(9),
+            SpanId::from(10),
+            SpanKind::Internal,
             start,
-            end: start,
-            attributes: Vec::new(),
-            texts: String::new(),
-            caller: None,
-            error: Some(Cow::Borrowed("")),
-            content: None,
-        };
-        vec![forwarded, refused, tool_call]
+        );
+        tool_call.parent = Some(SpanId::from(11));
+        let long_name = "n".repeat(70_000);
+        tool_call.name(&["execute_tool ", &long_name]);
+        tool_call.error = Some(Cow::Borrowed(""));
+        vec![
+            (forwarded, "chat gpt-4o".to_owned(), attributes),
+            (refused, "POST /v1/chat/completions".to_owned(), refusal),
+            (tool_call, format!("execute_tool {long_name}"), Vec::new()),
+        ]
     }
 
     #[test]
@@ -544,7 +570,10 @@ mod tests {
         let scope = InstrumentationScope::builder("warden-proxy")
             .with_version("1.2.3")
             .build();
-        let records = records();
+        let (records, given): (Vec<SpanRecord>, Vec<(String, Vec<KeyValue>)>) = records()
+            .into_iter()
+            .map(|(record, name, attributes)| (record, (name, attributes)))
+            .unzip();
         let mut bytes = Vec::new();
         encode_records(
             &mut bytes,
@@ -553,7 +582,16 @@ mod tests {
             &records,
         );
         let ours = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decodes");
-        let spans = records.iter().map(|r| r.to_span_data(&scope)).collect();
+        // The reference's form of what each record was given (not read back from it).
+        let spans = records
+            .iter()
+            .zip(given)
+            .map(|(record, (name, attributes))| SpanData {
+                name: Cow::Owned(name),
+                attributes,
+                ..record.to_span_data(&scope)
+            })
+            .collect();
         let reference = ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(
                 spans,
@@ -561,21 +599,6 @@ mod tests {
             ),
         };
         assert_eq!(ours, reference);
-        let forwarded = &ours.resource_spans[0].scope_spans[0].spans[0];
-        let names: Vec<&str> = forwarded
-            .attributes
-            .iter()
-            .map(|a| a.key.as_str())
-            .collect();
-        assert!(
-            names.ends_with(&[
-                "warden.tenant.id",
-                "warden.key.id",
-                "gen_ai.agent.id",
-                "gen_ai.agent.name"
-            ]),
-            "the caller's attributes: {names:?}"
-        );
         encode_records(&mut bytes, &EncodedResource::new(&resource), &scope, &[]);
         assert!(bytes.is_empty(), "an empty request");
     }
