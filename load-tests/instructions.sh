@@ -23,6 +23,7 @@
 #   load-tests/instructions.sh                   # this tree's release build
 #   BIN2=folder load-tests/instructions.sh       # and another build beside it
 #   TRACED=1 load-tests/instructions.sh          # and the same build with traces on
+#   TRACED=1 BIN2=folder load-tests/instructions.sh  # both builds, each with and without
 #   KEEP=folder load-tests/instructions.sh       # keeps the dumps for callgrind_annotate
 #   LOAD=plain load-tests/instructions.sh        # plain (not streamed) chat completions, by wrk
 set -euo pipefail
@@ -110,4 +111,10 @@ if [ -n "${BIN2:-}" ]; then
   count bin2 "$BIN2"
   awk -v a="${PER_REQUEST[bin2]}" -v b="${PER_REQUEST[bin]}" 'BEGIN {
     printf "\nBIN2 / BIN, instructions a request: %.3f\n", a / b }'
+  if [ "${TRACED:-0}" = 1 ]; then
+    count traced2 "$BIN2" OTEL_EXPORTER_OTLP_ENDPOINT="http://$MOCK"
+    awk -v a="${PER_REQUEST[traced2]}" -v b="${PER_REQUEST[bin2]}" -v t="${PER_REQUEST[traced]}" 'BEGIN {
+      printf "\nBIN2 traced / untraced, instructions a request: %.3f (%+.0f a request)\n", a / b, a - b
+      printf "BIN2 traced / BIN traced: %.3f (%+.0f a request)\n", a / t, a - t }'
+  fi
 fi
