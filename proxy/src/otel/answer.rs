@@ -7,13 +7,18 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use memchr::memmem::Finder;
+use serde::Deserialize;
 
+use super::protobuf::{span_attribute, Scalar, StringList};
 use super::record::SpanRecord;
 use crate::endpoint::Endpoint;
 use crate::usage::extract::{
     read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField,
 };
 use crate::usage::sse::{has_value, plain_strings, EventReader, Key};
+
+/// Room for an answer's id and model as attributes (about 70 bytes for OpenAI's).
+const NAMES_CAPACITY: usize = 128;
 
 /// Finish reasons kept beyond this are dropped (one per choice; agents ask for few).
 const MAX_FINISH_REASONS: usize = 16;
@@ -57,11 +62,47 @@ fn ending(endpoint: Endpoint) -> Ending {
     }
 }
 
+/// A chat completion as a trace reads it: its usage, id and model. Its choices are not
+/// parsed: how each ended is read from the answer's bytes (`plain_strings`), as a
+/// stream's events are. Parsed as a stream's event is, choices and all, a whole answer
+/// cost a traced request about 2,800 instructions more than its usage alone, each
+/// string field read about 300 of them (`instructions.sh LOAD=plain TRACED=1`,
+/// 2026-12-06).
+#[derive(Deserialize)]
+struct WholeChat<'a> {
+    #[serde(default)]
+    usage: Option<UsageField>,
+    #[serde(borrow, default)]
+    id: Text<'a>,
+    #[serde(borrow, default)]
+    model: Text<'a>,
+}
+
+/// Any other endpoint's whole answer (a response, a message, embeddings): its usage and
+/// its top level's facts.
+#[derive(Deserialize)]
+struct WholeAnswer<'a> {
+    #[serde(default)]
+    usage: Option<UsageField>,
+    #[serde(borrow, default)]
+    id: Text<'a>,
+    #[serde(borrow, default)]
+    model: Text<'a>,
+    #[serde(borrow, default)]
+    object: Text<'a>,
+    #[serde(borrow, default)]
+    status: Text<'a>,
+    #[serde(borrow, default)]
+    stop_reason: Text<'a>,
+}
+
 #[derive(Debug)]
 pub struct AnswerFacts {
     attempt_started: Instant,
     /// Where this endpoint's events say how a choice ended.
     ending: Ending,
+    /// Whether a whole answer's choices say how it ended (chat completions').
+    has_choices: bool,
     /// A stream's first event the relay did not parse, kept while no event has named
     /// the answer: its id and model are read from it at the end if none does. Chat
     /// completions' usage chunk and the Responses and Messages events with usage name
@@ -69,9 +110,12 @@ pub struct AnswerFacts {
     /// 5,000 instructions (`instructions.sh TRACED=1`, 2026-12-02).
     first_unparsed: Option<Box<[u8]>>,
     first_chunk: Option<Duration>,
-    id: Option<String>,
-    model: Option<String>,
-    finish_reasons: Vec<String>,
+    /// The answer's id and model as the span's attributes, written as they are read
+    /// (copied once, not kept as texts of their own and freed one by one).
+    names: Vec<u8>,
+    has_id: bool,
+    has_model: bool,
+    finish_reasons: StringList,
     cache_read_tokens: Option<i64>,
     cache_creation_tokens: Option<i64>,
     reasoning_tokens: Option<i64>,
@@ -83,11 +127,14 @@ impl AnswerFacts {
         AnswerFacts {
             attempt_started,
             ending: ending(endpoint),
+            has_choices: endpoint == Endpoint::ChatCompletions,
             first_unparsed: None,
             first_chunk: None,
-            id: None,
-            model: None,
-            finish_reasons: Vec::new(),
+            // An id and a model: written without the buffer growing.
+            names: Vec::with_capacity(NAMES_CAPACITY),
+            has_id: false,
+            has_model: false,
+            finish_reasons: StringList::default(),
             cache_read_tokens: None,
             cache_creation_tokens: None,
             reasoning_tokens: None,
@@ -98,9 +145,39 @@ impl AnswerFacts {
     /// none) read in the same pass. `Err`: the body is not an answer's JSON, which the
     /// usage's own reading may still take.
     pub fn whole(&mut self, body: &[u8]) -> Result<Option<Tokens>, serde_json::Error> {
-        let event = serde_json::from_slice::<Event<'_>>(body)?;
-        EventReader::event(self, &event);
-        Ok(event.usage.as_deref().map(UsageField::tokens))
+        let usage = if self.has_choices {
+            let answer = serde_json::from_slice::<WholeChat<'_>>(body)?;
+            self.name(&answer.id, &answer.model);
+            match plain_strings(body, &FINISH_REASON) {
+                Some(reasons) => reasons.into_iter().for_each(|r| self.finished(Some(r))),
+                // An escape in a finish reason: the choices are parsed.
+                None => {
+                    let choices = read_event(body).and_then(|event| event.choices);
+                    for choice in choices.iter().flatten() {
+                        self.finished(choice.finish_reason.get());
+                    }
+                }
+            }
+            answer.usage
+        } else {
+            let answer = serde_json::from_slice::<WholeAnswer<'_>>(body)?;
+            self.name(&answer.id, &answer.model);
+            self.ended(&answer.object, &answer.status, &answer.stop_reason);
+            answer.usage
+        };
+        if let Some(usage) = &usage {
+            self.usage(usage);
+        }
+        Ok(usage.as_ref().map(UsageField::tokens))
+    }
+
+    /// How an object (an answer, or one an event carries) says it ended: Anthropic's
+    /// `stop_reason`, a response's `status` once it is no longer in progress.
+    fn ended(&mut self, object: &Text<'_>, status: &Text<'_>, stop_reason: &Text<'_>) {
+        self.finished(stop_reason.get());
+        if object.get() == Some("response") {
+            self.finished(status.get().filter(|s| *s != "in_progress"));
+        }
     }
 
     /// A stream's next bytes arrived: the first says when the first chunk came.
@@ -113,7 +190,7 @@ impl AnswerFacts {
     fn finished(&mut self, reason: Option<&str>) {
         if let Some(reason) = reason {
             if self.finish_reasons.len() < MAX_FINISH_REASONS {
-                self.finish_reasons.push(reason.to_owned());
+                self.finish_reasons.push(reason);
             }
         }
     }
@@ -136,16 +213,18 @@ impl AnswerFacts {
 
     /// Whether the answer's id and model are both known.
     fn named(&self) -> bool {
-        self.id.is_some() && self.model.is_some()
+        self.has_id && self.has_model
     }
 
     /// Takes the id and model of one of an event's objects, where not known yet.
     fn name(&mut self, id: &Text<'_>, model: &Text<'_>) {
-        if self.id.is_none() {
-            self.id = id.get().map(str::to_owned);
+        if let Some(id) = id.get().filter(|_| !self.has_id) {
+            span_attribute(&mut self.names, "gen_ai.response.id", Scalar::Str(id));
+            self.has_id = true;
         }
-        if self.model.is_none() {
-            self.model = model.get().map(str::to_owned);
+        if let Some(model) = model.get().filter(|_| !self.has_model) {
+            span_attribute(&mut self.names, "gen_ai.response.model", Scalar::Str(model));
+            self.has_model = true;
         }
     }
 
@@ -169,12 +248,7 @@ impl AnswerFacts {
                 self.name_from(&event);
             }
         }
-        if let Some(id) = &self.id {
-            span.str("gen_ai.response.id", id);
-        }
-        if let Some(model) = &self.model {
-            span.str("gen_ai.response.model", model);
-        }
+        span.encoded(&self.names);
         if !self.finish_reasons.is_empty() {
             span.strs("gen_ai.response.finish_reasons", &self.finish_reasons);
         }
@@ -241,10 +315,7 @@ impl EventReader for AnswerFacts {
             .flatten()
             .map(|n| (&n.object, &n.status, &n.stop_reason, n.usage.as_deref()));
         for (object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
-            self.finished(stop_reason.get());
-            if object.get() == Some("response") {
-                self.finished(status.get().filter(|s| *s != "in_progress"));
-            }
+            self.ended(object, status, stop_reason);
             if let Some(usage) = usage {
                 self.usage(usage);
             }
@@ -489,13 +560,14 @@ mod tests {
             if parse {
                 facts.event(&read_event(ending).unwrap());
             }
-            let reasons = facts.finish_reasons.clone();
             let expected: &[&str] = match endpoint {
                 Endpoint::Responses => &[],
                 Endpoint::Messages => &["end_turn"],
                 _ => &["stop"],
             };
-            assert_eq!(reasons, expected, "{shown}");
+            let mut list = StringList::default();
+            expected.iter().for_each(|reason| list.push(reason));
+            assert_eq!(facts.finish_reasons, list, "{shown}");
             // Each endpoint's events are searched for its own key only.
             if endpoint != Endpoint::ChatCompletions {
                 let mut chat = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);

@@ -14,7 +14,7 @@ use warden_shared::keys::put_hex;
 
 use super::content::PendingContent;
 use super::fixed::Fixed;
-use super::protobuf::{span_attribute, span_name, span_strings, Scalar};
+use super::protobuf::{span_attribute, span_name, span_strings, Scalar, StringList};
 use crate::state::KeyView;
 
 /// Room for a span's name and attributes from the start: a forwarded request's come to
@@ -74,29 +74,34 @@ impl SpanRecord {
         span_name(&mut self.fields, parts);
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn str(&mut self, key: &str, value: &str) {
         span_attribute(&mut self.fields, key, Scalar::Str(value));
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn int(&mut self, key: &str, value: i64) {
         span_attribute(&mut self.fields, key, Scalar::Int(value));
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn float(&mut self, key: &str, value: f64) {
         span_attribute(&mut self.fields, key, Scalar::Float(value));
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn flag(&mut self, key: &str, value: bool) {
         span_attribute(&mut self.fields, key, Scalar::Bool(value));
     }
 
     /// A list of strings.
-    pub fn strs(&mut self, key: &str, values: &[String]) {
+    pub(in crate::otel) fn strs(&mut self, key: &str, values: &StringList) {
         span_strings(&mut self.fields, key, values);
+    }
+
+    /// Attributes already encoded (by `span_attribute`).
+    pub fn encoded(&mut self, attributes: &[u8]) {
+        self.fields.extend_from_slice(attributes);
     }
 
     /// A fixed attribute: its bytes, encoded at compile time.

@@ -27,7 +27,7 @@ mod attributes;
 mod wire;
 
 use attributes::{attribute_field, key_value};
-pub(super) use attributes::{span_attribute, span_strings, Scalar};
+pub(super) use attributes::{span_attribute, span_strings, Scalar, StringList};
 use wire::{
     bytes, delimited_len, fixed32, fixed64, key, message, string, string_len, uint, varint, LEN,
 };
@@ -471,8 +471,9 @@ mod tests {
             Value::F64(v) => record.float(key, *v),
             Value::Bool(v) => record.flag(key, *v),
             Value::Array(Array::String(values)) => {
-                let values: Vec<String> = values.iter().map(|v| v.as_str().to_owned()).collect();
-                record.strs(key, &values)
+                let mut list = super::StringList::default();
+                values.iter().for_each(|v| list.push(v.as_str()));
+                record.strs(key, &list)
             }
             other => panic!("the proxy writes no {other:?}"),
         }
