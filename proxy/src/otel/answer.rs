@@ -15,7 +15,7 @@ use crate::endpoint::Endpoint;
 use crate::usage::extract::{
     read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField,
 };
-use crate::usage::sse::{has_value, plain_strings, EventReader, Key};
+use crate::usage::sse::{has_value, plain_strings, EventReader, Key, RareByteKey, SearchKey};
 
 /// Room for an answer's id and model as attributes (about 70 bytes for OpenAI's).
 const NAMES_CAPACITY: usize = 128;
@@ -30,14 +30,14 @@ const MAX_FINISH_REASONS: usize = 16;
 /// part of text. One key an endpoint: searching every event for all three was a third
 /// of what a trace added to a streamed request's instructions (`instructions.sh
 /// TRACED=1`, 2026-12-01).
-static FINISH_REASON: Key = LazyLock::new(|| Finder::new(b"\"finish_reason\""));
-static STOP_REASON: Key = LazyLock::new(|| Finder::new(b"\"stop_reason\""));
+static FINISH_REASON: RareByteKey = RareByteKey::new(b"\"finish_reason\"", b'_');
+static STOP_REASON: RareByteKey = RareByteKey::new(b"\"stop_reason\"", b'_');
 static STATUS: Key = LazyLock::new(|| Finder::new(b"\"status\""));
 
 /// How an endpoint's events say how the answer ended.
 #[derive(Debug, Clone, Copy)]
 struct Ending {
-    key: &'static Finder<'static>,
+    key: &'static (dyn SearchKey + Sync),
     /// Whether every string value of the key is a finish reason (chat completions'
     /// `finish_reason` and Anthropic's `stop_reason` mean that wherever they are), so
     /// that it is read from the event's bytes; a `status` is one only on the response
