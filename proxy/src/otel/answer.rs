@@ -1,7 +1,8 @@
 //! What a provider's answer says of itself (its id, model, finish reasons, cached and
 //! reasoning tokens, and when its first chunk came), read for a sampled trace only, in
-//! the same parse as the answer's usage (`crate::usage::extract::Event`): a whole answer
-//! once, a stream event by event as the relay reads them.
+//! the same parse as the answer's usage: a whole answer once (`WholeChat`,
+//! `WholeAnswer`), a stream event by event as the relay reads them
+//! (`crate::usage::extract::Event`).
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -300,7 +301,7 @@ impl EventReader for AnswerFacts {
         }
     }
 
-    /// One event of a stream (or a whole answer), as the usage's reading parsed it.
+    /// One event of a stream, as the usage's reading parsed it.
     fn event(&mut self, event: &Event<'_>) {
         self.name_from(event);
         let objects = [(
@@ -422,6 +423,44 @@ mod tests {
                 ("gen_ai.usage.reasoning.output_tokens", "2"),
             ])
         );
+    }
+
+    #[test]
+    fn a_whole_answer_of_each_endpoint_names_itself_and_how_it_ended() {
+        for (endpoint, answer, expected) in [
+            // A finish reason with an escape takes the parse of the choices.
+            (
+                Endpoint::ChatCompletions,
+                r#"{"id":"c","model":"m","choices":[{"message":{"content":"a_b"},"finish_reason":"st\u006fp"}]}"#,
+                [
+                    ("gen_ai.response.id", "c"),
+                    ("gen_ai.response.model", "m"),
+                    ("gen_ai.response.finish_reasons", r#"["stop"]"#),
+                ],
+            ),
+            (
+                Endpoint::Responses,
+                r#"{"id":"resp_1","object":"response","model":"gpt-4o","status":"completed","output":[{"status":"in_progress"}]}"#,
+                [
+                    ("gen_ai.response.id", "resp_1"),
+                    ("gen_ai.response.model", "gpt-4o"),
+                    ("gen_ai.response.finish_reasons", r#"["completed"]"#),
+                ],
+            ),
+            (
+                Endpoint::Messages,
+                r#"{"id":"msg_1","type":"message","model":"claude","stop_reason":"end_turn","content":[{"text":"\"stop_reason\":\"x\""}]}"#,
+                [
+                    ("gen_ai.response.id", "msg_1"),
+                    ("gen_ai.response.model", "claude"),
+                    ("gen_ai.response.finish_reasons", r#"["end_turn"]"#),
+                ],
+            ),
+        ] {
+            let mut facts = AnswerFacts::new(Instant::now(), endpoint);
+            assert_eq!(facts.whole(answer.as_bytes()).unwrap(), None, "{answer}");
+            assert_eq!(facts_of(facts.attributes()), pairs(&expected), "{answer}");
+        }
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub fn from_json(body: &[u8]) -> Option<Tokens> {
         .map(|usage| usage.tokens())
 }
 
-/// A stream event (or a whole answer), read as far as its usage, the text it carries
+/// A stream event, read as far as its usage, the text it carries
 /// and what a trace reports of it (`crate::otel::AnswerFacts`): one parse serves all.
 /// Text is borrowed from the event unless it has escapes. A field a trace reads that
 /// is not a string is taken as absent, never as an unreadable event: the usage must
