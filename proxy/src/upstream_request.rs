@@ -12,7 +12,7 @@ use crate::config::{OwnCredential, ProvidersConfig};
 use crate::endpoint::Endpoint;
 use crate::headers::is_header_value;
 use crate::managed_keys::ManagedKeys;
-use crate::otel::{TRACEPARENT, TRACESTATE};
+use crate::otel::{Traceparent, TRACEPARENT, TRACESTATE};
 use crate::refusal::Refusal;
 use crate::state::{EnforcementState, KeyView};
 use crate::upstream::{Target, Upstreams, INLINE_BODY};
@@ -27,7 +27,7 @@ pub struct ClientHeaders {
     pub anthropic_beta: Option<HeaderValue>,
     /// The W3C trace context: the agent's, passed on as it came, or the proxy's own
     /// span's when tracing is on.
-    pub traceparent: Option<HeaderValue>,
+    pub traceparent: Option<ParentHeader>,
     pub tracestate: Option<HeaderValue>,
 }
 
@@ -44,8 +44,26 @@ impl ClientHeaders {
             user_agent: headers.get(http::header::USER_AGENT).cloned(),
             anthropic_version: anthropic("anthropic-version"),
             anthropic_beta: anthropic("anthropic-beta"),
-            traceparent: headers.get(&TRACEPARENT).cloned(),
+            traceparent: headers.get(&TRACEPARENT).cloned().map(ParentHeader::Agent),
             tracestate: headers.get(&TRACESTATE).cloned(),
+        }
+    }
+}
+
+/// The `traceparent` a provider is sent.
+#[derive(Debug)]
+pub enum ParentHeader {
+    /// The agent's, as it came.
+    Agent(HeaderValue),
+    /// That of the proxy's span of the attempt.
+    Span(Traceparent),
+}
+
+impl ParentHeader {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            ParentHeader::Agent(value) => value.as_bytes(),
+            ParentHeader::Span(traceparent) => traceparent.as_bytes(),
         }
     }
 }
@@ -283,9 +301,9 @@ mod tests {
             user_agent: None,
             anthropic_version: Some(HeaderValue::from_static("2024-01-01")),
             anthropic_beta: Some(HeaderValue::from_static("prompt-caching-2024-07-31")),
-            traceparent: Some(HeaderValue::from_static(
+            traceparent: Some(ParentHeader::Agent(HeaderValue::from_static(
                 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            )),
+            ))),
             tracestate: Some(HeaderValue::from_static("agent=1")),
         };
         let body = UpstreamBody {

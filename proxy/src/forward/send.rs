@@ -16,7 +16,9 @@ use crate::relay::{relay_stream, relay_whole, Relayed};
 use crate::request_body::rewrite;
 use crate::resources::Resources;
 use crate::upstream::Exchange;
-use crate::upstream_request::{credential, upstream_header, ClientHeaders, UpstreamBody};
+use crate::upstream_request::{
+    credential, upstream_header, ClientHeaders, ParentHeader, UpstreamBody,
+};
 
 /// The status recorded (metrics only: nothing is sent) for a request whose client hung
 /// up before the provider answered; nginx's convention.
@@ -139,10 +141,11 @@ fn attempt(
         server_port: port,
     };
     let propagated = trace.attempt(&attempt);
-    // The value's own buffer becomes the header's: not copied.
-    let header = |value: Option<String>| value.and_then(|v| HeaderValue::try_from(v).ok());
-    client.traceparent = header(propagated.traceparent);
-    client.tracestate = header(propagated.tracestate);
+    client.traceparent = propagated.traceparent.map(ParentHeader::Span);
+    // The agent's state, parsed and written back; its own buffer becomes the header's.
+    client.tracestate = propagated
+        .tracestate
+        .and_then(|state| HeaderValue::try_from(state).ok());
     trace.answer_facts(ready.endpoint)
 }
 

@@ -46,7 +46,8 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
 use batch::SpanQueue;
-use record::{traceparent, SpanRecord};
+use record::SpanRecord;
+pub use record::Traceparent;
 
 pub use answer::AnswerFacts;
 pub use export::{Plane, TraceExport, TracingConfig};
@@ -85,7 +86,7 @@ impl Begun {
     /// The span's context as its callee is told it.
     fn propagated(&self) -> Propagated {
         Propagated {
-            traceparent: Some(traceparent(self.trace_id, self.span_id, self.sampled)),
+            traceparent: Some(Traceparent::new(self.trace_id, self.span_id, self.sampled)),
             tracestate: self.state.clone(),
         }
     }
@@ -182,7 +183,7 @@ fn parent_span(carrier: &dyn Extractor) -> Option<SpanContext> {
 /// `traceparent` and `tracestate` of a span, as a callee is told them.
 #[derive(Debug, Default)]
 pub struct Propagated {
-    pub traceparent: Option<String>,
+    pub traceparent: Option<Traceparent>,
     pub tracestate: Option<String>,
 }
 
@@ -214,8 +215,8 @@ mod tests {
                 &mut reference,
             );
             assert_eq!(
-                Some(&traceparent(trace_id, span_id, sampled)),
-                reference.get("traceparent")
+                Some(Traceparent::new(trace_id, span_id, sampled).as_str()),
+                reference.get("traceparent").map(String::as_str)
             );
         }
     }
@@ -240,6 +241,7 @@ mod tests {
         assert_eq!(record.parent, Some(parent.span_id()));
         assert_eq!(record.trace_state.as_deref(), Some("vendor=a,other=b"));
         let traceparent = propagated.traceparent.unwrap();
+        let traceparent = traceparent.as_str();
         assert!(traceparent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"));
         assert!(
             !traceparent.contains("b7ad6b7169203331"),
@@ -254,7 +256,12 @@ mod tests {
         let parent = parent_span(&unsampled).unwrap();
         let begun = tracer.begin(Some(&parent), SpanKind::Client, SystemTime::now());
         assert!(begun.record.is_none(), "the agent's decision is followed");
-        assert!(begun.propagated().traceparent.unwrap().ends_with("-00"));
+        assert!(begun
+            .propagated()
+            .traceparent
+            .unwrap()
+            .as_str()
+            .ends_with("-00"));
         let invalid: HashMap<String, String> =
             [("traceparent".to_owned(), "00-zz-yy-01".to_owned())].into();
         assert!(parent_span(&invalid).is_none());

@@ -86,7 +86,7 @@ impl ToolCallTrace {
     pub fn pass_on(&self, params: &mut CallToolRequestParams) {
         let meta = params.meta.get_or_insert_with(Default::default);
         if let Some(parent) = &self.propagated.traceparent {
-            meta.set_traceparent(parent.clone());
+            meta.set_traceparent(parent.as_str().to_owned());
         }
         if let Some(state) = &self.propagated.tracestate {
             meta.set_tracestate(state.clone());
