@@ -16,7 +16,8 @@ use crate::endpoint::Endpoint;
 use crate::usage::extract::{
     read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField,
 };
-use crate::usage::sse::{has_value, plain_strings, EventReader, Key, RareByteKey, SearchKey};
+use crate::usage::json_keys::{has_value, plain_strings, Key, RareByteKey, SearchKey};
+use crate::usage::sse::EventReader;
 
 /// Room for an answer's id and model as attributes (about 70 bytes for OpenAI's).
 const NAMES_CAPACITY: usize = 128;

@@ -1,8 +1,9 @@
 //! Usage capture: what each request consumed, read from the provider's answer
-//! (`extract`, `sse`), queued in memory and sent to the ledger in batches (`sink`),
+//! (`extract`, `sse`, `json_keys`), queued in memory and sent to the ledger in batches (`sink`),
 //! never on the request path.
 
 pub mod extract;
+pub(crate) mod json_keys;
 pub mod sink;
 pub mod spool;
 pub mod sse;

@@ -1,0 +1,248 @@
+//! Keys of a JSON text found in its bytes, without a parse: where a key is, whether its
+//! value is an object or a string, a string value as written, the characters of one.
+//! Within a JSON string a quote is always escaped, so a key's bytes, quotes included,
+//! are never part of a string's text. The relay reads a stream's events so (`super::sse`),
+//! and a trace how an answer ended (`crate::otel::AnswerFacts`).
+
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
+/// A key searched for in every event, with memchr's SIMD substring search built once:
+/// `memmem::find` builds it anew on each call, which on events of a few tokens cost
+/// about as much as the search.
+pub(crate) type Key = LazyLock<Finder<'static>>;
+
+/// A key (quotes included) searched for in events' bytes.
+pub(crate) trait SearchKey: std::fmt::Debug {
+    /// Where the key first starts in `data`.
+    fn find_in(&self, data: &[u8]) -> Option<usize>;
+    fn key_len(&self) -> usize;
+}
+
+impl SearchKey for Finder<'_> {
+    fn find_in(&self, data: &[u8]) -> Option<usize> {
+        self.find(data)
+    }
+
+    fn key_len(&self) -> usize {
+        self.needle().len()
+    }
+}
+
+/// A key built once is searched as its finder is.
+impl SearchKey for Key {
+    fn find_in(&self, data: &[u8]) -> Option<usize> {
+        Finder::find_in(self, data)
+    }
+
+    fn key_len(&self) -> usize {
+        Finder::key_len(self)
+    }
+}
+
+/// A key holding a byte that events seldom hold (the `_` of `"finish_reason"`), found by
+/// a search for that byte alone (memchr) and a look at the bytes around each hit, where
+/// memmem's substring search has a larger fixed cost on events of a few tokens: a
+/// trace's reading of how a choice ended 247 -> 206 instructions an event, a traced
+/// stream of 100 events +34,701 -> +28,712 over an untraced one (`instructions.sh
+/// TRACED=1`, 2026-12-06).
+#[derive(Debug)]
+pub(crate) struct RareByteKey {
+    key: &'static [u8],
+    /// Where the rare byte is in the key.
+    rare: usize,
+}
+
+impl RareByteKey {
+    /// `key`, searched for by its first `rare` byte.
+    pub const fn new(key: &'static [u8], rare: u8) -> RareByteKey {
+        let mut at = 0;
+        while key[at] != rare {
+            at += 1;
+        }
+        RareByteKey { key, rare: at }
+    }
+}
+
+impl SearchKey for RareByteKey {
+    fn find_in(&self, data: &[u8]) -> Option<usize> {
+        let byte = self.key[self.rare];
+        // A hit before `rare` cannot be the key's.
+        let mut from = self.rare;
+        while from < data.len() {
+            let hit = from + memchr::memchr(byte, &data[from..])?;
+            let start = hit - self.rare;
+            if data[start..].starts_with(self.key) {
+                return Some(start);
+            }
+            from = hit + 1;
+        }
+        None
+    }
+
+    fn key_len(&self) -> usize {
+        self.key.len()
+    }
+}
+
+/// Characters of every string value under `key` in the JSON `data`, unescaped (as
+/// `str::chars` counts them). A key whose value is not a string (`null`) counts none.
+pub(super) fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
+    let mut total = 0;
+    let mut at = 0;
+    while let Some(found) = key.find(&data[at..]) {
+        at += found + key.needle().len();
+        let Some(quote) = value_start(data, at).filter(|&value| data[value] == b'"') else {
+            continue;
+        };
+        let (chars, end) = string_chars(data, quote + 1);
+        total += chars;
+        at = end;
+    }
+    total
+}
+
+/// Where the value of each key `key` (quotes included) in the JSON `data` starts. A
+/// string value's bytes are not searched for the key: within a JSON string a quote is
+/// escaped, so they cannot hold it.
+fn key_values<'a, K: SearchKey + ?Sized>(
+    data: &'a [u8],
+    key: &'a K,
+) -> impl Iterator<Item = usize> + 'a {
+    let mut at = 0;
+    std::iter::from_fn(move || loop {
+        at += key.find_in(&data[at..])? + key.key_len();
+        if let Some(value) = value_start(data, at) {
+            return Some(value);
+        }
+    })
+}
+
+/// Whether some key `key` (quotes included) in the JSON `data` has a value that starts
+/// with `first` (`"`: a string, `{`: an object).
+pub(crate) fn has_value<K: SearchKey + ?Sized>(data: &[u8], key: &K, first: u8) -> bool {
+    key_values(data, key).any(|value| data[value] == first)
+}
+
+/// The string values of every key `key` (quotes included) in the JSON `data`, as they
+/// are written; `None` when one has an escape (or is cut short, or is not UTF-8): it
+/// takes a parse to be read. Values that are not strings are passed over.
+pub(crate) fn plain_strings<'a, K: SearchKey + ?Sized>(
+    data: &'a [u8],
+    key: &K,
+) -> Option<Vec<&'a str>> {
+    let mut values = Vec::new();
+    for quote in key_values(data, key).filter(|&value| data[value] == b'"') {
+        let text = &data[quote + 1..];
+        let end = memchr::memchr2(b'"', b'\\', text).filter(|&end| text[end] == b'"')?;
+        values.push(std::str::from_utf8(&text[..end]).ok()?);
+    }
+    Some(values)
+}
+
+/// Where the value of the key that ends at `key_end` starts: past its colon and any
+/// white space; `None` when no colon follows (the bytes were not a key) or the data ends.
+fn value_start(data: &[u8], key_end: usize) -> Option<usize> {
+    let colon = skip_space(data, key_end);
+    if data.get(colon) != Some(&b':') {
+        return None;
+    }
+    let value = skip_space(data, colon + 1);
+    (value < data.len()).then_some(value)
+}
+
+fn skip_space(data: &[u8], mut at: usize) -> usize {
+    while data.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// The characters of the JSON string starting at `at` (after its opening quote) and
+/// where it ends (the end of `data` for a string cut short). An escape is one
+/// character; a `\uXXXX` low surrogate is the second half of the character its high
+/// surrogate began.
+fn string_chars(data: &[u8], mut at: usize) -> (usize, usize) {
+    let mut chars = 0;
+    while let Some(&byte) = data.get(at) {
+        match byte {
+            b'"' => return (chars, at + 1),
+            b'\\' => {
+                let unicode = data.get(at + 1) == Some(&b'u');
+                let low_surrogate =
+                    unicode && data.get(at + 2..at + 4).is_some_and(is_low_surrogate);
+                chars += usize::from(!low_surrogate);
+                at += if unicode { 6 } else { 2 };
+            }
+            // A UTF-8 continuation byte belongs to the character before it.
+            _ => {
+                chars += usize::from(byte & 0xC0 != 0x80);
+                at += 1;
+            }
+        }
+    }
+    (chars, data.len())
+}
+
+/// Whether the first two hex digits of a `\u` escape make it a low surrogate (DC00 to
+/// DFFF).
+fn is_low_surrogate(hex: &[u8]) -> bool {
+    matches!(hex[0], b'd' | b'D') && matches!(hex[1], b'c'..=b'f' | b'C'..=b'F')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_by_its_rare_byte_is_found_where_the_substring_search_finds_it() {
+        let rare = RareByteKey::new(b"\"finish_reason\"", b'_');
+        let substring = Finder::new(b"\"finish_reason\"");
+        for data in [
+            "",
+            "_",
+            "\"finish_reason\"",
+            "_reason\"",
+            "\"finish_reaso",
+            r#"{"system_fingerprint":"fp_1","choices":[{"finish_reason":null}]}"#,
+            r#"{"a_b":"finish_reason","_":"\"finish__reason\"","finish_reason":1}"#,
+            r#"x"finish_reason"finish_reason""#,
+        ] {
+            for at in 0..=data.len() {
+                let data = &data.as_bytes()[at..];
+                assert_eq!(
+                    rare.find_in(data),
+                    substring.find_in(data),
+                    "{}",
+                    String::from_utf8_lossy(data)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn plain_strings_are_read_as_written_and_escapes_want_a_parse() {
+        let key = Finder::new(b"\"finish_reason\"");
+        for (data, expected) in [
+            (r#"{"choices":[{"finish_reason":null}]}"#, Some(vec![])),
+            (
+                r#"{"choices":[{"finish_reason" : "stop"},{"finish_reason":"length"}]}"#,
+                Some(vec!["stop", "length"]),
+            ),
+            // Text that mentions the key is within a string: its quotes are escaped.
+            (
+                r#"{"delta":{"content":"\"finish_reason\":\"x\""},"finish_reason":"stop"}"#,
+                Some(vec!["stop"]),
+            ),
+            (r#"{"finish_reason":"st\u006fp"}"#, None),
+            (r#"{"finish_reason":"sto"#, None),
+            (
+                r#"{"finish_reason":7,"finish_reason":"stop"}"#,
+                Some(vec!["stop"]),
+            ),
+        ] {
+            assert_eq!(plain_strings(data.as_bytes(), &key), expected, "{data}");
+        }
+    }
+}
