@@ -37,7 +37,7 @@ static STOP_REASON: RareByteKey = RareByteKey::new(b"\"stop_reason\"", b'_');
 static STATUS: Key = LazyLock::new(|| Finder::new(b"\"status\""));
 
 /// How an endpoint's events say how the answer ended.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 struct Ending {
     key: &'static (dyn SearchKey + Sync),
     /// Whether every string value of the key is a finish reason (chat completions'
@@ -101,10 +101,9 @@ struct WholeAnswer<'a> {
 #[derive(Debug)]
 pub struct AnswerFacts {
     attempt_started: Instant,
-    /// Where this endpoint's events say how a choice ended.
-    ending: Ending,
-    /// Whether a whole answer's choices say how it ended (chat completions').
-    has_choices: bool,
+    /// Where its events say how a choice ended (`ending`), and whether a whole answer's
+    /// choices do (chat completions').
+    endpoint: Endpoint,
     /// A stream's first event the relay did not parse, kept while no event has named
     /// the answer: its id and model are read from it at the end if none does. Chat
     /// completions' usage chunk and the Responses and Messages events with usage name
@@ -128,8 +127,7 @@ impl AnswerFacts {
     pub fn new(attempt_started: Instant, endpoint: Endpoint) -> AnswerFacts {
         AnswerFacts {
             attempt_started,
-            ending: ending(endpoint),
-            has_choices: endpoint == Endpoint::ChatCompletions,
+            endpoint,
             first_unparsed: None,
             first_chunk: None,
             // An id and a model: written without the buffer growing.
@@ -147,7 +145,7 @@ impl AnswerFacts {
     /// none) read in the same pass. `Err`: the body is not an answer's JSON, which the
     /// usage's own reading may still take.
     pub fn whole(&mut self, body: &[u8]) -> Result<Option<Tokens>, serde_json::Error> {
-        let usage = if self.has_choices {
+        let usage = if self.endpoint == Endpoint::ChatCompletions {
             let answer = serde_json::from_slice::<WholeChat<'_>>(body)?;
             self.name(&answer.id, &answer.model);
             match plain_strings(body, &FINISH_REASON) {
@@ -287,7 +285,7 @@ impl EventReader for AnswerFacts {
         if self.first_unparsed.is_none() && !self.named() {
             self.first_unparsed = Some(data.into());
         }
-        let ending = self.ending;
+        let ending = ending(self.endpoint);
         if !ending.plain {
             return has_value(data, ending.key, b'"');
         }

@@ -14,7 +14,7 @@ use memchr::memmem::Finder;
 pub(crate) type Key = LazyLock<Finder<'static>>;
 
 /// A key (quotes included) searched for in events' bytes.
-pub(crate) trait SearchKey: std::fmt::Debug {
+pub(crate) trait SearchKey {
     /// Where the key first starts in `data`.
     fn find_in(&self, data: &[u8]) -> Option<usize>;
     fn key_len(&self) -> usize;
