@@ -26,6 +26,8 @@
 #   TRACED=1 BIN2=folder load-tests/instructions.sh  # both builds, each with and without
 #   KEEP=folder load-tests/instructions.sh       # keeps the dumps for callgrind_annotate
 #   LOAD=plain load-tests/instructions.sh        # plain (not streamed) chat completions, by wrk
+#   LOAD=streamed load-tests/instructions.sh     # wrk's streamed ones, as run.sh sends them:
+#                                                # the mock's short stream, unpaced
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,13 +42,16 @@ MOCK=127.0.0.1:19600
 API=127.0.0.1:19680
 PROXY=127.0.0.1:19681
 
-if ! command -v valgrind >/dev/null 2>&1 || { [ "$LOAD" = plain ] && ! command -v wrk >/dev/null 2>&1; }; then
+if ! command -v valgrind >/dev/null 2>&1 || { [ "$LOAD" != streams ] && ! command -v wrk >/dev/null 2>&1; }; then
   apt-get update -qq && apt-get install -y -qq valgrind wrk >/dev/null
 fi
 # shellcheck source=load-tests/lib.sh
 source load-tests/lib.sh
 
-"$BIN/mock-provider" "$MOCK" --pace "$PACE" >/dev/null & PIDS+=($!)
+# wrk's streams are the mock's short one, unpaced (as run.sh's).
+MOCK_ARGS=()
+if [ "$LOAD" = streams ]; then MOCK_ARGS=(--pace "$PACE"); fi
+"$BIN/mock-provider" "$MOCK" "${MOCK_ARGS[@]}" >/dev/null & PIDS+=($!)
 wait_http "http://$MOCK/"
 start_control_plane "$API"
 
@@ -55,10 +60,10 @@ metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}';
 flushed() { for _ in $(seq 1 100); do [ "$(metric warden_proxy_usage_buffer_depth)" = 0 ] && return 0; sleep 0.2; done; }
 
 # The load, CONCURRENCY connections for WARMUP + DURATION s, and what it is.
-if [ "$LOAD" = plain ]; then
-  LOAD_NAME="connections of plain chat completions (wrk)"
+if [ "$LOAD" = plain ] || [ "$LOAD" = streamed ]; then
+  LOAD_NAME="connections of $LOAD chat completions (wrk)"
   load() {
-    KEYS="$WORK/keys.txt" wrk -t1 -c"$CONCURRENCY" -d"$((WARMUP + DURATION))s" -s load-tests/chat.lua \
+    STREAM=$([ "$LOAD" = streamed ] && echo 1 || echo 0) KEYS="$WORK/keys.txt" wrk -t1 -c"$CONCURRENCY" -d"$((WARMUP + DURATION))s" -s load-tests/chat.lua \
       "http://$PROXY/v1/chat/completions"
   }
 else

@@ -210,17 +210,25 @@ governed() { # on|off; the proxies have the change within a second
 # alternate <what> <toggle> [<path with>]: ROUNDS rounds of Warden without and with
 # <what> (turned on and off by `<toggle> on|off`; with, requests go to <path with>,
 # chat completions by default), plain and streamed; prints each round's pair and the
-# ratio of the medians, the median of the pairs' ratios and the medians' p50.
+# ratio of the medians, the median of the pairs' ratios and the medians' p50. The
+# rounds take their two runs in turns (without first, then with first, ...): this
+# machine's speed drifts steadily for minutes, and a pair always run in one order put
+# that drift on one side (one request at a time, five rounds in a row each slower than
+# the last made every "with" run the slower of its pair).
 alternate() {
-  local what=$1 toggle=$2 path_with=${3:-/v1/chat/completions} target=${4:-0.90} path
+  local what=$1 toggle=$2 path_with=${3:-/v1/chat/completions} target=${4:-0.90} path current=""
   printf '\nwith and without %s, %s alternating rounds:\n' "$what" "$ROUNDS"
   printf '%-28s %12s %10s %10s %9s %12s %12s\n' "target" "requests/s" "p50 ms" "p99 ms" "non-200" "proxy us/req" "cp us/req"
   for stream in 0 1; do
     label=$([ "$stream" = 1 ] && echo "streaming" || echo "plain")
     without=(); with=(); without_p50=(); with_p50=(); ratios=()
     for round in $(seq 1 "$ROUNDS"); do
-      for mode in off on; do
-        "$toggle" "$mode"
+      local order="off on"
+      if [ $((round % 2)) = 0 ]; then order="on off"; fi
+      for mode in $order; do
+        # A toggle is called only for a change: turned on twice, some would not be
+        # undone by one "off" (a budget limit made twice).
+        if [ "$mode" != "$current" ]; then "$toggle" "$mode"; current=$mode; fi
         path=$([ "$mode" = on ] && echo "$path_with" || echo /v1/chat/completions)
         before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
         read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$PROXY$path" "$stream" "$WORK/keys.txt")
@@ -231,11 +239,11 @@ alternate() {
           printf "%-28s %12s %10s %10s %9s %12.1f %12.1f\n", n, r, p50, p99, b, (c / hz) / t * 1e6, (cp / hz) / t * 1e6 }'
         if [ "$mode" = on ]; then
           with+=("$g_rps"); with_p50+=("$g_p50")
-          ratios+=("$(awk -v a="$g_rps" -v b="${without[-1]}" 'BEGIN { printf "%.4f", a / b }')")
         else
           without+=("$g_rps"); without_p50+=("$g_p50")
         fi
       done
+      ratios+=("$(awk -v a="${with[-1]}" -v b="${without[-1]}" 'BEGIN { printf "%.4f", a / b }')")
     done
     w_med=$(echo "${without[*]}" | median); p_med=$(echo "${with[*]}" | median)
     w_p50=$(echo "${without_p50[*]}" | median); p_p50=$(echo "${with_p50[*]}" | median)
