@@ -90,9 +90,12 @@ pub(super) fn fixed32(b: &mut Vec<u8>, field: u32, value: u32) {
 /// 2026-12-06).
 #[inline(always)]
 pub(super) fn varint(b: &mut Vec<u8>, value: u64) {
-    // Tags and most lengths take one byte.
+    // Tags and most lengths take one byte; a span's length, an HTTP status and most
+    // token counts two (the call for them cost a span 158 instructions, 2026-12-06).
     if value < 0x80 {
         b.push(value as u8);
+    } else if value < 0x4000 {
+        b.extend_from_slice(&[(value as u8) | 0x80, (value >> 7) as u8]);
     } else {
         long_varint(b, value);
     }
@@ -121,12 +124,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn varint_lengths_are_counted_right() {
+    fn varints_are_written_and_counted_as_protobuf_writes_them() {
         for value in [
             0,
             1,
             127,
             128,
+            200,
             16_383,
             16_384,
             u64::from(u32::MAX),
@@ -135,6 +139,9 @@ mod tests {
             let mut written = Vec::new();
             varint(&mut written, value);
             assert_eq!(varint_len(value), written.len(), "{value}");
+            let mut reference = Vec::new();
+            prost::encoding::encode_varint(value, &mut reference);
+            assert_eq!(reference, written, "{value}");
         }
     }
 }
