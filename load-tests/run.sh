@@ -37,6 +37,8 @@ NGINX=127.0.0.1:19180
 BARE=127.0.0.1:19280
 API=127.0.0.1:19080
 PROXY=127.0.0.1:19081
+# The traced proxy, beside the other for the traced rounds.
+PROXY_TRACED=127.0.0.1:19082
 # Where the traced rounds export their spans (an OTLP/HTTP endpoint answering 200: nginx).
 OTLP=127.0.0.1:19318
 
@@ -97,20 +99,23 @@ echo "seeding $KEYS_COUNT proxy keys..."
 # PROXY_LOOPS sets the proxy's event loops (unset: its default, one per core);
 # PROXY_THREADS sizes its runtime (0: one thread per core).
 if [ -n "${PROXY_LOOPS:-}" ]; then export WARDEN_PROXY__EVENT_LOOPS=$PROXY_LOOPS; fi
-# start_proxy [VAR=value...]: the proxy, with the extra environment given, once it knows
-# the last key.
+# start_proxy ADDRESS [VAR=value...]: a proxy on ADDRESS, with the extra environment
+# given, once it knows the last key; its pid in STARTED_PID.
 start_proxy() {
-  env "$@" WARDEN_PROXY__WORKER_THREADS="${PROXY_THREADS:-0}" WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool" \
-    WARDEN_PROXY__LISTEN=$PROXY WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
+  local address=$1; shift
+  env "$@" WARDEN_PROXY__WORKER_THREADS="${PROXY_THREADS:-0}" WARDEN_PROXY__USAGE_SPOOL_DIR="$WORK/usage-spool-${address##*:}" \
+    WARDEN_PROXY__LISTEN=$address WARDEN_PROXY__CONTROL_PLANE_URL="http://$API" \
     WARDEN_PROVIDERS__OPENAI__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__OPENAI__API_KEY=sk-load \
     WARDEN_PROVIDERS__ANTHROPIC__BASE_URL="http://$MOCK/v1" WARDEN_PROVIDERS__ANTHROPIC__API_KEY=sk-ant-load \
-    "$BIN/warden" proxy >>"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
+    "$BIN/warden" proxy >>"$WORK/proxy-${address##*:}.log" 2>&1 & STARTED_PID=$!; PIDS+=($STARTED_PID)
   for _ in $(seq 1 300); do
-    curl -s "http://$PROXY/healthz" | grep -q '"ok"' && break; sleep 0.1
+    curl -s "http://$address/healthz" | grep -q '"ok"' && break; sleep 0.1
   done
-  wait_for_keys "$PROXY"
+  wait_for_keys "$address"
 }
-start_proxy
+start_proxy "$PROXY"; PROXY_PID=$STARTED_PID
+# The proxy the alternating rounds load (a toggle may point them at another).
+TARGET=$PROXY TARGET_PID=$PROXY_PID
 echo "proxy loaded $KEYS_COUNT keys; resident memory $(rss_mib $PROXY_PID) MiB"
 
 # run NAME URL STREAM [KEYS] -> "rps p50_ms p99_ms requests non_200"; a URL ending in
@@ -180,8 +185,8 @@ call() {
   [ "$code" = "$4" ] || { echo "$1 /$2 answered $code: $(cat "$WORK/answer.json")" >&2; exit 1; }
 }
 field() { sed -E "s/.*\"$1\":\"?([^,\"]*).*/\1/" "$WORK/answer.json"; }
-# A series of the proxy's /metrics.
-metric() { curl -s "http://$PROXY/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# A series of the proxy's /metrics (or those of the proxy at $2).
+metric() { curl -s "http://${2:-$PROXY}/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 POLICY_IDS=()
 policy() { call POST policies "$1" 201; POLICY_IDS+=("$(field id)"); }
 policy '{"name":"allowlist","policy_type":"model_allowlist","config":{"allowed_models":["gpt-4o*","claude-*"]}}'
@@ -230,9 +235,9 @@ alternate() {
         # undone by one "off" (a budget limit made twice).
         if [ "$mode" != "$current" ]; then "$toggle" "$mode"; current=$mode; fi
         path=$([ "$mode" = on ] && echo "$path_with" || echo /v1/chat/completions)
-        before=$(cpu_ticks "$PROXY_PID"); cp_before=$(cpu_ticks "$CP_PID")
-        read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$PROXY$path" "$stream" "$WORK/keys.txt")
-        after=$(cpu_ticks "$PROXY_PID"); cp_after=$(cpu_ticks "$CP_PID")
+        before=$(cpu_ticks "$TARGET_PID"); cp_before=$(cpu_ticks "$CP_PID")
+        read -r g_rps g_p50 g_p99 g_total g_bad < <(run warden "http://$TARGET$path" "$stream" "$WORK/keys.txt")
+        after=$(cpu_ticks "$TARGET_PID"); cp_after=$(cpu_ticks "$CP_PID")
         name=$([ "$mode" = on ] && echo "with" || echo "without")
         awk -v n="$name ($label) $round" -v r="$g_rps" -v p50="$g_p50" -v p99="$g_p99" -v b="$g_bad" -v t="$g_total" \
             -v c="$((after - before))" -v cp="$((cp_after - cp_before))" -v hz="$(getconf CLK_TCK)" 'BEGIN {
@@ -305,23 +310,30 @@ fi
 
 # Traces of every request (sampling 1.0: a span each, exported over OTLP/HTTP in batches,
 # with Warden's default batch settings, to a receiver that takes them, nginx answering
-# 200) against no tracing: the proxy restarted with and without
-# OTEL_EXPORTER_OTLP_ENDPOINT.
+# 200) against no tracing: a second proxy with OTEL_EXPORTER_OTLP_ENDPOINT runs beside
+# the first, and the rounds load one or the other. Neither is restarted between rounds,
+# so that short rounds measure proxies equally warm.
 traced() { # on|off
-  kill "$PROXY_PID"; wait "$PROXY_PID" 2>/dev/null || true
-  if [ "$1" = on ]; then
-    start_proxy OTEL_EXPORTER_OTLP_ENDPOINT="http://$OTLP"
-  else
-    start_proxy
-  fi
+  if [ "$1" = on ]; then TARGET=$PROXY_TRACED TARGET_PID=$TRACED_PID; else TARGET=$PROXY TARGET_PID=$PROXY_PID; fi
 }
 if wanted traced; then
+  start_proxy "$PROXY_TRACED" OTEL_EXPORTER_OTLP_ENDPOINT="http://$OTLP"; TRACED_PID=$STARTED_PID
   # "A few percent": at most 5 %. First the capacity (the load saturates both cores, so
   # the ratio is what a traced request costs in CPU), then a request's own time: one
   # request at a time, where the ratio is of the time each takes, queueing left out.
   alternate "traces of every request (OTLP, sampling 1.0)" traced /v1/chat/completions 0.95
   THREADS=1 CONCURRENCY=1 alternate "traces of every request, one request at a time" traced /v1/chat/completions 0.95
   traced off
+  sleep 2 # its last usage and spans flushed
+  traced_dropped=$(metric warden_proxy_usage_dropped_total "$PROXY_TRACED")
+  traced_buffered=$(metric warden_proxy_usage_buffer_depth "$PROXY_TRACED")
+  printf 'traced proxy: usage records dropped %s, still buffered %s; spans lost: %s\n' "$traced_dropped" "$traced_buffered" \
+    "$(curl -s "http://$PROXY_TRACED/metrics" | awk '/^warden_proxy_trace_spans_lost_total/ {printf "%s ", $0}')"
+  kill "$TRACED_PID"; wait "$TRACED_PID" 2>/dev/null || true
+  if [ "$traced_dropped" != 0 ] || [ "$traced_buffered" != 0 ]; then
+    echo "the control plane did not keep up with the traced proxy's usage" >&2
+    exit 1
+  fi
 fi
 
 # Payload capture of every request (the tenant's 5 redaction rules applied by the proxy,
