@@ -16,8 +16,8 @@
 #   MOCK_CHUNKED=1 load-tests/run.sh   # streams chunked, an HTTP chunk per event, as
 #                                      # providers send them (default: one Content-Length body)
 #   ONLY="targets traced" load-tests/run.sh  # only these parts: targets, governed,
-#                                      # minute, guarded, traced, captured, responses,
-#                                      # messages
+#                                      # minute, guarded, twin, traced, captured,
+#                                      # responses, messages
 #
 # The control plane runs at the proxy's priority (CP_NICE, default 0). The load saturates
 # both cores, so a control plane at a lower priority gets too little to keep up: at nice
@@ -37,8 +37,9 @@ NGINX=127.0.0.1:19180
 BARE=127.0.0.1:19280
 API=127.0.0.1:19080
 PROXY=127.0.0.1:19081
-# The traced proxy, beside the other for the traced rounds.
+# The traced proxy, beside the other for the traced rounds, and an untraced twin.
 PROXY_TRACED=127.0.0.1:19082
+PROXY_TWIN=127.0.0.1:19083
 # Where the traced rounds export their spans (an OTLP/HTTP endpoint answering 200: nginx).
 OTLP=127.0.0.1:19318
 
@@ -212,10 +213,11 @@ governed() { # on|off; the proxies have the change within a second
   for id in "${POLICY_IDS[@]}"; do call PATCH "policies/$id" "{\"enabled\":$enabled}" 200; done
   sleep 2
 }
-# alternate <what> <toggle> [<path with>]: ROUNDS rounds of Warden without and with
+# alternate <what> <toggle> [<path with>] [<target>]: ROUNDS rounds of Warden without and with
 # <what> (turned on and off by `<toggle> on|off`; with, requests go to <path with>,
 # chat completions by default), plain and streamed; prints each round's pair and the
-# ratio of the medians, the median of the pairs' ratios and the medians' p50. The
+# ratio of the medians, the median of the pairs' ratios and the medians' p50 (against
+# <target>, 0.90 by default; "-" for none). The
 # rounds take their two runs in turns (without first, then with first, ...): this
 # machine's speed drifts steadily for minutes, and a pair always run in one order put
 # that drift on one side (one request at a time, five rounds in a row each slower than
@@ -256,7 +258,8 @@ alternate() {
     # least moved by this shared machine's drift, which the medians of each side keep.
     r_med=$(echo "${ratios[*]}" | median)
     awk -v p="$p_med" -v w="$w_med" -v r="$r_med" -v pl="$p_p50" -v wl="$w_p50" -v label="$label" -v what="$what" -v target="$target" 'BEGIN {
-      printf "  with/without %s: throughput %.2f, median of the rounds %.2f (medians %.0f / %.0f requests/s; target at least %s); p50 %.3f / %.3f ms (%s)\n", what, p / w, r, p, w, target, pl, wl, label }'
+      goal = target == "-" ? "" : "; target at least " target
+      printf "  with/without %s: throughput %.2f, median of the rounds %.2f (medians %.0f / %.0f requests/s%s); p50 %.3f / %.3f ms (%s)\n", what, p / w, r, p, w, goal, pl, wl, label }'
   done
 }
 if wanted governed; then
@@ -306,6 +309,20 @@ guarded() { # on|off; in force on the proxy when the call answers
 if wanted guarded; then
   alternate "a guardrail policy (every detector, block)" guarded
   guarded off
+fi
+
+# The rounds' own noise: the proxy against an identical twin beside it, in the same
+# rounds as the traced proxy's below. A ratio that differs from 1 here by some hundredths
+# is how far this machine's drift moves one run's ratios.
+twin() { # on|off
+  if [ "$1" = on ]; then TARGET=$PROXY_TWIN TARGET_PID=$TWIN_PID; else TARGET=$PROXY TARGET_PID=$PROXY_PID; fi
+}
+if wanted twin; then
+  start_proxy "$PROXY_TWIN"; TWIN_PID=$STARTED_PID
+  alternate "an identical twin of the proxy (the rounds' noise)" twin /v1/chat/completions -
+  THREADS=1 CONCURRENCY=1 alternate "an identical twin, one request at a time" twin /v1/chat/completions -
+  twin off
+  kill "$TWIN_PID"; wait "$TWIN_PID" 2>/dev/null || true
 fi
 
 # Traces of every request (sampling 1.0: a span each, exported over OTLP/HTTP in batches,
