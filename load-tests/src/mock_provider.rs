@@ -40,12 +40,13 @@ use hyper_util::rt::TokioIo;
 const COMPLETION: &str = r#"{"id":"chatcmpl-load","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the load-test mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20}}"#;
 
 /// A chat completion chunk of one choice with `delta` (JSON) and `finish` (JSON), as
-/// OpenAI streams it: with usage asked for, every chunk before the usage chunk carries
-/// `"usage":null`.
+/// OpenAI streams it: its service tier, system fingerprint and `logprobs` in every
+/// chunk, and with usage asked for, `"usage":null` in every chunk before the usage
+/// chunk.
 fn choice_chunk(delta: &str, finish: &str, with_usage: bool) -> String {
     let usage = if with_usage { ",\"usage\":null" } else { "" };
     format!(
-        "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]{usage}}}\n\n"
+        "data: {{\"id\":\"chatcmpl-load\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"gpt-4o-mini\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_560af6e559\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}]{usage}}}\n\n"
     )
 }
 

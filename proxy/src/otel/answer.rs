@@ -16,7 +16,7 @@ use crate::endpoint::Endpoint;
 use crate::usage::extract::{
     read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField,
 };
-use crate::usage::json_keys::{has_value, plain_strings, Key, RareByteKey, SearchKey};
+use crate::usage::json_keys::{has_value, plain_strings, Key};
 use crate::usage::sse::EventReader;
 
 /// Room for an answer's id and model as attributes (about 70 bytes for OpenAI's).
@@ -31,15 +31,19 @@ const MAX_FINISH_REASONS: usize = 16;
 /// every chat chunk). Within a JSON string a quote is escaped, so these bytes are never
 /// part of text. One key an endpoint: searching every event for all three was a third
 /// of what a trace added to a streamed request's instructions (`instructions.sh
-/// TRACED=1`, 2026-12-01).
-static FINISH_REASON: RareByteKey = RareByteKey::new(b"\"finish_reason\"", b'_');
-static STOP_REASON: RareByteKey = RareByteKey::new(b"\"stop_reason\"", b'_');
+/// TRACED=1`, 2026-12-01). Each is found by memchr's substring search, which looks for
+/// two of its bytes at once: found by its `_` alone, each `_` of an event checked, the
+/// key cost a traced stream of 8 events as OpenAI sends them (a `_` in
+/// `service_tier`, `system_fingerprint` and its value) 1,270 instructions more
+/// (`instructions.sh LOAD=streamed TRACED=1`, 2026-12-07).
+static FINISH_REASON: Key = LazyLock::new(|| Finder::new(b"\"finish_reason\""));
+static STOP_REASON: Key = LazyLock::new(|| Finder::new(b"\"stop_reason\""));
 static STATUS: Key = LazyLock::new(|| Finder::new(b"\"status\""));
 
 /// How an endpoint's events say how the answer ended.
 #[derive(Clone, Copy)]
 struct Ending {
-    key: &'static (dyn SearchKey + Sync),
+    key: &'static Key,
     /// Whether every string value of the key is a finish reason (chat completions'
     /// `finish_reason` and Anthropic's `stop_reason` mean that wherever they are), so
     /// that it is read from the event's bytes; a `status` is one only on the response

@@ -13,79 +13,6 @@ use memchr::memmem::Finder;
 /// about as much as the search.
 pub(crate) type Key = LazyLock<Finder<'static>>;
 
-/// A key (quotes included) searched for in events' bytes.
-pub(crate) trait SearchKey {
-    /// Where the key first starts in `data`.
-    fn find_in(&self, data: &[u8]) -> Option<usize>;
-    fn key_len(&self) -> usize;
-}
-
-impl SearchKey for Finder<'_> {
-    fn find_in(&self, data: &[u8]) -> Option<usize> {
-        self.find(data)
-    }
-
-    fn key_len(&self) -> usize {
-        self.needle().len()
-    }
-}
-
-/// A key built once is searched as its finder is.
-impl SearchKey for Key {
-    fn find_in(&self, data: &[u8]) -> Option<usize> {
-        Finder::find_in(self, data)
-    }
-
-    fn key_len(&self) -> usize {
-        Finder::key_len(self)
-    }
-}
-
-/// A key holding a byte that events seldom hold (the `_` of `"finish_reason"`), found by
-/// a search for that byte alone (memchr) and a look at the bytes around each hit, where
-/// memmem's substring search has a larger fixed cost on events of a few tokens: a
-/// trace's reading of how a choice ended 247 -> 206 instructions an event, a traced
-/// stream of 100 events +34,701 -> +28,712 over an untraced one (`instructions.sh
-/// TRACED=1`, 2026-12-06).
-#[derive(Debug)]
-pub(crate) struct RareByteKey {
-    key: &'static [u8],
-    /// Where the rare byte is in the key.
-    rare: usize,
-}
-
-impl RareByteKey {
-    /// `key`, searched for by its first `rare` byte.
-    pub const fn new(key: &'static [u8], rare: u8) -> RareByteKey {
-        let mut at = 0;
-        while key[at] != rare {
-            at += 1;
-        }
-        RareByteKey { key, rare: at }
-    }
-}
-
-impl SearchKey for RareByteKey {
-    fn find_in(&self, data: &[u8]) -> Option<usize> {
-        let byte = self.key[self.rare];
-        // A hit before `rare` cannot be the key's.
-        let mut from = self.rare;
-        while from < data.len() {
-            let hit = from + memchr::memchr(byte, &data[from..])?;
-            let start = hit - self.rare;
-            if data[start..].starts_with(self.key) {
-                return Some(start);
-            }
-            from = hit + 1;
-        }
-        None
-    }
-
-    fn key_len(&self) -> usize {
-        self.key.len()
-    }
-}
-
 /// Characters of every string value under `key` in the JSON `data`, unescaped (as
 /// `str::chars` counts them). A key whose value is not a string (`null`) counts none.
 pub(super) fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
@@ -106,13 +33,10 @@ pub(super) fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
 /// Where the value of each key `key` (quotes included) in the JSON `data` starts. A
 /// string value's bytes are not searched for the key: within a JSON string a quote is
 /// escaped, so they cannot hold it.
-fn key_values<'a, K: SearchKey + ?Sized>(
-    data: &'a [u8],
-    key: &'a K,
-) -> impl Iterator<Item = usize> + 'a {
+fn key_values<'a>(data: &'a [u8], key: &'a Finder<'_>) -> impl Iterator<Item = usize> + 'a {
     let mut at = 0;
     std::iter::from_fn(move || loop {
-        at += key.find_in(&data[at..])? + key.key_len();
+        at += key.find(&data[at..])? + key.needle().len();
         if let Some(value) = value_start(data, at) {
             return Some(value);
         }
@@ -121,17 +45,14 @@ fn key_values<'a, K: SearchKey + ?Sized>(
 
 /// Whether some key `key` (quotes included) in the JSON `data` has a value that starts
 /// with `first` (`"`: a string, `{`: an object).
-pub(crate) fn has_value<K: SearchKey + ?Sized>(data: &[u8], key: &K, first: u8) -> bool {
+pub(crate) fn has_value(data: &[u8], key: &Finder<'_>, first: u8) -> bool {
     key_values(data, key).any(|value| data[value] == first)
 }
 
 /// The string values of every key `key` (quotes included) in the JSON `data`, as they
 /// are written; `None` when one has an escape (or is cut short, or is not UTF-8): it
 /// takes a parse to be read. Values that are not strings are passed over.
-pub(crate) fn plain_strings<'a, K: SearchKey + ?Sized>(
-    data: &'a [u8],
-    key: &K,
-) -> Option<Vec<&'a str>> {
+pub(crate) fn plain_strings<'a>(data: &'a [u8], key: &Finder<'_>) -> Option<Vec<&'a str>> {
     let mut values = Vec::new();
     for quote in key_values(data, key).filter(|&value| data[value] == b'"') {
         let text = &data[quote + 1..];
@@ -194,32 +115,6 @@ fn is_low_surrogate(hex: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_key_by_its_rare_byte_is_found_where_the_substring_search_finds_it() {
-        let rare = RareByteKey::new(b"\"finish_reason\"", b'_');
-        let substring = Finder::new(b"\"finish_reason\"");
-        for data in [
-            "",
-            "_",
-            "\"finish_reason\"",
-            "_reason\"",
-            "\"finish_reaso",
-            r#"{"system_fingerprint":"fp_1","choices":[{"finish_reason":null}]}"#,
-            r#"{"a_b":"finish_reason","_":"\"finish__reason\"","finish_reason":1}"#,
-            r#"x"finish_reason"finish_reason""#,
-        ] {
-            for at in 0..=data.len() {
-                let data = &data.as_bytes()[at..];
-                assert_eq!(
-                    rare.find_in(data),
-                    substring.find_in(data),
-                    "{}",
-                    String::from_utf8_lossy(data)
-                );
-            }
-        }
-    }
 
     #[test]
     fn plain_strings_are_read_as_written_and_escapes_want_a_parse() {
