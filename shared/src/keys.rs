@@ -99,6 +99,7 @@ pub fn push_hex(out: &mut String, bytes: &[u8]) {
 
 /// `bytes` as lowercase hex digits into `out`, two a byte (as many bytes as `out` holds
 /// pairs).
+///
 /// A byte's two digits are one look-up in a table made at compile time: a digit at a
 /// time (a shift or a mask and a look-up each), a `traceparent`'s 24 bytes cost 258
 /// instructions (`load-tests/instructions.sh LOAD=plain TRACED=1`, 2026-12-06).

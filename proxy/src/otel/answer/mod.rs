@@ -1,23 +1,21 @@
 //! What a provider's answer says of itself (its id, model, finish reasons, cached and
 //! reasoning tokens, and when its first chunk came), read for a sampled trace only, in
-//! the same parse as the answer's usage: a whole answer once (`WholeChat`,
-//! `WholeAnswer`), a stream event by event as the relay reads them
-//! (`crate::usage::extract::Event`).
+//! the same parse as the answer's usage: a whole answer once (`whole`), a stream event
+//! by event as the relay reads them (`stream`: `crate::usage::extract::Event`).
+
+mod stream;
+mod whole;
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use memchr::memmem::Finder;
-use serde::Deserialize;
 
 use super::protobuf::{span_attribute, Scalar, StringList};
 use super::record::SpanRecord;
 use crate::endpoint::Endpoint;
-use crate::usage::extract::{
-    read_event, Event, EventDelta, Text, TokenDetails, Tokens, UsageField,
-};
-use crate::usage::json_keys::{has_value, plain_strings, Key};
-use crate::usage::sse::EventReader;
+use crate::usage::extract::{read_event, Event, Text, TokenDetails, UsageField};
+use crate::usage::json_keys::Key;
 
 /// Room for an answer's id and model as attributes (about 70 bytes for OpenAI's).
 const NAMES_CAPACITY: usize = 128;
@@ -68,40 +66,6 @@ fn ending(endpoint: Endpoint) -> Ending {
     }
 }
 
-/// A chat completion as a trace reads it: its usage, id and model. Its choices are not
-/// parsed: how each ended is read from the answer's bytes (`plain_strings`), as a
-/// stream's events are. Parsed as a stream's event is, choices and all, a whole answer
-/// cost a traced request about 2,800 instructions more than its usage alone, each
-/// string field read about 300 of them (`instructions.sh LOAD=plain TRACED=1`,
-/// 2026-12-06).
-#[derive(Deserialize)]
-struct WholeChat<'a> {
-    #[serde(default)]
-    usage: Option<UsageField>,
-    #[serde(borrow, default)]
-    id: Text<'a>,
-    #[serde(borrow, default)]
-    model: Text<'a>,
-}
-
-/// Any other endpoint's whole answer (a response, a message, embeddings): its usage and
-/// its top level's facts.
-#[derive(Deserialize)]
-struct WholeAnswer<'a> {
-    #[serde(default)]
-    usage: Option<UsageField>,
-    #[serde(borrow, default)]
-    id: Text<'a>,
-    #[serde(borrow, default)]
-    model: Text<'a>,
-    #[serde(borrow, default)]
-    object: Text<'a>,
-    #[serde(borrow, default)]
-    status: Text<'a>,
-    #[serde(borrow, default)]
-    stop_reason: Text<'a>,
-}
-
 #[derive(Debug)]
 pub struct AnswerFacts {
     attempt_started: Instant,
@@ -145,49 +109,12 @@ impl AnswerFacts {
         }
     }
 
-    /// A whole (not streamed) answer's body; its usage (`Ok(None)`: the answer has
-    /// none) read in the same pass. `Err`: the body is not an answer's JSON, which the
-    /// usage's own reading may still take.
-    pub fn whole(&mut self, body: &[u8]) -> Result<Option<Tokens>, serde_json::Error> {
-        let usage = if self.endpoint == Endpoint::ChatCompletions {
-            let answer = serde_json::from_slice::<WholeChat<'_>>(body)?;
-            self.name(&answer.id, &answer.model);
-            match plain_strings(body, &FINISH_REASON) {
-                Some(reasons) => reasons.into_iter().for_each(|r| self.finished(Some(r))),
-                // An escape in a finish reason: the choices are parsed.
-                None => {
-                    let choices = read_event(body).and_then(|event| event.choices);
-                    for choice in choices.iter().flatten() {
-                        self.finished(choice.finish_reason.get());
-                    }
-                }
-            }
-            answer.usage
-        } else {
-            let answer = serde_json::from_slice::<WholeAnswer<'_>>(body)?;
-            self.name(&answer.id, &answer.model);
-            self.ended(&answer.object, &answer.status, &answer.stop_reason);
-            answer.usage
-        };
-        if let Some(usage) = &usage {
-            self.usage(usage);
-        }
-        Ok(usage.as_ref().map(UsageField::tokens))
-    }
-
     /// How an object (an answer, or one an event carries) says it ended: Anthropic's
     /// `stop_reason`, a response's `status` once it is no longer in progress.
     fn ended(&mut self, object: &Text<'_>, status: &Text<'_>, stop_reason: &Text<'_>) {
         self.finished(stop_reason.get());
         if object.get() == Some("response") {
             self.finished(status.get().filter(|s| *s != "in_progress"));
-        }
-    }
-
-    /// A stream's next bytes arrived: the first says when the first chunk came.
-    pub fn received(&mut self, bytes: &[u8]) {
-        if self.first_chunk.is_none() && !bytes.is_empty() {
-            self.first_chunk = Some(self.attempt_started.elapsed());
         }
     }
 
@@ -281,58 +208,6 @@ impl AnswerFacts {
     }
 }
 
-impl EventReader for AnswerFacts {
-    /// A stream's text events, most of it, are not parsed for the trace: the first is
-    /// kept until the answer is named, and how a choice ended is read from the bytes
-    /// where the endpoint's key says it plainly (an escape in it takes a parse).
-    fn unparsed(&mut self, data: &[u8]) -> bool {
-        if self.first_unparsed.is_none() && !self.named() {
-            self.first_unparsed = Some(data.into());
-        }
-        let ending = ending(self.endpoint);
-        if !ending.plain {
-            return has_value(data, ending.key, b'"');
-        }
-        match plain_strings(data, ending.key) {
-            Some(reasons) => {
-                for reason in reasons {
-                    self.finished(Some(reason));
-                }
-                false
-            }
-            None => true,
-        }
-    }
-
-    /// One event of a stream, as the usage's reading parsed it.
-    fn event(&mut self, event: &Event<'_>) {
-        self.name_from(event);
-        let objects = [(
-            &event.object,
-            &event.status,
-            &event.stop_reason,
-            event.usage.as_deref(),
-        )];
-        let nested = [event.response.as_ref(), event.message.as_ref()];
-        let nested = nested
-            .into_iter()
-            .flatten()
-            .map(|n| (&n.object, &n.status, &n.stop_reason, n.usage.as_deref()));
-        for (object, status, stop_reason, usage) in objects.into_iter().chain(nested) {
-            self.ended(object, status, stop_reason);
-            if let Some(usage) = usage {
-                self.usage(usage);
-            }
-        }
-        for choice in event.choices.iter().flatten() {
-            self.finished(choice.finish_reason.get());
-        }
-        if let Some(EventDelta::Stop { stop_reason }) = &event.delta {
-            self.finished(Some(stop_reason));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;
@@ -342,8 +217,8 @@ mod tests {
     use opentelemetry::KeyValue;
 
     use super::*;
-    use crate::usage::extract::read_event;
-    use crate::usage::sse::SseRelay;
+    use crate::usage::extract::Tokens;
+    use crate::usage::sse::{EventReader, SseRelay};
 
     /// The facts as the SDK's attributes, through a span's record.
     trait Attributes {
