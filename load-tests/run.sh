@@ -311,12 +311,16 @@ if wanted guarded; then
   guarded off
 fi
 
+# beside on|off ADDRESS PID: the rounds load the proxy at ADDRESS (process PID) when on,
+# the first proxy when off.
+beside() {
+  if [ "$1" = on ]; then TARGET=$2 TARGET_PID=$3; else TARGET=$PROXY TARGET_PID=$PROXY_PID; fi
+}
+
 # The rounds' own noise: the proxy against an identical twin beside it, in the same
 # rounds as the traced proxy's below. A ratio that differs from 1 here by some hundredths
 # is how far this machine's drift moves one run's ratios.
-twin() { # on|off
-  if [ "$1" = on ]; then TARGET=$PROXY_TWIN TARGET_PID=$TWIN_PID; else TARGET=$PROXY TARGET_PID=$PROXY_PID; fi
-}
+twin() { beside "$1" "$PROXY_TWIN" "$TWIN_PID"; }
 if wanted twin; then
   start_proxy "$PROXY_TWIN"; TWIN_PID=$STARTED_PID
   alternate "an identical twin of the proxy (the rounds' noise)" twin /v1/chat/completions -
@@ -330,9 +334,7 @@ fi
 # 200) against no tracing: a second proxy with OTEL_EXPORTER_OTLP_ENDPOINT runs beside
 # the first, and the rounds load one or the other. Neither is restarted between rounds,
 # so that short rounds measure proxies equally warm.
-traced() { # on|off
-  if [ "$1" = on ]; then TARGET=$PROXY_TRACED TARGET_PID=$TRACED_PID; else TARGET=$PROXY TARGET_PID=$PROXY_PID; fi
-}
+traced() { beside "$1" "$PROXY_TRACED" "$TRACED_PID"; }
 if wanted traced; then
   start_proxy "$PROXY_TRACED" OTEL_EXPORTER_OTLP_ENDPOINT="http://$OTLP"; TRACED_PID=$STARTED_PID
   # "A few percent": at most 5 %. First the capacity (the load saturates both cores, so
