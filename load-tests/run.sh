@@ -257,9 +257,13 @@ alternate() {
     # A round's pair ran a few seconds apart: the median of the pairs' ratios is the
     # least moved by this shared machine's drift, which the medians of each side keep.
     r_med=$(echo "${ratios[*]}" | median)
-    awk -v p="$p_med" -v w="$w_med" -v r="$r_med" -v pl="$p_p50" -v wl="$w_p50" -v label="$label" -v what="$what" -v target="$target" 'BEGIN {
+    # How far that median may be from the machine's true ratio: from 6 rounds on, the
+    # rounds' ratios bound it with 95 % confidence, whatever their spread's shape.
+    read -r r_low r_high < <(echo "${ratios[*]}" | median_interval)
+    awk -v p="$p_med" -v w="$w_med" -v r="$r_med" -v lo="$r_low" -v hi="$r_high" -v pl="$p_p50" -v wl="$w_p50" -v label="$label" -v what="$what" -v target="$target" 'BEGIN {
       goal = target == "-" ? "" : "; target at least " target
-      printf "  with/without %s: throughput %.2f, median of the rounds %.2f (medians %.0f / %.0f requests/s%s); p50 %.3f / %.3f ms (%s)\n", what, p / w, r, p, w, goal, pl, wl, label }'
+      interval = lo == "-" ? "" : sprintf(", 95 %% interval %.3f to %.3f", lo, hi)
+      printf "  with/without %s: throughput %.2f, median of the rounds %.3f%s (medians %.0f / %.0f requests/s%s); p50 %.3f / %.3f ms (%s)\n", what, p / w, r, interval, p, w, goal, pl, wl, label }'
   done
 }
 if wanted governed; then
