@@ -45,8 +45,8 @@ start_control_plane() {
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # A 95 % interval for the median of the numbers on standard input, free of any
 # assumption about their distribution: the order statistics k and n + 1 - k, k the
-# largest with P(B < k) <= 2.5 %, B binomial (n, 1/2) (the count of numbers below the
-# median). Prints "low high", or "- -" when there are fewer than 6 numbers, too few for
+# largest with P(B < k) <= 2.5 %, B binomial (n, 1/2) (how many of the numbers fall below
+# the true median). Prints "low high", or "- -" when there are fewer than 6 numbers, too few for
 # such an interval.
 median_interval() {
   tr ' ' '\n' | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END {
@@ -54,4 +54,3 @@ median_interval() {
     for (i = 0; i < n; i++) { below += p; if (below > 0.025) break; k = i + 1; p = p * (n - i) / (i + 1) }
     if (k < 1) print "- -"; else print v[k], v[n + 1 - k] }'
 }
-
