@@ -45,9 +45,9 @@ start_control_plane() {
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # A 95 % interval for the median of the numbers on standard input, free of any
 # assumption about their distribution: the order statistics k and n + 1 - k, k the
-# largest with P(B < k) <= 2.5 %, B binomial (n, 1/2) (how many of the numbers fall below
-# the true median). Prints "low high", or "- -" when there are fewer than 6 numbers, too few for
-# such an interval.
+# largest with P(B < k) <= 2.5 %, B binomial (n, 1/2) (how many of the numbers fall
+# below the true median). Prints "low high", or "- -" for fewer than 6 numbers, too few
+# for such an interval.
 median_interval() {
   tr ' ' '\n' | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END {
     n = NR; p = 0.5 ^ n; below = 0; k = 0

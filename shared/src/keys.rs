@@ -100,8 +100,8 @@ pub fn push_hex(out: &mut String, bytes: &[u8]) {
 /// `bytes` as lowercase hex digits into `out`, two a byte (as many bytes as `out` holds
 /// pairs).
 ///
-/// A byte's two digits are one look-up in a table made at compile time: a digit at a
-/// time (a shift or a mask and a look-up each), a `traceparent`'s 24 bytes cost 258
+/// A byte's two digits are one look-up in a table made at compile time, where a digit
+/// at a time (a shift or a mask and a look-up each) cost a `traceparent`'s 24 bytes 258
 /// instructions (`load-tests/instructions.sh LOAD=plain TRACED=1`, 2026-12-06).
 pub fn put_hex(out: &mut [u8], bytes: &[u8]) {
     for (pair, &byte) in out.chunks_exact_mut(2).zip(bytes) {

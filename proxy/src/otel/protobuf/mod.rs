@@ -17,7 +17,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceState};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
 use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
@@ -139,7 +139,7 @@ fn encode_span(b: &mut Vec<u8>, span: &SpanData) {
                 attribute_field(b, 4, attribute);
             }
             uint(b, 5, link.dropped_attributes_count.into());
-            fixed32(b, 6, flags(context.is_remote(), context));
+            fixed32(b, 6, flags(context.trace_flags(), context.is_remote()));
         });
     }
     uint(b, 14, span.links.dropped_count.into());
@@ -158,11 +158,17 @@ fn encode_span(b: &mut Vec<u8>, span: &SpanData) {
             },
         );
     });
-    fixed32(b, 16, flags(span.parent_span_is_remote, context));
+    fixed32(
+        b,
+        16,
+        flags(context.trace_flags(), span.parent_span_is_remote),
+    );
 }
 
-fn flags(remote: bool, context: &SpanContext) -> u32 {
-    let mut flags = u32::from(context.trace_flags().to_u8()) | CONTEXT_HAS_IS_REMOTE;
+/// A span's or a link's `flags` field: its W3C trace flags, and whether the span (or its
+/// parent) is remote.
+fn flags(trace_flags: TraceFlags, remote: bool) -> u32 {
+    let mut flags = u32::from(trace_flags.to_u8()) | CONTEXT_HAS_IS_REMOTE;
     if remote {
         flags |= CONTEXT_IS_REMOTE;
     }

@@ -8,10 +8,7 @@ use opentelemetry::InstrumentationScope;
 use super::wire::{
     bytes, delimited_len, fixed32, fixed64, key, string, string_len, uint, varint, LEN,
 };
-use super::{
-    instrumentation_scope, nanos, span_kind, EncodedResource, CONTEXT_HAS_IS_REMOTE,
-    CONTEXT_IS_REMOTE,
-};
+use super::{flags, instrumentation_scope, nanos, span_kind, EncodedResource};
 #[cfg(test)]
 use super::{span_attribute, Scalar};
 use crate::otel::record::SpanRecord;
@@ -131,9 +128,6 @@ fn span_tail(b: &mut Vec<u8>, record: &SpanRecord) {
             uint(b, 3, 2);
         }
     }
-    let mut flags = u32::from(TraceFlags::SAMPLED.to_u8()) | CONTEXT_HAS_IS_REMOTE;
-    if record.parent.is_some() {
-        flags |= CONTEXT_IS_REMOTE;
-    }
-    fixed32(b, 16, flags);
+    // A record is sampled, and its parent, when it has one, is the agent's span.
+    fixed32(b, 16, flags(TraceFlags::SAMPLED, record.parent.is_some()));
 }
