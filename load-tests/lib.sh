@@ -41,15 +41,17 @@ start_control_plane() {
   wait_http "http://$1/healthz"
   "$BIN/seed-keys" "http://$1" "$WARDEN_BOOTSTRAP_PLATFORM_KEY" "$KEYS_COUNT" "$WORK/keys.txt" >/dev/null
 }
-# The median of the numbers on standard input, separated by spaces or lines.
-median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# The numbers on standard input, separated by spaces or lines, one a line in order.
+sorted() { tr ' ' '\n' | awk 'NF' | sort -g; }
+# The median of the numbers on standard input.
+median() { sorted | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # A 95 % interval for the median of the numbers on standard input, free of any
 # assumption about their distribution: the order statistics k and n + 1 - k, k the
 # largest with P(B < k) <= 2.5 %, B binomial (n, 1/2) (how many of the numbers fall
 # below the true median). Prints "low high", or "- -" for fewer than 6 numbers, too few
 # for such an interval.
 median_interval() {
-  tr ' ' '\n' | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END {
+  sorted | awk '{ v[NR] = $1 } END {
     n = NR; p = 0.5 ^ n; below = 0; k = 0
     for (i = 0; i < n; i++) { below += p; if (below > 0.025) break; k = i + 1; p = p * (n - i) / (i + 1) }
     if (k < 1) print "- -"; else print v[k], v[n + 1 - k] }'
