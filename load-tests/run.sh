@@ -340,7 +340,9 @@ fi
 # so that short rounds measure proxies equally warm.
 traced() { beside "$1" "$PROXY_TRACED" "$TRACED_PID"; }
 if wanted traced; then
-  start_proxy "$PROXY_TRACED" OTEL_EXPORTER_OTLP_ENDPOINT="http://$OTLP"; TRACED_PID=$STARTED_PID
+  # TRACES_TO: another endpoint (a closed port: spans made and encoded, posts refused).
+  start_proxy "$PROXY_TRACED" OTEL_EXPORTER_OTLP_ENDPOINT="${TRACES_TO:-http://$OTLP}"
+  TRACED_PID=$STARTED_PID
   # "A few percent": at most 5 %. First the capacity (the load saturates both cores, so
   # the ratio is what a traced request costs in CPU), then a request's own time: one
   # request at a time, where the ratio is of the time each takes, queueing left out.
