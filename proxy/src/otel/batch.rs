@@ -23,6 +23,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::buffers::Buffers;
+use super::priority;
 use super::protobuf::encode_span_field;
 use super::record::SpanRecord;
 
@@ -155,7 +156,10 @@ impl SpanQueue {
         };
         thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || worker.run())
+            .spawn(move || {
+                priority::yield_to_requests();
+                worker.run()
+            })
             .map_err(|error| format!("tracing: starting the exporting thread: {error}"))?;
         Ok(SpanQueue {
             shards,
@@ -402,6 +406,23 @@ mod tests {
         assert_eq!(&batches[..2], &[4, 4], "full batches first");
         assert_eq!(batches.iter().sum::<usize>(), 10);
         assert_eq!(queue.lost(), (0, 0));
+    }
+
+    /// The exporting thread yields to the request threads (`priority`).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_exporting_thread_runs_nicer_than_the_request_threads() {
+        use priority::tests::{nice_of_threads, own_nice};
+        let expected = (own_nice() + priority::NICER_BY).min(19);
+        let queue = SpanQueue::start(
+            settings(100, 60_000, 512),
+            Collected::default(),
+            "nicer-spans",
+        )
+        .unwrap();
+        // The thread lowers its priority as it starts: the flush waits for that.
+        assert!(queue.flush(Duration::from_secs(5)));
+        assert_eq!(nice_of_threads("nicer-spans"), [expected]);
     }
 
     #[test]

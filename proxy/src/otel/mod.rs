@@ -30,6 +30,7 @@ pub mod export;
 mod fixed;
 mod lost;
 mod otlp_http;
+mod priority;
 mod protobuf;
 mod record;
 mod request;

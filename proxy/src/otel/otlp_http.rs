@@ -20,6 +20,7 @@ use reqwest_mcp::blocking::{Body, Client};
 
 use super::batch::Sink;
 use super::buffers::Buffers;
+use super::priority;
 use super::protobuf::{encode_request, frame_spans, EncodedResource};
 
 pub struct ProtobufExporter {
@@ -62,11 +63,15 @@ impl ProtobufExporter {
         );
         // A blocking client owns a runtime of its own, which may be neither built nor
         // dropped on an async runtime's thread: it is built on a thread of its own, and
-        // lives on the batch processor's.
-        let client = std::thread::spawn(move || Client::builder().timeout(timeout).build())
-            .join()
-            .map_err(|_| "tracing: building the HTTP client panicked".to_owned())?
-            .map_err(|error| format!("tracing: {error}"))?;
+        // lives on the batch processor's. Its runtime's thread, which posts, starts
+        // with the lower priority of the thread that builds it.
+        let client = std::thread::spawn(move || {
+            priority::yield_to_requests();
+            Client::builder().timeout(timeout).build()
+        })
+        .join()
+        .map_err(|_| "tracing: building the HTTP client panicked".to_owned())?
+        .map_err(|error| format!("tracing: {error}"))?;
         Ok(ProtobufExporter {
             client,
             url: url.to_owned(),
@@ -255,5 +260,24 @@ mod tests {
         assert_eq!(span["kind"], 3);
         assert_eq!(span["attributes"][0]["key"], "gen_ai.request.model");
         assert_eq!(span["attributes"][0]["value"]["stringValue"], "gpt-4o");
+    }
+
+    /// The client's runtime thread, which posts, yields to the request threads.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_posting_thread_runs_nicer_than_the_request_threads() {
+        use super::super::priority::tests::{nice_of_threads, own_nice};
+        let expected = (own_nice() + priority::NICER_BY).min(19);
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let exporter =
+            ProtobufExporter::new("http://127.0.0.1:9/v1/traces", &[], Duration::from_secs(1))
+                .unwrap();
+        // Other tests' clients may be alive too: each is built the same way.
+        let nices = nice_of_threads("reqwest-internal-sync-runtime");
+        assert!(
+            !nices.is_empty() && nices.iter().all(|&nice| nice == expected),
+            "{nices:?}"
+        );
+        drop(exporter);
     }
 }
