@@ -412,8 +412,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_exporting_thread_runs_nicer_than_the_request_threads() {
-        use priority::tests::{nice_of_threads, own_nice};
-        let expected = (own_nice() + priority::NICER_BY).min(19);
+        use priority::tests::{lowered_nice, nice_of_threads};
+        let expected = lowered_nice();
         let queue = SpanQueue::start(
             settings(100, 60_000, 512),
             Collected::default(),

@@ -266,8 +266,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_posting_thread_runs_nicer_than_the_request_threads() {
-        use super::super::priority::tests::{nice_of_threads, own_nice};
-        let expected = (own_nice() + priority::NICER_BY).min(19);
+        use super::super::priority::tests::{lowered_nice, nice_of_threads};
+        let expected = lowered_nice();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let exporter =
             ProtobufExporter::new("http://127.0.0.1:9/v1/traces", &[], Duration::from_secs(1))

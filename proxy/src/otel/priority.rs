@@ -30,37 +30,44 @@ pub fn yield_to_requests() {
 pub mod tests {
     use std::fs;
 
+    use rustix::process::{getpriority_process, Pid};
+
     /// The nice value of each of this process's threads named `name` (as the kernel
     /// keeps it: its first 15 bytes).
     pub fn nice_of_threads(name: &str) -> Vec<i32> {
         let name = &name[..name.len().min(15)];
         let mut nices = Vec::new();
         for task in fs::read_dir("/proc/self/task").unwrap().flatten() {
-            let path = task.path();
-            let Ok(comm) = fs::read_to_string(path.join("comm")) else {
+            let Ok(comm) = fs::read_to_string(task.path().join("comm")) else {
                 continue; // the thread ended meanwhile
             };
-            let Ok(stat) = fs::read_to_string(path.join("stat")) else {
+            let tid = task.file_name().to_str().and_then(|tid| tid.parse().ok());
+            let Some(tid) = tid.and_then(Pid::from_raw) else {
                 continue;
             };
-            if comm.trim_end() != name {
-                continue;
+            if comm.trim_end() == name {
+                // On Linux a "process" priority asked of a thread id is that thread's.
+                if let Ok(nice) = getpriority_process(Some(tid)) {
+                    nices.push(nice);
+                }
             }
-            // After the name in brackets: the state (field 3), ... the nice (field 19).
-            let rest = &stat[stat.rfind(')').unwrap() + 2..];
-            nices.push(rest.split(' ').nth(16).unwrap().parse().unwrap());
         }
         nices
     }
 
     /// This thread's nice value.
     pub fn own_nice() -> i32 {
-        rustix::process::getpriority_process(None).unwrap()
+        getpriority_process(None).unwrap()
+    }
+
+    /// The nice value of an exporting thread started from this one.
+    pub fn lowered_nice() -> i32 {
+        (own_nice() + super::NICER_BY).min(19)
     }
 
     #[test]
     fn a_thread_started_by_a_lowered_one_is_lowered_too() {
-        let expected = (own_nice() + super::NICER_BY).min(19);
+        let expected = lowered_nice();
         let nices = std::thread::spawn(|| {
             super::yield_to_requests();
             let child = std::thread::Builder::new()
