@@ -4,6 +4,7 @@
 //! are never part of a string's text. The relay reads a stream's events so (`super::sse`),
 //! and a trace how an answer ended (`crate::otel::AnswerFacts`).
 
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use memchr::memmem::Finder;
@@ -35,21 +36,33 @@ fn find(key: &Finder<'_>, haystack: &[u8]) -> Option<usize> {
     key.find(haystack)
 }
 
-/// Characters of every string value under `key` in the JSON `data`, unescaped (as
-/// `str::chars` counts them). A key whose value is not a string (`null`) counts none.
-pub(super) fn text_chars(data: &[u8], key: &Finder<'_>) -> usize {
-    let mut total = 0;
+/// The string values under a key of an event.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Texts {
+    /// Their characters, unescaped (as `str::chars` counts them).
+    pub chars: usize,
+    /// The text of the only one (between its quotes), when there is one and it is closed.
+    pub only: Option<Range<usize>>,
+}
+
+/// The string values under `key` in the JSON `data`. A key whose value is not a string
+/// (`null`) counts none.
+pub(super) fn text_chars(data: &[u8], key: &Finder<'_>) -> Texts {
+    let mut texts = Texts::default();
+    let mut count = 0;
     let mut at = 0;
     while let Some(found) = find(key, &data[at..]) {
         at += found + key.needle().len();
         let Some(quote) = value_start(data, at).filter(|&value| data[value] == b'"') else {
             continue;
         };
-        let (chars, end) = string_chars(data, quote + 1);
-        total += chars;
-        at = end;
+        let (chars, close) = string_chars(data, quote + 1);
+        texts.chars += chars;
+        count += 1;
+        texts.only = close.filter(|_| count == 1).map(|close| quote + 1..close);
+        at = close.map_or(data.len(), |close| close + 1);
     }
-    total
+    texts
 }
 
 /// Where the value of each key `key` (quotes included) in the JSON `data` starts. The
@@ -105,14 +118,14 @@ fn skip_space(data: &[u8], mut at: usize) -> usize {
 }
 
 /// The characters of the JSON string starting at `at` (after its opening quote) and
-/// where it ends (the end of `data` for a string cut short). An escape is one
+/// where its closing quote is (`None`: the data ends first). An escape is one
 /// character; a `\uXXXX` low surrogate is the second half of the character its high
 /// surrogate began.
-fn string_chars(data: &[u8], mut at: usize) -> (usize, usize) {
+pub(super) fn string_chars(data: &[u8], mut at: usize) -> (usize, Option<usize>) {
     let mut chars = 0;
     while let Some(&byte) = data.get(at) {
         match byte {
-            b'"' => return (chars, at + 1),
+            b'"' => return (chars, Some(at)),
             b'\\' => {
                 let unicode = data.get(at + 1) == Some(&b'u');
                 let low_surrogate =
@@ -127,7 +140,7 @@ fn string_chars(data: &[u8], mut at: usize) -> (usize, usize) {
             }
         }
     }
-    (chars, data.len())
+    (chars, None)
 }
 
 /// Whether the first two hex digits of a `\u` escape make it a low surrogate (DC00 to

@@ -1,12 +1,13 @@
 //! Usage capture: what each request consumed, read from the provider's answer
-//! (`extract`, `sse`, `json_keys`), queued in memory and sent to the ledger in batches (`sink`),
-//! never on the request path.
+//! (`extract`, `sse`, `json_keys`, `template`), queued in memory and sent to the ledger
+//! in batches (`sink`), never on the request path.
 
 pub mod extract;
 pub(crate) mod json_keys;
 pub mod sink;
 pub mod spool;
 pub mod sse;
+mod template;
 mod wire;
 
 use std::sync::Arc;

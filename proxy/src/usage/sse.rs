@@ -9,19 +9,34 @@ use memchr::memmem::Finder;
 
 use super::extract::{read_event, Event, Tokens, UsageParts};
 use super::json_keys::{has_value, text_chars, Key};
+use super::template::{Compared, Template};
 use crate::endpoint::Endpoint;
 
 /// What else reads a stream's events as the relay parses them (a trace's facts of the
 /// answer): each event is parsed once for all.
 pub(crate) trait EventReader {
     /// An event the relay does not parse (it holds no usage), whose payload is `data`:
-    /// the reader takes what it can from the bytes and says whether it needs the event
-    /// parsed after all ([`EventReader::event`] then). A stream's events parsed in full
-    /// for a trace were most of what the trace added to a streamed request.
-    fn unparsed(&mut self, data: &[u8]) -> bool;
+    /// the reader takes what it can from the bytes and says what it found; `Parse`: it
+    /// needs the event parsed after all ([`EventReader::event`] then). `data[..from]`
+    /// holds nothing for the reader (the bytes an earlier event in which it found
+    /// nothing opened with: `super::template`), so it searches the rest. A stream's
+    /// events parsed in full for a trace were most of what the trace added to a
+    /// streamed request.
+    fn unparsed(&mut self, data: &[u8], from: usize) -> Found;
 
     /// An event the relay parsed (one holding usage, or one the reader asked for).
     fn event(&mut self, event: &Event<'_>);
+}
+
+/// What a reader found in an event's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Nothing it reads.
+    Nothing,
+    /// What it reads, taken from the bytes.
+    Taken,
+    /// What it reads, which only a parse of the event can take.
+    Parse,
 }
 
 /// Holds the unfinished tail of the stream between reads.
@@ -31,6 +46,8 @@ pub struct SseRelay {
     strip_usage_chunk: bool,
     /// The key of the generated text in the stream's events (see [`text_key`]).
     text_key: &'static Finder<'static>,
+    /// The bytes around the text of an earlier event (see [`Template`]).
+    template: Template,
     /// The usage the stream reported so far, if it did.
     usage_parts: Option<UsageParts>,
     /// Generated characters seen, for an estimate if usage never comes.
@@ -45,6 +62,7 @@ impl SseRelay {
             pending: BytesMut::new(),
             strip_usage_chunk,
             text_key: text_key(endpoint),
+            template: Template::default(),
             usage_parts: None,
             content_chars: 0,
         }
@@ -106,15 +124,33 @@ impl SseRelay {
                 continue;
             };
             let data = data.trim_ascii();
+            let read = reader.is_some();
+            // An event that repeats the template's bytes around its text is searched
+            // only after its text, or not at all.
+            let (known_chars, from) = match self.template.compare(data, read) {
+                Compared::Same { chars } => {
+                    self.content_chars += chars;
+                    continue;
+                }
+                Compared::Opens { chars, rest } => (chars, rest),
+                Compared::Unlike => (0, 0),
+            };
+            let rest = &data[from..];
             // Most events are a few tokens of text: parsing each in full was a tenth of
             // the proxy's CPU a stream. One that cannot hold usage, and that no reader
             // wants, only has its generated text counted, by a scan for its key.
-            let parse = has_value(data, &USAGE_KEY, b'{')
-                || reader
-                    .as_deref_mut()
-                    .is_some_and(|reader| reader.unparsed(data));
+            let mut found = Found::Nothing;
+            let parse = has_value(rest, &USAGE_KEY, b'{')
+                || reader.as_deref_mut().is_some_and(|reader| {
+                    found = reader.unparsed(data, from);
+                    found == Found::Parse
+                });
             if !parse {
-                self.content_chars += text_chars(data, self.text_key);
+                let texts = text_chars(rest, self.text_key);
+                self.content_chars += known_chars + texts.chars;
+                if let Some(text) = texts.only.filter(|_| from == 0 && found == Found::Nothing) {
+                    self.template.learn(data, text, read);
+                }
                 continue;
             }
             let Some(event) = read_event(data) else {
@@ -372,13 +408,13 @@ mod tests {
             assert!(!has_value(data.as_bytes(), &USAGE_KEY, b'{'), "{data}");
             let parsed = read_event(data.as_bytes()).map_or(0, |e| e.chunk_facts().content_chars);
             assert_eq!(
-                text_chars(data.as_bytes(), text_key(endpoint)),
+                text_chars(data.as_bytes(), text_key(endpoint)).chars,
                 parsed,
                 "{endpoint:?} {data}"
             );
         }
         let escaped = r#"{"choices":[{"delta":{"content":"a\"b\u00e9"}}]}"#;
-        assert_eq!(text_chars(escaped.as_bytes(), &CONTENT_KEY), 4);
+        assert_eq!(text_chars(escaped.as_bytes(), &CONTENT_KEY).chars, 4);
     }
 
     #[test]
@@ -393,7 +429,7 @@ mod tests {
             (r#""content":"a","content":"#, 1),
             (r#""content"x"content":"é""#, 1),
         ] {
-            assert_eq!(text_chars(data.as_bytes(), key), chars, "{data}");
+            assert_eq!(text_chars(data.as_bytes(), key).chars, chars, "{data}");
         }
         let mut relay = SseRelay::new(Endpoint::ChatCompletions, false);
         let cut = b"data: {\"choices\":[{\"delta\":{\"content\":\"ab\\\n\n";
@@ -404,8 +440,8 @@ mod tests {
     fn a_stream_without_usage_counts_its_text_with_or_without_a_trace() {
         struct Nothing;
         impl EventReader for Nothing {
-            fn unparsed(&mut self, _: &[u8]) -> bool {
-                true
+            fn unparsed(&mut self, _: &[u8], _: usize) -> Found {
+                Found::Parse
             }
             fn event(&mut self, _: &Event<'_>) {}
         }

@@ -4,7 +4,7 @@
 use super::{ending, AnswerFacts};
 use crate::usage::extract::{Event, EventDelta};
 use crate::usage::json_keys::{has_value, plain_strings};
-use crate::usage::sse::EventReader;
+use crate::usage::sse::{EventReader, Found};
 
 impl AnswerFacts {
     /// A stream's next bytes arrived: the first says when the first chunk came.
@@ -19,22 +19,29 @@ impl EventReader for AnswerFacts {
     /// A stream's text events, most of it, are not parsed for the trace: the first is
     /// kept until the answer is named, and how a choice ended is read from the bytes
     /// where the endpoint's key says it plainly (an escape in it takes a parse).
-    fn unparsed(&mut self, data: &[u8]) -> bool {
+    fn unparsed(&mut self, data: &[u8], from: usize) -> Found {
         if self.first_unparsed.is_none() && !self.named() {
             self.first_unparsed = Some(data.into());
         }
         let ending = ending(self.endpoint);
+        let rest = &data[from..];
         if !ending.plain {
-            return has_value(data, ending.key, b'"');
+            // A string `status` is the response's only when a parse says so.
+            return if has_value(rest, ending.key, b'"') {
+                Found::Parse
+            } else {
+                Found::Nothing
+            };
         }
-        match plain_strings(data, ending.key) {
+        match plain_strings(rest, ending.key) {
+            Some(reasons) if reasons.is_empty() => Found::Nothing,
             Some(reasons) => {
                 for reason in reasons {
                     self.finished(Some(reason));
                 }
-                false
+                Found::Taken
             }
-            None => true,
+            None => Found::Parse,
         }
     }
 
