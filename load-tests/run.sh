@@ -40,6 +40,8 @@ PROXY=127.0.0.1:19081
 # The traced proxy, beside the other for the traced rounds, and an untraced twin.
 PROXY_TRACED=127.0.0.1:19082
 PROXY_TWIN=127.0.0.1:19083
+# A proxy with traces configured and none sampled (OTEL_TRACES_SAMPLER=always_off).
+PROXY_UNSAMPLED=127.0.0.1:19084
 # Where the traced rounds export their spans (an OTLP/HTTP endpoint answering 200: nginx).
 OTLP=127.0.0.1:19318
 
@@ -359,6 +361,15 @@ if wanted traced; then
     echo "the control plane did not keep up with the traced proxy's usage" >&2
     exit 1
   fi
+  # Tracing off: the exporter configured and no trace sampled (each request gets ids,
+  # asks the sampler and passes an unsampled traceparent on, but makes no span), against
+  # tracing not configured. "Not measurably" slower: as near 1 as the twin's ratio.
+  start_proxy "$PROXY_UNSAMPLED" OTEL_EXPORTER_OTLP_ENDPOINT="${TRACES_TO:-http://$OTLP}" OTEL_TRACES_SAMPLER=always_off
+  UNSAMPLED_PID=$STARTED_PID
+  unsampled() { beside "$1" "$PROXY_UNSAMPLED" "$UNSAMPLED_PID"; }
+  alternate "traces configured, none sampled (OTEL_TRACES_SAMPLER=always_off)" unsampled /v1/chat/completions -
+  unsampled off
+  kill "$UNSAMPLED_PID"; wait "$UNSAMPLED_PID" 2>/dev/null || true
 fi
 
 # Payload capture of every request (the tenant's 5 redaction rules applied by the proxy,
