@@ -110,7 +110,8 @@ fn value_start(data: &[u8], key_end: usize) -> Option<usize> {
     (value < data.len()).then_some(value)
 }
 
-fn skip_space(data: &[u8], mut at: usize) -> usize {
+/// Where the first byte at or after `at` that is not white space is.
+pub(super) fn skip_space(data: &[u8], mut at: usize) -> usize {
     while data.get(at).is_some_and(u8::is_ascii_whitespace) {
         at += 1;
     }

@@ -18,7 +18,7 @@
 
 use std::ops::Range;
 
-use super::json_keys::string_chars;
+use super::json_keys::{skip_space, string_chars};
 
 /// The bytes around the text of an event read without a parse.
 #[derive(Debug, Default)]
@@ -83,10 +83,7 @@ impl Template {
 /// space, a comma or a closing bracket. Then no key starts at the string's closing
 /// quote, and none that ends there has a value.
 fn follows_a_value(after: &[u8]) -> bool {
-    matches!(
-        after.iter().find(|byte| !byte.is_ascii_whitespace()),
-        Some(b',' | b'}' | b']')
-    )
+    matches!(after.get(skip_space(after, 0)), Some(b',' | b'}' | b']'))
 }
 
 #[cfg(test)]
