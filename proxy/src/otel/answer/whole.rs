@@ -75,3 +75,110 @@ impl AnswerFacts {
         Ok(usage.as_ref().map(UsageField::tokens))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::super::test_support::{facts_of, pairs, Attributes};
+    use super::*;
+
+    #[test]
+    fn a_chat_completion() {
+        let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
+        let usage = facts.whole(br#"{"id":"chatcmpl-1","model":"gpt-4o-2024-08-06","choices":[{"finish_reason":"stop"},{"finish_reason":"length"}],
+            "usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}"#);
+        assert_eq!(
+            usage.unwrap(),
+            Some(Tokens {
+                input: 9,
+                output: 0
+            })
+        );
+        assert_eq!(
+            facts_of(facts.attributes()),
+            pairs(&[
+                ("gen_ai.response.id", "chatcmpl-1"),
+                ("gen_ai.response.model", "gpt-4o-2024-08-06"),
+                ("gen_ai.response.finish_reasons", r#"["stop","length"]"#),
+                ("gen_ai.usage.cache_read.input_tokens", "4"),
+                ("gen_ai.usage.reasoning.output_tokens", "2"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_whole_answer_of_each_endpoint_names_itself_and_how_it_ended() {
+        for (endpoint, answer, expected) in [
+            // A finish reason with an escape takes the parse of the choices.
+            (
+                Endpoint::ChatCompletions,
+                r#"{"id":"c","model":"m","choices":[{"message":{"content":"a_b"},"finish_reason":"st\u006fp"}]}"#,
+                [
+                    ("gen_ai.response.id", "c"),
+                    ("gen_ai.response.model", "m"),
+                    ("gen_ai.response.finish_reasons", r#"["stop"]"#),
+                ],
+            ),
+            (
+                Endpoint::Responses,
+                r#"{"id":"resp_1","object":"response","model":"gpt-4o","status":"completed","output":[{"status":"in_progress"}]}"#,
+                [
+                    ("gen_ai.response.id", "resp_1"),
+                    ("gen_ai.response.model", "gpt-4o"),
+                    ("gen_ai.response.finish_reasons", r#"["completed"]"#),
+                ],
+            ),
+            (
+                Endpoint::Messages,
+                r#"{"id":"msg_1","type":"message","model":"claude","stop_reason":"end_turn","content":[{"text":"\"stop_reason\":\"x\""}]}"#,
+                [
+                    ("gen_ai.response.id", "msg_1"),
+                    ("gen_ai.response.model", "claude"),
+                    ("gen_ai.response.finish_reasons", r#"["end_turn"]"#),
+                ],
+            ),
+        ] {
+            let mut facts = AnswerFacts::new(Instant::now(), endpoint);
+            assert_eq!(facts.whole(answer.as_bytes()).unwrap(), None, "{answer}");
+            assert_eq!(facts_of(facts.attributes()), pairs(&expected), "{answer}");
+        }
+    }
+
+    #[test]
+    fn odd_fields_are_absent_facts_and_the_usage_stays() {
+        let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
+        let usage = facts.whole(
+            br#"{"id":7,"model":{"name":"x"},"object":["chat"],"choices":[{"finish_reason":1}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+        );
+        assert_eq!(
+            usage.unwrap(),
+            Some(Tokens {
+                input: 3,
+                output: 2
+            })
+        );
+        assert_eq!(facts_of(facts.attributes()), pairs(&[]));
+    }
+
+    #[test]
+    fn a_whole_answers_usage_is_the_usage_reading_of_it() {
+        let answers: [&[u8]; 6] = [
+            br#"{"object":"chat.completion","usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}"#,
+            br#"{"object":"list","data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}"#,
+            br#"{"object":"response","status":"completed","usage":{"input_tokens":7,"output_tokens":3,"output_tokens_details":{"reasoning_tokens":1}}}"#,
+            br#"{"type":"message","stop_reason":"end_turn","usage":{"input_tokens":5,"cache_read_input_tokens":3,"cache_creation_input_tokens":2,"output_tokens":4}}"#,
+            br#"{"id":"no-usage","choices":[]}"#,
+            br#"{"usage":{"prompt_tokens":-3,"completion_tokens":null}}"#,
+        ];
+        for answer in answers {
+            let mut facts = AnswerFacts::new(Instant::now(), Endpoint::ChatCompletions);
+            assert_eq!(
+                facts.whole(answer).unwrap(),
+                crate::usage::extract::from_json(answer),
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+    }
+}
