@@ -6,10 +6,12 @@
 //! `x-warden-guardrail` response header), `flag` sends it as it is; every finding is in
 //! the decision the control plane records.
 //!
-//! Guardrails fail closed: a scan that outlasts `proxy.guardrail_timeout_ms` refuses the
-//! request (503 `guardrail_unavailable`), counted in
-//! `warden_proxy_guardrail_failures_total`; the decision, a failure of the guardrail
-//! policy, is audited like every violation.
+//! Guardrails fail closed: a scan that outlasts `proxy.guardrail_timeout_ms` (read between
+//! strings and inside a long one) refuses the request (503 `guardrail_unavailable`),
+//! counted in `warden_proxy_guardrail_failures_total`; a body a provider could read
+//! otherwise than the scan (a member named twice, text that is not Unicode) is refused
+//! as the request's fault (400 `invalid_request`, `Action::content`). Either decision, a
+//! failure of the guardrail policy, is audited like every violation.
 
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
@@ -34,17 +36,27 @@ pub struct Guardrails {
     pub failures: IntCounter,
 }
 
+/// Why a request's guardrails could not scan it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanFailure {
+    /// The scan outlasted the time limit: the guardrail is unavailable (503).
+    TimedOut,
+    /// The body cannot be read as a provider would read it (a member named twice, text
+    /// that is not Unicode): the request's fault (400), with what is wrong.
+    Unreadable(String),
+}
+
 /// One request's content as its guardrails scan it.
 pub struct Content<'a> {
     action: Action<'a>,
     guardrails: &'a Guardrails,
     /// Set at the first scan: a request no guardrail covers never reads the clock.
     deadline: Cell<Option<Instant>>,
-    /// Parsed at the first guardrail that covers the request.
-    value: RefCell<Option<Value>>,
+    /// Read at the first guardrail that covers the request.
+    value: RefCell<Option<Result<Value, String>>>,
     redactions: RefCell<Vec<String>>,
-    /// The guardrail policy whose scan failed, if one did.
-    failed: Cell<Option<i64>>,
+    /// The guardrail policy whose scan failed, and why, if one did.
+    failed: RefCell<Option<(i64, ScanFailure)>>,
 }
 
 impl<'a> Content<'a> {
@@ -55,18 +67,20 @@ impl<'a> Content<'a> {
             deadline: Cell::new(None),
             value: RefCell::new(None),
             redactions: RefCell::new(Vec::new()),
-            failed: Cell::new(None),
+            failed: RefCell::new(None),
         }
     }
 
     /// `guardrail`'s verdict (policy `policy_id`), redacting in place for `redact`.
     pub fn scan(&self, policy_id: i64, guardrail: &Guardrail) -> GuardrailVerdict {
         let mut value = self.value.borrow_mut();
-        if value.is_none() {
-            *value = self.action.content();
-        }
-        let Some(value) = value.as_mut() else {
-            return self.failure(policy_id, "the content is not JSON");
+        let value = value.get_or_insert_with(|| self.action.content());
+        let value = match value {
+            Ok(value) => value,
+            Err(why) => {
+                let why = why.clone();
+                return self.failure(policy_id, ScanFailure::Unreadable(why.clone()), why);
+            }
         };
         let redact = guardrail.action == GuardrailAction::Redact;
         let deadline = self
@@ -91,25 +105,25 @@ impl<'a> Content<'a> {
                 }
                 GuardrailVerdict::Found(hits)
             }
-            Err(_) => self.failure(
-                policy_id,
-                &format!(
+            Err(_) => {
+                self.guardrails.failures.inc();
+                let why = format!(
                     "its scan took longer than {} ms",
                     self.guardrails.timeout.as_millis()
-                ),
-            ),
+                );
+                self.failure(policy_id, ScanFailure::TimedOut, why)
+            }
         }
     }
 
-    fn failure(&self, policy_id: i64, why: &str) -> GuardrailVerdict {
-        self.guardrails.failures.inc();
-        self.failed.set(Some(policy_id));
-        GuardrailVerdict::Failed(why.to_owned())
+    fn failure(&self, policy_id: i64, failure: ScanFailure, why: String) -> GuardrailVerdict {
+        self.failed.replace(Some((policy_id, failure)));
+        GuardrailVerdict::Failed(why)
     }
 
-    /// The guardrail policy whose scan failed, if one did.
-    pub fn failed(&self) -> Option<i64> {
-        self.failed.get()
+    /// The guardrail policy whose scan failed, and why, if one did.
+    pub fn failed(&self) -> Option<(i64, ScanFailure)> {
+        self.failed.borrow().clone()
     }
 
     /// The content as redacted, with the header that says what was, when a `redact`
@@ -119,8 +133,9 @@ impl<'a> Content<'a> {
         if redactions.is_empty() {
             return None;
         }
-        let value = self.value.into_inner()?;
-        // Field paths are the body's own member names: kept to printable ASCII.
+        let value = self.value.into_inner()?.ok()?;
+        // Paths show only names that are safe to show (`warden_shared::guardrail::scan`);
+        // a header carries printable ASCII.
         let header: String = format!("redacted {}", redactions.join(", "))
             .chars()
             .map(|c| {

@@ -20,7 +20,7 @@ pub use crate::action::Action;
 use crate::admission::Admitted;
 use crate::budget::{BudgetRule, RuleSource};
 use crate::decisions::{ApprovalAsk, DecisionReport, DecisionSink, PolicyResults};
-use crate::guardrails::{Content, Guardrails};
+use crate::guardrails::{Content, Guardrails, ScanFailure};
 use crate::rate_limit::{retry_after_secs, Counted, Limiter, RateWindows};
 use crate::refusal::Refusal;
 use crate::state::{EnforcementState, GrantUse, KeyView};
@@ -276,7 +276,7 @@ fn refusal_for(
     decision: Decision,
     list: &PolicyResults,
     now_ms: i64,
-    guardrail_failed: Option<i64>,
+    guardrail_failed: Option<(i64, ScanFailure)>,
 ) -> Option<Refusal> {
     let (policy_id, policy_type) = match decision {
         // A `require_human_review` flag travels in the results' reasons to the records.
@@ -302,10 +302,15 @@ fn refusal_for(
             retry_after_secs: retry_after_secs(now_ms),
         },
         PolicyType::BudgetLimit => Refusal::PolicyBudgetExceeded { policy_id, reason },
-        PolicyType::Guardrail if guardrail_failed == Some(policy_id) => {
-            Refusal::GuardrailUnavailable { policy_id, reason }
-        }
-        PolicyType::Guardrail => Refusal::GuardrailViolation { policy_id, reason },
+        PolicyType::Guardrail => match guardrail_failed {
+            Some((failed, ScanFailure::TimedOut)) if failed == policy_id => {
+                Refusal::GuardrailUnavailable { policy_id, reason }
+            }
+            Some((failed, ScanFailure::Unreadable(why))) if failed == policy_id => {
+                Refusal::BadRequest(why)
+            }
+            _ => Refusal::GuardrailViolation { policy_id, reason },
+        },
         _ => Refusal::PolicyViolation { policy_id, reason },
     })
 }

@@ -1,8 +1,10 @@
 //! The digest of an action, which an approval can be bound to (`policy::Releases`): a
 //! reviewer approves what was held, and only that same action is let through again.
 //!
-//! - A model request: its provider, the model asked for and the SHA-256 of its body as
-//!   sent (a retry by an SDK sends the same bytes; another prompt is another action).
+//! - A model request: its provider, the operation (the endpoint: the same body asks for
+//!   a count of tokens on one and for a generation on another), the model asked for and
+//!   the SHA-256 of its body as sent (a retry by an SDK sends the same bytes; another
+//!   prompt is another action).
 //! - A tool call: the MCP server's id, the tool, its arguments as canonical JSON
 //!   (object members sorted, no white space: the same arguments in another order are
 //!   the same action) and the fingerprint of the tool's approved definition (a tool
@@ -14,12 +16,14 @@ use sha2::{Digest, Sha256};
 
 use crate::registry::Provider;
 
-/// The digest of a model request (hex SHA-256).
-pub fn model_request(provider: Provider, model: &str, body: &[u8]) -> String {
+/// The digest of a model request (hex SHA-256) to `operation` (the endpoint's stable
+/// name, e.g. `chat.completions`, `messages.count_tokens`).
+pub fn model_request(provider: Provider, operation: &str, model: &str, body: &[u8]) -> String {
     let body_digest = Sha256::digest(body);
     digest(&[
         b"model",
         provider.as_str().as_bytes(),
+        operation.as_bytes(),
         model.as_bytes(),
         &body_digest,
     ])
@@ -125,13 +129,29 @@ mod tests {
     }
 
     #[test]
-    fn model_requests_are_told_apart_by_body_model_and_provider() {
+    fn model_requests_are_told_apart_by_body_model_operation_and_provider() {
         let body = br#"{"model":"gpt-4o","messages":[]}"#;
-        let one = model_request(Provider::Openai, "gpt-4o", body);
-        assert_eq!(one, model_request(Provider::Openai, "gpt-4o", body));
-        assert_ne!(one, model_request(Provider::Openai, "gpt-4o", b"{}"));
-        assert_ne!(one, model_request(Provider::Openai, "gpt-4o-mini", body));
-        assert_ne!(one, model_request(Provider::Anthropic, "gpt-4o", body));
+        let chat = "chat.completions";
+        let one = model_request(Provider::Openai, chat, "gpt-4o", body);
+        assert_eq!(one, model_request(Provider::Openai, chat, "gpt-4o", body));
+        assert_ne!(one, model_request(Provider::Openai, chat, "gpt-4o", b"{}"));
+        assert_ne!(
+            one,
+            model_request(Provider::Openai, chat, "gpt-4o-mini", body)
+        );
+        assert_ne!(
+            one,
+            model_request(Provider::Anthropic, chat, "gpt-4o", body)
+        );
+        assert_ne!(
+            one,
+            model_request(Provider::Openai, "responses", "gpt-4o", body)
+        );
+        let count = model_request(Provider::Anthropic, "messages.count_tokens", "c", body);
+        assert_ne!(
+            count,
+            model_request(Provider::Anthropic, "messages", "c", body)
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod clock;
 pub mod guardrail;
 pub mod ids;
+pub mod json_members;
 pub mod keys;
 pub mod managed;
 pub mod mcp;

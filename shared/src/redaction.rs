@@ -7,7 +7,8 @@
 //! Arrays met on the way are entered element by element (`messages.content` reaches the
 //! content of every message), which is why the path itself never needs a selector. At
 //! the end of the path the value is replaced whole by `[REDACTED:<rule id>]`, or, with a
-//! `pattern`, each match of the pattern in every string inside it is.
+//! `pattern`, each match of the pattern in every string inside it is, member names
+//! included (`crate::json_members::rename`).
 //!
 //! Patterns run on the `regex` crate: matching takes time linear in the input whatever
 //! the pattern (no backtracking), and compiled programs are capped in size, so no rule
@@ -131,10 +132,25 @@ fn in_strings(value: &mut Value, pattern: &Regex, placeholder: &str) -> usize {
             .iter_mut()
             .map(|item| in_strings(item, pattern, placeholder))
             .sum(),
-        Value::Object(members) => members
-            .values_mut()
-            .map(|member| in_strings(member, pattern, placeholder))
-            .sum(),
+        Value::Object(members) => {
+            let in_values: usize = members
+                .values_mut()
+                .map(|member| in_strings(member, pattern, placeholder))
+                .sum();
+            // A name is text the provider reads too.
+            let renames: Vec<(String, String)> = members
+                .keys()
+                .filter_map(
+                    |name| match pattern.replace_all(name, NoExpand(placeholder)) {
+                        std::borrow::Cow::Owned(changed) => Some((name.clone(), changed)),
+                        std::borrow::Cow::Borrowed(_) => None,
+                    },
+                )
+                .collect();
+            let in_names = renames.len();
+            crate::json_members::rename(members, renames);
+            in_values + in_names
+        }
         _ => 0,
     }
 }
@@ -198,6 +214,17 @@ mod tests {
         assert_eq!(
             out["messages"][0]["content"][1]["image_url"]["url"],
             json!("https://x.example/i.png")
+        );
+    }
+
+    #[test]
+    fn a_pattern_reaches_member_names_too() {
+        let body = json!({ "metadata": { "ana@b.example": "owner", "team": "c@d.example" } });
+        let (out, count) = redacted(&[rule("email", "metadata", Some(r"[\w.]+@[\w.]+"))], body);
+        assert_eq!(count, 2);
+        assert_eq!(
+            out,
+            json!({ "metadata": { "[REDACTED:email]": "owner", "team": "[REDACTED:email]" } })
         );
     }
 

@@ -64,7 +64,10 @@ pub(super) async fn gate(shared: &Resources, ready: &Ready<'_>) -> Result<Passed
             tenant_policies.clone(),
             view,
             admitted,
-            Action::Model(ready.body),
+            Action::Model {
+                operation: endpoint.request_type(),
+                body: ready.body,
+            },
             endpoint.request_type(),
             *estimate_micros,
             now,

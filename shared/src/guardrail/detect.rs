@@ -2,18 +2,23 @@
 //!
 //! Secret formats follow the rules of gitleaks (MIT licence,
 //! github.com/gitleaks/gitleaks, `config/gitleaks.toml`): AWS access key ids, GitHub,
-//! Slack, Stripe, OpenAI, Anthropic and Google API keys, and PEM private keys. A generic
+//! Slack (bot, user and app-level tokens), Stripe, OpenAI, Anthropic and Google API keys,
+//! and PEM private keys (the whole block is the finding: its `BEGIN` line, its body and
+//! its `END` line, or to the end of the text when no `END` line follows). A generic
 //! secret is a value of 16 or more token characters assigned to a name like `key`,
 //! `token`, `secret` or `password` whose entropy is at least [`GENERIC_MIN_ENTROPY`] bits a
 //! character (gitleaks' generic rule does the same). Card numbers must pass the Luhn
 //! check and start as a card scheme's do; IBANs must pass ISO 13616's mod-97 check;
 //! phone numbers are international (`+` and 8 to 15 digits) or North American
-//! (`(555) 010-7788`) numbers.
+//! (`(415) 555-0132`, `415-555-0132`, `415.555.0132`) numbers.
 //!
 //! Every pattern runs on the `regex` crate (linear time, no backtracking); a `RegexSet`
-//! first tells which detectors can match a text at all, so clean text costs one pass.
+//! first tells which detectors can match a text at all, so clean text costs one pass. A
+//! long text is searched a window at a time ([`Scanner::scan_within`]) so that a deadline
+//! holds inside one string too: a match is found whole whatever window it starts in.
 
 use std::ops::Range;
+use std::time::Instant;
 
 use regex::{Regex, RegexSet};
 use serde::{Deserialize, Serialize};
@@ -83,7 +88,9 @@ impl Detector {
             Detector::GithubToken => {
                 r"\b(?:gh[pousr]_[0-9a-zA-Z]{36}|github_pat_[0-9a-zA-Z_]{82})\b"
             }
-            Detector::SlackToken => r"\bxox[baprs]-[0-9a-zA-Z-]{10,72}",
+            Detector::SlackToken => {
+                r"\b(?:xox[baprse]-[0-9a-zA-Z-]{10,72}|xapp-\d-[A-Za-z0-9]+-\d+-[A-Za-z0-9]+|xoxe\.xox[bp]-\d-[A-Za-z0-9]{100,200})"
+            }
             Detector::StripeKey => r"\b(?:sk|rk)_(?:test|live|prod)_[0-9a-zA-Z]{10,99}\b",
             Detector::OpenaiKey => {
                 r"\bsk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,200}|[A-Za-z0-9]{20})T3BlbkFJ[A-Za-z0-9_-]{20,200}"
@@ -102,7 +109,7 @@ impl Detector {
                 r"\b[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}\b"
             }
             Detector::Phone => {
-                r"(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}|\(\d{3}\) ?\d{3}-\d{4})\b"
+                r"(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}|\(\d{3}\) ?\d{3}-\d{4}|\b[2-9]\d{2}[-.][2-9]\d{2}[-.]\d{4})\b"
             }
         }
     }
@@ -174,26 +181,164 @@ impl Scanner {
 
     /// Appends what `text` holds to `out`.
     pub fn scan(&self, text: &str, out: &mut Vec<Finding>) {
-        for index in self.set.matches(text).iter() {
-            let (builtin, name, regex) = &self.detectors[index];
-            for captures in regex.captures_iter(text) {
-                let Some(whole) = captures.get(0) else {
-                    continue;
-                };
-                let captured = captures.get(1).map(|c| c.as_str());
-                if builtin.is_none_or(|d| d.confirms(whole.as_str(), captured)) {
-                    let range = match (builtin, captures.get(1)) {
-                        // A generic secret's name stays; its value is the secret.
-                        (Some(Detector::GenericSecret), Some(value)) => value.range(),
-                        _ => whole.range(),
-                    };
-                    out.push(Finding {
-                        detector: name.clone(),
-                        range,
-                    });
-                }
+        // Without a deadline the scan cannot fail.
+        let _ = self.scan_within(text, out, None);
+    }
+
+    /// Appends what `text` holds to `out`, unless `deadline` passes first: a text longer
+    /// than [`WINDOW`] is searched a window at a time, the deadline read between windows.
+    pub fn scan_within(
+        &self,
+        text: &str,
+        out: &mut Vec<Finding>,
+        deadline: Option<Instant>,
+    ) -> Result<(), TimedOut> {
+        let passed = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
+        if passed() {
+            return Err(TimedOut);
+        }
+        if text.len() <= WINDOW {
+            for index in self.set.matches(text).iter() {
+                self.search(index, text, 0..text.len(), text.len(), out, &passed)?;
+            }
+            return Ok(());
+        }
+        // Where each detector's next search starts: after its last match, which may
+        // reach into a later window.
+        let mut resume = vec![0; self.detectors.len()];
+        let mut start = 0;
+        while start < text.len() {
+            let end = char_boundary(text, start + WINDOW);
+            // A window's matches start in `start..end`; they are searched in a haystack
+            // reaching `OVERLAP` further, and further still when one reaches its end.
+            let reach = char_boundary(text, end + OVERLAP);
+            for index in self.set.matches_at(&text[..reach], start).iter() {
+                let from = resume[index].max(start);
+                resume[index] = self.search(index, text, from..end, reach, out, &passed)?;
+            }
+            start = end;
+            if start < text.len() && passed() {
+                return Err(TimedOut);
             }
         }
+        Ok(())
+    }
+
+    /// Detector `index`'s matches that start in `starts`, searched in `text[..reach]`
+    /// (grown while a match reaches its end); returns where its next search starts.
+    fn search(
+        &self,
+        index: usize,
+        text: &str,
+        starts: Range<usize>,
+        mut reach: usize,
+        out: &mut Vec<Finding>,
+        passed: &dyn Fn() -> bool,
+    ) -> Result<usize, TimedOut> {
+        let (builtin, name, regex) = &self.detectors[index];
+        let mut at = starts.start;
+        while at < starts.end {
+            let Some(mut captures) = regex.captures_at(&text[..reach], at) else {
+                return Ok(at);
+            };
+            // A match that reaches the haystack's end may go on in the text: searched
+            // again with more of it (the deadline still read).
+            while captures.get(0).is_some_and(|m| m.end() == reach) && reach < text.len() {
+                if passed() {
+                    return Err(TimedOut);
+                }
+                reach = char_boundary(text, reach + reach.max(WINDOW));
+                let Some(longer) = regex.captures_at(&text[..reach], at) else {
+                    break;
+                };
+                captures = longer;
+            }
+            let Some(whole) = captures.get(0) else {
+                return Ok(at);
+            };
+            if whole.start() >= starts.end {
+                // The next window's to find.
+                return Ok(at);
+            }
+            at = if whole.is_empty() {
+                char_boundary(text, whole.end() + 1)
+            } else {
+                whole.end()
+            };
+            let captured = captures.get(1).map(|c| c.as_str());
+            if !builtin.is_none_or(|d| d.confirms(whole.as_str(), captured)) {
+                continue;
+            }
+            let range = match (builtin, captures.get(1)) {
+                // A generic secret's name stays; its value is the secret.
+                (Some(Detector::GenericSecret), Some(value)) => value.range(),
+                (Some(Detector::PrivateKey), _) => whole.start()..pem_block_end(text, whole.end()),
+                _ => whole.range(),
+            };
+            out.push(Finding {
+                detector: name.clone(),
+                range,
+            });
+        }
+        Ok(at)
+    }
+}
+
+impl Scanner {
+    /// Every built-in detector: what a member name must be free of before a finding's
+    /// path may show it (see `super::scan`).
+    pub fn every_builtin() -> &'static Scanner {
+        static EVERY: std::sync::LazyLock<Scanner> = std::sync::LazyLock::new(|| {
+            // The built-in patterns are constants that compile (a test holds it).
+            Scanner::new(&Detector::ALL, &[]).unwrap_or_else(|_| Scanner {
+                set: RegexSet::empty(),
+                detectors: Vec::new(),
+            })
+        });
+        &EVERY
+    }
+
+    /// Whether `text` holds anything this scanner finds.
+    pub fn finds_any(&self, text: &str) -> bool {
+        let mut out = Vec::new();
+        self.scan(text, &mut out);
+        !out.is_empty()
+    }
+}
+
+/// The scan's deadline passed before the whole text was searched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOut;
+
+/// The bytes of text one window searches (its matches' starts).
+pub const WINDOW: usize = 64 * 1024;
+/// How far past its window a search reads before it must grow: longer than any
+/// built-in detector's match, so only a tenant's pattern ever grows it.
+const OVERLAP: usize = 4 * 1024;
+
+/// The first character boundary of `text` at or after `at` (its length past the end).
+fn char_boundary(text: &str, mut at: usize) -> usize {
+    if at >= text.len() {
+        return text.len();
+    }
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the PEM block whose `BEGIN` line ends at `from` ends: after its `END` line, or
+/// at the end of the text when none follows (a key cut short is still all secret).
+fn pem_block_end(text: &str, from: usize) -> usize {
+    let rest = &text[from..];
+    let Some(end_line) = rest.find("-----END") else {
+        return text.len();
+    };
+    let after = end_line + "-----END".len();
+    // The `END` line's own closing dashes, within a label's length.
+    match rest[after..].find("-----") {
+        Some(close) if close <= 100 => from + after + close + "-----".len(),
+        _ => text.len(),
     }
 }
 
@@ -240,6 +385,20 @@ mod tests {
     }
 
     #[test]
+    fn the_other_formats_the_detectors_name_are_found() {
+        for (detector, text) in [
+            ("slack_token", "socket mode with xapp-1-A0123BCDE45-4567890123456-0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b"),
+            ("slack_token", "user token xoxp-2049318290-5521097643-vQ3sXz7Lk9Pw"),
+            ("phone", "call 415-555-0132 after noon"),
+            ("phone", "call 415.555.0132 after noon"),
+            ("phone", "call (415) 555-0132 after noon"),
+            ("phone", "call +1 415 555 0132 after noon"),
+        ] {
+            assert_eq!(found(text), [detector.to_owned()], "{text}");
+        }
+    }
+
+    #[test]
     fn look_alikes_are_not_flagged() {
         for text in [
             "order 4111 1111 1111 1112 shipped",
@@ -250,6 +409,8 @@ mod tests {
             "see https://example.com/ana",
             "the total was 1234567890123",
             "AKIA is how an AWS key id starts",
+            "order 123-456-7890 and part 415-055-0132, ISBN 978-0-306-40615-7",
+            "the xapp- prefix starts a Slack app token",
         ] {
             assert_eq!(found(text), Vec::<String>::new(), "{text}");
         }

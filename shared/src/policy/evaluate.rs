@@ -235,12 +235,15 @@ pub fn minute_limit_reached(
 }
 
 /// What a guardrail found, by detector and field (never the text): `email at
-/// messages[0].content, card_number at input` (the first five).
+/// messages[0].content, openai_key in the name of metadata.*` (the first five).
 pub fn found_summary(hits: &[crate::guardrail::Hit]) -> String {
     let mut parts: Vec<String> = hits
         .iter()
         .take(5)
-        .map(|hit| format!("{} at {}", hit.detector, hit.path))
+        .map(|hit| {
+            let place = if hit.in_name { "in the name of" } else { "at" };
+            format!("{} {place} {}", hit.detector, hit.path)
+        })
         .collect();
     if hits.len() > 5 {
         parts.push(format!("and {} more", hits.len() - 5));

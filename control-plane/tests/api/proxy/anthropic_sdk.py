@@ -1,9 +1,11 @@
 """The official Anthropic Python SDK against Warden's proxy, as an agent uses it.
 
-Usage: anthropic_sdk.py BASE_URL KEY SCENARIO; prints one JSON object.
+Usage: anthropic_sdk.py BASE_URL KEY SCENARIO [ARGUMENTS_JSON]; prints one JSON object.
   messages  messages.create, messages.stream and messages.count_tokens
   refused   one messages.create that the proxy refuses: the SDK's typed error
   models    models.list: the ids
+  create    messages.create with ARGUMENTS_JSON: the x-warden-guardrail header, or the
+            typed error and its code
 """
 
 import json
@@ -55,6 +57,18 @@ def refused(client):
     return {"error": None}
 
 
+def create(client, arguments):
+    try:
+        raw = client.messages.with_raw_response.create(**arguments)
+    except anthropic.APIStatusError as error:
+        body = error.body if isinstance(error.body, dict) else {}
+        inner = body.get("error", {})
+        return {"error": type(error).__name__, "status": error.status_code,
+                "code": inner.get("code"), "message": inner.get("message")}
+    raw.parse()
+    return {"status": raw.status_code, "guardrail": raw.headers.get("x-warden-guardrail")}
+
+
 def models(client):
     return {"ids": [model.id for model in client.models.list()]}
 
@@ -62,6 +76,9 @@ def models(client):
 def main():
     base_url, key, scenario = sys.argv[1:4]
     client = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0, timeout=20)
+    if scenario == "create":
+        print(json.dumps(create(client, json.loads(sys.argv[4]))))
+        return
     print(json.dumps({"messages": messages, "refused": refused, "models": models}[scenario](client)))
 
 

@@ -2,6 +2,7 @@
 //! `warden_proxy::build` pointed at it, and a local mock provider, all on port 0.
 
 mod action_approvals;
+mod adversary;
 mod balancer;
 mod bodies;
 mod budget_asks;

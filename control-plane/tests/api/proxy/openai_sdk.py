@@ -1,9 +1,11 @@
 """The official OpenAI Python SDK against Warden's proxy, as an agent uses it.
 
-Usage: openai_sdk.py BASE_URL KEY SCENARIO; prints one JSON object.
+Usage: openai_sdk.py BASE_URL KEY SCENARIO [ARGUMENTS_JSON]; prints one JSON object.
   responses  responses.create plain and with stream=True: text, event types, usage
   refused    one responses.create that the proxy refuses: the SDK's typed error
   models     models.list: the ids
+  chat       chat.completions.create with ARGUMENTS_JSON (model, messages, metadata, ...):
+             the x-warden-guardrail header, or the typed error and its message
   agent      an agent of the OpenAI Agents SDK (`openai-agents`), on its defaults (the
              Responses API), run once: its final output, or the error a refusal raised
 """
@@ -64,6 +66,16 @@ def guarded(client):
             "content": completion.choices[0].message.content}
 
 
+def chat(client, arguments):
+    try:
+        raw = client.chat.completions.with_raw_response.create(**arguments)
+    except openai.APIStatusError as error:
+        return {"error": type(error).__name__, "status": error.status_code, "code": error.code,
+                "message": error.message}
+    raw.parse()
+    return {"status": raw.status_code, "guardrail": raw.headers.get("x-warden-guardrail")}
+
+
 def models(client):
     return {"ids": [model.id for model in client.models.list()]}
 
@@ -90,6 +102,9 @@ def main():
         print(json.dumps(agent(base_url, key)))
         return
     client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=20)
+    if scenario == "chat":
+        print(json.dumps(chat(client, json.loads(sys.argv[4]))))
+        return
     scenarios = {"responses": responses, "refused": refused, "models": models, "guarded": guarded}
     print(json.dumps(scenarios[scenario](client)))
 
