@@ -11,10 +11,20 @@
 //! received by reading the table every [`POLL`]. The wait is bounded
 //! (`enforcement_wait_ms`): a proxy that is gone or stuck never holds a write hostage.
 //!
+//! A lease that lapsed while the database was out of reach proves nothing: its replica
+//! could not renew it, and its proxies may have stayed connected throughout. So while
+//! this replica's own renewals are overdue, and for [`TRUST_AFTER`] once they succeed
+//! again (time for every live replica to renew), a stream whose lease was live when the
+//! renewals stopped still counts ([`Reachability`]). A write the moment the database
+//! returns then waits for the proxies that stayed connected, and answers `pending` when
+//! they do not confirm in time. Each renewal has a time limit, so a connection attempt
+//! begun during the outage never holds the next one back. Streams that hung up are
+//! deleted at once, or at the next renewal when the database was out of reach then.
+//!
 //! Leases are wall-clock time, not the application's clock: they measure whether a
 //! process is alive, and every replica sharing the database must read them alike.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -49,6 +59,10 @@ pub struct Confirmations {
     replica_id: String,
     bound: Duration,
     acked: Notify,
+    reachability: Mutex<Reachability>,
+    /// Streams that ended while their row could not be deleted: deleted at the next
+    /// renewal, so that this replica stops renewing them.
+    ended: Mutex<Vec<String>>,
 }
 
 impl Confirmations {
@@ -64,6 +78,8 @@ impl Confirmations {
             replica_id: new_id(IdKind::Instance, wall_clock_ms()),
             bound,
             acked: Notify::new(),
+            reachability: Mutex::new(Reachability::new(wall_clock_ms())),
+            ended: Mutex::new(Vec::new()),
         })
     }
 
@@ -91,8 +107,10 @@ impl Confirmations {
     pub async fn close_stream(&self, stream_id: &str) {
         let deleted = sqlx::query("DELETE FROM proxy_streams WHERE stream_id = $1").bind(stream_id);
         if let Err(error) = self.db.execute_in_turn(deleted).await {
-            // Its lease runs out instead.
-            tracing::warn!(%error, %stream_id, "cannot forget a closed proxy stream");
+            tracing::warn!(%error, %stream_id, "cannot forget a closed proxy stream yet");
+            if let Ok(mut ended) = self.ended.lock() {
+                ended.push(stream_id.to_owned());
+            }
         }
     }
 
@@ -138,13 +156,21 @@ impl Confirmations {
         }
     }
 
-    /// Connected proxies (live lease) that have not applied `version` yet.
+    /// Connected proxies that have not applied `version` yet: streams with a live lease,
+    /// and those whose lapse does not prove them ended (the module's documentation).
     async fn behind(&self, version: i64) -> Result<i64, sqlx::Error> {
+        let now = wall_clock_ms();
+        let live_at = self
+            .reachability
+            .lock()
+            .map_or(Some(i64::MIN), |seen| seen.outage_began(now));
         sqlx::query_scalar(
-            "SELECT COUNT(*) FROM proxy_streams WHERE acked_version < $1 AND lease_until > $2",
+            "SELECT COUNT(*) FROM proxy_streams WHERE acked_version < $1 \
+             AND (lease_until > $2 OR lease_until > $3)",
         )
         .bind(version)
-        .bind(wall_clock_ms())
+        .bind(now)
+        .bind(live_at.unwrap_or(i64::MAX))
         .fetch_one(self.db.pool())
         .await
     }
@@ -161,8 +187,14 @@ impl Confirmations {
             }
             // Renewing is every tick; forgetting dead replicas' rows can wait a while.
             let forget = tick % FORGET_EVERY_TICKS == 0;
-            if let Err(error) = self.renew(forget).await {
-                tracing::warn!(%error, "cannot renew the proxy streams' leases");
+            match tokio::time::timeout(RENEW_LIMIT, self.renew(forget)).await {
+                Err(_) => tracing::warn!("renewing the proxy streams' leases timed out"),
+                Ok(Err(error)) => tracing::warn!(%error, "cannot renew the proxy streams' leases"),
+                Ok(Ok(renewed_at)) => {
+                    if let Ok(mut seen) = self.reachability.lock() {
+                        seen.renewed(renewed_at);
+                    }
+                }
             }
         }
         let forgotten =
@@ -174,23 +206,100 @@ impl Confirmations {
 }
 
 impl Confirmations {
-    /// Renews this replica's leases, and forgets the rows of replicas long gone.
-    async fn renew(&self, forget: bool) -> Result<(), sqlx::Error> {
+    /// Renews this replica's leases, and forgets its streams that ended and the rows of
+    /// replicas long gone; returns when the renewal was written.
+    async fn renew(&self, forget: bool) -> Result<i64, sqlx::Error> {
+        let ended: Vec<String> = self
+            .ended
+            .lock()
+            .map(|ended| ended.clone())
+            .unwrap_or_default();
         let mut tx = self.db.begin_write().await?;
         // Read once the turn came: the lease runs from when it is written.
         let now = wall_clock_ms();
+        for stream_id in &ended {
+            sqlx::query("DELETE FROM proxy_streams WHERE stream_id = $1")
+                .bind(stream_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         sqlx::query("UPDATE proxy_streams SET lease_until = $2 WHERE replica_id = $1")
             .bind(&self.replica_id)
             .bind(now + lease_ms())
             .execute(&mut *tx)
             .await?;
-        if forget {
+        // Not while lapses are not to be trusted: other replicas renew first.
+        let trusted = self
+            .reachability
+            .lock()
+            .is_ok_and(|seen| seen.outage_began(now).is_none());
+        if forget && trusted {
             sqlx::query("DELETE FROM proxy_streams WHERE lease_until < $1")
                 .bind(now - FORGET_AFTER_MS)
                 .execute(&mut *tx)
                 .await?;
         }
-        tx.commit().await
+        tx.commit().await?;
+        if let Ok(mut waiting) = self.ended.lock() {
+            waiting.retain(|stream_id| !ended.contains(stream_id));
+        }
+        Ok(now)
+    }
+}
+
+/// The longest one renewal may take: a renewal still waiting for a connection begun
+/// during an outage is dropped, and the next one starts afresh.
+const RENEW_LIMIT: Duration = LEASE_RENEW.saturating_mul(2);
+
+/// How long after its renewals resume this replica keeps counting the streams that
+/// were live when they stopped: longer than a live replica takes to renew its own
+/// leases once the database is back (one renewal period, and a fresh connection).
+pub const TRUST_AFTER: Duration = Duration::from_secs(3);
+
+/// What this replica saw of the database through its own lease renewals (see the
+/// module's documentation).
+#[derive(Debug, Clone, Copy)]
+struct Reachability {
+    /// When the last renewal was written (wall-clock ms).
+    renewed_at: i64,
+    /// The last gap in the renewals: when they stopped, and when they resumed.
+    outage: Option<(i64, i64)>,
+}
+
+/// Renewals further apart than this mean the database was out of reach between them.
+const GAP: Duration = LEASE_RENEW.saturating_mul(2);
+
+impl Reachability {
+    fn new(now: i64) -> Reachability {
+        Reachability {
+            renewed_at: now,
+            outage: None,
+        }
+    }
+
+    /// A renewal was written at `at`.
+    fn renewed(&mut self, at: i64) {
+        if at - self.renewed_at > millis(GAP) {
+            // An outage right after another dates from the first.
+            let began = self
+                .outage_began(at)
+                .map_or(self.renewed_at, |earlier| earlier.min(self.renewed_at));
+            self.outage = Some((began, at));
+        }
+        self.renewed_at = at;
+    }
+
+    /// While lapses are not to be trusted (renewals overdue, or resumed less than
+    /// [`TRUST_AFTER`] ago), when the renewals stopped: a stream whose lease ran past
+    /// then still counts. `None` when lapses are to be trusted.
+    fn outage_began(&self, now: i64) -> Option<i64> {
+        let recent = self
+            .outage
+            .filter(|(_, resumed)| now < resumed + millis(TRUST_AFTER));
+        if now - self.renewed_at > millis(GAP) {
+            return Some(recent.map_or(self.renewed_at, |(began, _)| began.min(self.renewed_at)));
+        }
+        recent.map(|(began, _)| began)
     }
 }
 
@@ -200,10 +309,53 @@ const FORGET_AFTER_MS: i64 = 60_000;
 const FORGET_EVERY_TICKS: u64 = 40;
 
 fn lease_ms() -> i64 {
-    i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX)
+    millis(LEASE)
 }
 
 /// Leases are wall-clock time whatever clock the application runs on.
 fn wall_clock_ms() -> i64 {
     Clock::system().now().as_millis()
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lapses_count_as_connections_through_an_outage_and_a_while_after() {
+        let mut seen = Reachability::new(0);
+        for at in (250..=2_000).step_by(250) {
+            seen.renewed(at);
+            assert_eq!(seen.outage_began(at + 100), None, "steady at {at}");
+        }
+        // The database out of reach from 2,000 to 7,000: overdue renewals say so.
+        assert_eq!(seen.outage_began(2_400), None);
+        assert_eq!(seen.outage_began(2_600), Some(2_000));
+        assert_eq!(seen.outage_began(6_900), Some(2_000));
+        // Back: leases that lapsed meanwhile still count for a while.
+        let mut at = 7_000;
+        seen.renewed(at);
+        while at + 250 < 7_000 + millis(TRUST_AFTER) {
+            at += 250;
+            seen.renewed(at);
+            assert_eq!(seen.outage_began(at), Some(2_000), "at {at}");
+        }
+        seen.renewed(at + 250);
+        assert_eq!(seen.outage_began(at + 250), None);
+    }
+
+    #[test]
+    fn an_outage_right_after_another_dates_from_the_first() {
+        let mut seen = Reachability::new(0);
+        seen.renewed(250);
+        seen.renewed(3_000);
+        seen.renewed(3_250);
+        // Out again before the first outage's lapses were trusted.
+        seen.renewed(3_900);
+        assert_eq!(seen.outage_began(3_950), Some(250));
+    }
 }

@@ -382,3 +382,149 @@ async fn restart_under_traffic(planes: usize, proxies: usize) {
          {served} requests served, {refused} refused by policy, all recorded once"
     );
 }
+
+/// Read-your-writes the moment PostgreSQL returns: two control planes and three proxies
+/// under traffic, the database stopped long enough for every stream's lease to lapse and
+/// started again, and an agent blocked as soon as a write goes through, several outages
+/// in a row. A block that says `applied` must be enforced by every proxy at once; one
+/// that cannot confirm it in time says `pending`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_moment_postgresql_returns_says_applied_only_when_every_proxy_enforces_it() {
+    let postgres = OwnPostgres::start();
+    let url = postgres.url();
+    let mut apps = Vec::new();
+    for _ in 0..2 {
+        let url = url.clone();
+        let app = TestApp::spawn_with(Backend::Postgres, |config| {
+            config.database_url = Secret::new(url);
+        })
+        .await;
+        apps.push(app);
+    }
+    let provider = MockProvider::start().await;
+    let mut proxies = Vec::new();
+    for plane in [1, 0, 0] {
+        proxies.push(TestProxy::start(&apps[plane], &provider).await);
+    }
+    let (tenant, key, created) = proxies[0]
+        .tenant_with_key(&apps[0], json!({ "developer_label": "returning" }))
+        .await;
+    let admin = tenant.admin_key.clone();
+    let agent = created["agent_id"].as_str().unwrap().to_owned();
+    let status = |proxy: &TestProxy| {
+        let request = proxy
+            .client
+            .post(format!("{}/v1/chat/completions", proxy.base))
+            .bearer_auth(&key)
+            .json(&simple_chat("gpt-4o-mini"))
+            .send();
+        async move { request.await.unwrap().status().as_u16() }
+    };
+    for proxy in &proxies {
+        eventually(Duration::from_secs(5), || async {
+            (status(proxy).await == 200).then_some(())
+        })
+        .await;
+    }
+
+    // Agents at work throughout, through every proxy.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut traffic = tokio::task::JoinSet::new();
+    for proxy in &proxies {
+        let (client, base, key, stop) = (
+            proxy.client.clone(),
+            proxy.base.clone(),
+            key.clone(),
+            stop.clone(),
+        );
+        traffic.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = client
+                    .post(format!("{base}/v1/chat/completions"))
+                    .bearer_auth(&key)
+                    .json(&simple_chat("gpt-4o-mini"))
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+    }
+
+    let (mut applied, mut pending) = (0, 0);
+    for outage in 0..3 {
+        postgres.stop();
+        let down = Instant::now();
+        // Longer than a lease (1 s): every stream's lease lapses meanwhile.
+        eventually(Duration::from_secs(10), || async {
+            let answer = apps[0]
+                .client
+                .get(format!("{}/readyz", apps[0].base))
+                .send();
+            (answer.await.unwrap().status() == 503).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(1_500).saturating_sub(down.elapsed())).await;
+        postgres.start_again();
+        let writer = &apps[outage % 2];
+        let blocked = write(writer, &admin, &agent, "block").await;
+        assert_eq!(blocked.status(), 204, "{blocked:?}");
+        let said = blocked
+            .headers()
+            .get("warden-enforcement")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        if said == "applied" {
+            applied += 1;
+            for (index, proxy) in proxies.iter().enumerate() {
+                assert_eq!(
+                    status(proxy).await,
+                    403,
+                    "outage {outage}: proxy {index} serves an agent blocked with `applied`"
+                );
+            }
+        } else {
+            assert!(said.starts_with("pending"), "{said}");
+            pending += 1;
+        }
+        // Every proxy enforces it soon, whatever the answer said.
+        for proxy in &proxies {
+            eventually(Duration::from_secs(10), || async {
+                (status(proxy).await == 403).then_some(())
+            })
+            .await;
+        }
+        let unblocked = write(writer, &admin, &agent, "unblock").await;
+        assert_eq!(unblocked.status(), 204);
+        for proxy in &proxies {
+            eventually(Duration::from_secs(10), || async {
+                (status(proxy).await == 200).then_some(())
+            })
+            .await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    while let Some(done) = traffic.join_next().await {
+        done.unwrap();
+    }
+    eprintln!("blocks the moment PostgreSQL returned: {applied} applied, {pending} pending");
+}
+
+/// `POST /agents/{agent}/{action}`, sent again only while the database is still out of
+/// reach (503).
+async fn write(app: &TestApp, admin: &str, agent: &str, action: &str) -> reqwest::Response {
+    let body = if action == "block" {
+        json!({ "reason": "the database is back" })
+    } else {
+        json!({})
+    };
+    loop {
+        let response = app
+            .post(&format!("/agents/{agent}/{action}"), admin, body.clone())
+            .await;
+        if response.status() != 503 {
+            return response;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
