@@ -247,9 +247,10 @@ impl Confirmations {
     }
 }
 
-/// The longest one renewal may take: a renewal still waiting for a connection begun
-/// during an outage is dropped, and the next one starts afresh.
-const RENEW_LIMIT: Duration = LEASE_RENEW.saturating_mul(2);
+/// The longest one renewal may take (a lease's length, after which it lapsed anyway):
+/// a renewal still waiting for a connection begun during an outage is dropped, and the
+/// next one starts afresh.
+const RENEW_LIMIT: Duration = LEASE;
 
 /// How long after its renewals resume this replica keeps counting the streams that
 /// were live when they stopped: longer than a live replica takes to renew its own
@@ -266,8 +267,9 @@ struct Reachability {
     outage: Option<(i64, i64)>,
 }
 
-/// Renewals further apart than this mean the database was out of reach between them.
-const GAP: Duration = LEASE_RENEW.saturating_mul(2);
+/// Renewals further apart than this mean the database was out of reach between them
+/// (closer ones let no lease lapse, however slow a busy database made them).
+const GAP: Duration = LEASE;
 
 impl Reachability {
     fn new(now: i64) -> Reachability {
@@ -333,8 +335,8 @@ mod tests {
             assert_eq!(seen.outage_began(at + 100), None, "steady at {at}");
         }
         // The database out of reach from 2,000 to 7,000: overdue renewals say so.
-        assert_eq!(seen.outage_began(2_400), None);
-        assert_eq!(seen.outage_began(2_600), Some(2_000));
+        assert_eq!(seen.outage_began(2_900), None);
+        assert_eq!(seen.outage_began(3_100), Some(2_000));
         assert_eq!(seen.outage_began(6_900), Some(2_000));
         // Back: leases that lapsed meanwhile still count for a while.
         let mut at = 7_000;
@@ -355,7 +357,7 @@ mod tests {
         seen.renewed(3_000);
         seen.renewed(3_250);
         // Out again before the first outage's lapses were trusted.
-        seen.renewed(3_900);
-        assert_eq!(seen.outage_began(3_950), Some(250));
+        seen.renewed(4_500);
+        assert_eq!(seen.outage_began(4_550), Some(250));
     }
 }
