@@ -247,10 +247,10 @@ impl Confirmations {
     }
 }
 
-/// The longest one renewal may take (a lease's length, after which it lapsed anyway):
-/// a renewal still waiting for a connection begun during an outage is dropped, and the
-/// next one starts afresh.
-const RENEW_LIMIT: Duration = LEASE;
+/// The longest one renewal may take: a renewal still waiting for a connection begun
+/// during an outage is dropped, and the next one starts afresh (a busy database's slow
+/// renewal finishes well within it).
+const RENEW_LIMIT: Duration = LEASE.saturating_mul(2);
 
 /// How long after its renewals resume this replica keeps counting the streams that
 /// were live when they stopped: longer than a live replica takes to renew its own

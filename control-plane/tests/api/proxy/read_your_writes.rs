@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use warden_control_plane::config::Secret;
 
 use super::{simple_chat, MockProvider, TestProxy};
 use crate::helpers::{create_policy, expect_status, Backend, TestApp};
@@ -138,8 +139,13 @@ db_test!(two_proxies_enforce_a_change_when_its_call_returns, |app| {
 /// its own: a write through either is in force in both proxies when it returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_and_two_proxies_enforce_a_change_when_its_call_returns() {
-    let one = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
-    let two = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
+    // A database of their own: every proxy connected to it is waited for, and the
+    // other tests' replicas come and go.
+    let one = TestApp::spawn_alone(Backend::Postgres, |_| {}).await;
+    let two = TestApp::spawn_with(Backend::Postgres, |config| {
+        config.database_url = Secret::new(one.database_url());
+    })
+    .await;
     let provider = MockProvider::start().await;
     let first = TestProxy::start(&one, &provider).await;
     let second = TestProxy::start(&two, &provider).await;

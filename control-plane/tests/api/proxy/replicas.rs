@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use warden_control_plane::config::Secret;
 
 use super::balancer::Balancer;
 use super::read_your_writes::changes_are_in_force_when_answered;
@@ -21,8 +22,13 @@ struct Topology {
 }
 
 async fn topology() -> Topology {
-    let one = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
-    let two = TestApp::spawn_with(Backend::Postgres, |_| {}).await;
+    // A database of their own: writes wait for every proxy connected to it, and the
+    // other tests' replicas come and go.
+    let one = TestApp::spawn_alone(Backend::Postgres, |_| {}).await;
+    let two = TestApp::spawn_with(Backend::Postgres, |config| {
+        config.database_url = Secret::new(one.database_url());
+    })
+    .await;
     let provider = MockProvider::start().await;
     let proxies = [
         TestProxy::start(&one, &provider).await,
