@@ -294,8 +294,9 @@ async fn spool(
                 .as_ref()
                 .ok_or("replay needs the service token (WARDEN_SERVICE_TOKEN)")?;
             let url = format!(
-                "{}/internal/v1/usage-batches",
-                config.proxy.control_plane_url.trim_end_matches('/')
+                "{}{}",
+                config.proxy.control_plane_url.trim_end_matches('/'),
+                warden_shared::wire::paths::USAGE_BATCHES
             );
             let client = reqwest::Client::new();
             let mut failed = 0;

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use warden_shared::clock::{system_now_ms, Clock};
 use warden_shared::outbound::Allowance;
 use warden_shared::secret::Secret;
+use warden_shared::wire::paths;
 
 use crate::approval_claims::ApprovalClaims;
 use crate::batch_queue::BatchReceiver;
@@ -210,7 +211,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
                 client: reqwest::Client::builder()
                     .connect_timeout(Duration::from_secs(2))
                     .build()?,
-                url: format!("{base}/internal/v1/mcp-tool-drifts"),
+                url: format!("{base}{}", paths::MCP_TOOL_DRIFTS),
                 service_token: service_token.expose().to_owned(),
             })),
             call_timeout: Duration::from_secs(config.mcp_call_timeout_secs.max(1)),
@@ -291,7 +292,7 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         spool,
         usage_capacity: config.usage_buffer_capacity,
         flush: FlushTarget {
-            url: format!("{base}/internal/v1/usage-batches"),
+            url: format!("{base}{}", paths::USAGE_BATCHES),
             service_token: service_token.expose().to_owned(),
             interval: Duration::from_millis(config.usage_flush_interval_ms.max(1)),
         },
@@ -300,13 +301,13 @@ pub async fn build(settings: ProxySettings) -> Result<ProxyApp, ProxyStartupErro
         mcp,
         clock,
         decisions_flush: FlushTarget {
-            url: format!("{base}/internal/v1/policy-decisions"),
+            url: format!("{base}{}", paths::POLICY_DECISIONS),
             service_token: service_token.expose().to_owned(),
             interval: Duration::from_millis(config.usage_flush_interval_ms.max(1)),
         },
         stream: StreamSource {
-            url: format!("{base}/internal/v1/proxy-state"),
-            acks_url: format!("{base}/internal/v1/proxy-acks"),
+            url: format!("{base}{}", paths::PROXY_STATE),
+            acks_url: format!("{base}{}", paths::PROXY_ACKS),
             proxy_id,
             service_token: service_token.expose().to_owned(),
         },
@@ -342,7 +343,7 @@ fn approval_queue(
         client: reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .build()?,
-        url: format!("{base}/internal/v1/policy-decisions"),
+        url: format!("{base}{}", paths::POLICY_DECISIONS),
         service_token: service_token.expose().to_owned(),
         fallback: fallback.clone(),
     })

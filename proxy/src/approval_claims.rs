@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use warden_shared::wire::{paths, ApprovalUse, ApprovalUsed};
 
 use crate::flush::ask_for_data;
 use crate::policy_gate::PolicyPass;
@@ -32,7 +32,7 @@ impl ApprovalClaims {
     pub fn new(client: reqwest::Client, control_plane: &str, service_token: &str) -> Self {
         ApprovalClaims {
             client,
-            url: format!("{control_plane}/internal/v1/approval-uses"),
+            url: format!("{control_plane}{}", paths::APPROVAL_USES),
             service_token: service_token.to_owned(),
         }
     }
@@ -49,13 +49,12 @@ impl ApprovalClaims {
             return Ok(pass.claims.is_empty());
         };
         for approval_id in &pass.claims {
-            let body = json!({ "tenant_id": tenant_id, "approval_id": approval_id,
-                               "action_digest": digest });
-            #[derive(serde::Deserialize)]
-            struct Used {
-                used: bool,
-            }
-            let answer: Result<Used, String> = ask_for_data(
+            let body = ApprovalUse {
+                tenant_id: tenant_id.to_owned(),
+                approval_id: *approval_id,
+                action_digest: digest.to_owned(),
+            };
+            let answer: Result<ApprovalUsed, String> = ask_for_data(
                 &self.client,
                 &self.url,
                 &self.service_token,
@@ -64,8 +63,8 @@ impl ApprovalClaims {
             )
             .await;
             match answer {
-                Ok(Used { used: true }) => {}
-                Ok(Used { used: false }) => {
+                Ok(ApprovalUsed { used: true }) => {}
+                Ok(ApprovalUsed { used: false }) => {
                     state.drop_grant(*approval_id);
                     return Ok(false);
                 }

@@ -19,10 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::IntCounter;
-use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::watch;
 use warden_shared::clock::Clock;
+use warden_shared::wire::{self, paths, BudgetGrantRequest, ScopeGrant, ScopeGrantRequest};
 
 use crate::budget::{Budgets, Shortfall};
 use crate::flush::ask_for_data;
@@ -87,15 +86,6 @@ impl Drop for OnItsWay<'_> {
     }
 }
 
-/// The control plane's answer for one scope.
-#[derive(Debug, Deserialize)]
-struct ScopeGrant {
-    tenant_id: String,
-    scope: String,
-    granted_micros: i64,
-    committed_micros: i64,
-}
-
 impl BudgetGrants {
     pub fn new(
         client: reqwest::Client,
@@ -106,7 +96,7 @@ impl BudgetGrants {
     ) -> BudgetGrants {
         BudgetGrants {
             client,
-            url: format!("{control_plane}/internal/v1/budget-grants"),
+            url: format!("{control_plane}{}", paths::BUDGET_GRANTS),
             service_token: service_token.to_owned(),
             holder: holder.to_owned(),
             counters,
@@ -140,8 +130,13 @@ impl BudgetGrants {
             .iter()
             .map(|s| {
                 let release_micros = budgets.take_release(tenant_id, &s.scope, now_ms);
-                json!({ "tenant_id": tenant_id, "scope": s.scope, "block_micros": s.block_micros,
-                        "need_micros": s.need_micros, "release_micros": release_micros })
+                ScopeGrantRequest {
+                    tenant_id: tenant_id.to_owned(),
+                    scope: s.scope.clone(),
+                    block_micros: s.block_micros,
+                    need_micros: s.need_micros,
+                    release_micros,
+                }
             })
             .collect();
         let asked = match self.send(month, scopes).await {
@@ -208,14 +203,14 @@ impl BudgetGrants {
     async fn send(
         &self,
         month: i64,
-        scopes: Vec<serde_json::Value>,
+        scopes: Vec<ScopeGrantRequest>,
     ) -> Result<Vec<ScopeGrant>, String> {
-        let body = json!({ "holder": self.holder, "month": month, "scopes": scopes });
-        #[derive(Deserialize)]
-        struct Grants {
-            scopes: Vec<ScopeGrant>,
-        }
-        let grants: Grants = ask_for_data(
+        let body = BudgetGrantRequest {
+            holder: self.holder.clone(),
+            month,
+            scopes,
+        };
+        let grants: wire::BudgetGrants = ask_for_data(
             &self.client,
             &self.url,
             &self.service_token,
@@ -252,10 +247,12 @@ impl BudgetGrants {
                 let month = chunk[0].2;
                 let scopes = chunk
                     .iter()
-                    .map(|(tenant_id, scope, _, renewal)| {
-                        json!({ "tenant_id": tenant_id, "scope": scope,
-                                "block_micros": renewal.block_micros, "need_micros": 0,
-                                "release_micros": renewal.release_micros })
+                    .map(|(tenant_id, scope, _, renewal)| ScopeGrantRequest {
+                        tenant_id: tenant_id.clone(),
+                        scope: scope.clone(),
+                        block_micros: renewal.block_micros,
+                        need_micros: 0,
+                        release_micros: renewal.release_micros,
                     })
                     .collect();
                 match self.send(month, scopes).await {

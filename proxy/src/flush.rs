@@ -48,7 +48,7 @@ pub async fn ask_for_data<A: DeserializeOwned>(
     client: &reqwest::Client,
     url: &str,
     service_token: &str,
-    body: &serde_json::Value,
+    body: &impl serde::Serialize,
     timeout: Duration,
 ) -> Result<A, String> {
     let body = Bytes::from(serde_json::to_vec(body).map_err(|e| e.to_string())?);

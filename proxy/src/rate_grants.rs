@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use prometheus::IntCounter;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::MissedTickBehavior;
 use warden_shared::clock::Clock;
 use warden_shared::policy::{rate_bucket_id, Policy, PolicyConfig, RequestFacts};
+use warden_shared::wire::{self, paths, RateAsk, RateGrantRequest};
 
 use crate::flush::ask_for_data;
 use crate::rate_limit::{lock, minute_of, Limiter, RateWindows};
@@ -169,11 +169,10 @@ impl Pending {
     }
 }
 
-/// More of one limit for one bucket and minute, as sent.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+/// More of one limit for one bucket and minute, the limiter a policy's id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Ask {
     tenant_id: String,
-    #[serde(serialize_with = "policy_limiter")]
     limiter: i64,
     bucket: String,
     minute: i64,
@@ -181,13 +180,21 @@ struct Ask {
     want: i64,
 }
 
-fn policy_limiter<S: serde::Serializer>(policy_id: &i64, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&format_args!("policy:{policy_id}"))
-}
-
 impl Ask {
     fn limiter(&self) -> Limiter {
         Limiter::Policy(self.limiter)
+    }
+
+    /// The ask as the control plane reads it.
+    fn to_wire(&self) -> RateAsk {
+        RateAsk {
+            tenant_id: self.tenant_id.clone(),
+            limiter: wire::policy_limiter(self.limiter),
+            bucket: self.bucket.clone(),
+            minute: self.minute,
+            limit: self.limit,
+            want: self.want,
+        }
     }
 }
 
@@ -203,7 +210,7 @@ impl RateGrants {
         RateGrants {
             inner: Arc::new(Asker {
                 client,
-                url: format!("{control_plane}/internal/v1/rate-grants"),
+                url: format!("{control_plane}{}", paths::RATE_GRANTS),
                 service_token: service_token.to_owned(),
                 rates,
                 counters,
@@ -373,16 +380,10 @@ impl Asker {
 
     /// The control plane's grants for `batch`, in its order.
     async fn ask(&self, batch: &[Ask]) -> Result<Vec<i64>, String> {
-        #[derive(Deserialize)]
-        struct Grants {
-            grants: Vec<Grant>,
-        }
-        #[derive(Deserialize)]
-        struct Grant {
-            granted: i64,
-        }
-        let body = serde_json::json!({ "asks": batch });
-        let answer: Grants = ask_for_data(
+        let body = RateGrantRequest {
+            asks: batch.iter().map(Ask::to_wire).collect(),
+        };
+        let answer: wire::RateGrants = ask_for_data(
             &self.client,
             &self.url,
             &self.service_token,

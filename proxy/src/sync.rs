@@ -180,7 +180,12 @@ async fn follow_once(
 
 /// Tells the control plane this proxy has applied every change up to `version`.
 async fn acknowledge(source: &StreamSource, client: &reqwest::Client, version: i64) {
-    let body = serde_json::json!({ "proxy": source.proxy_id, "version": version }).to_string();
+    let ack = warden_shared::wire::ProxyAck {
+        proxy: source.proxy_id.clone(),
+        version,
+    };
+    // Serializing two plain fields into memory cannot fail.
+    let body = serde_json::to_vec(&ack).unwrap_or_default();
     let sent = post_json(
         client,
         &source.acks_url,

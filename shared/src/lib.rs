@@ -23,3 +23,4 @@ pub mod scopes;
 pub mod secret;
 pub mod snapshot;
 pub mod timestamp;
+pub mod wire;

@@ -18,9 +18,8 @@
 //! not reached a control plane for that long and counts alone (it stops relying on a
 //! holding well before it lapses here).
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 use warden_shared::timestamp::Timestamp;
+use warden_shared::wire::{BudgetGrantRequest, BudgetGrants, ScopeGrant};
 
 use super::{invalid, store};
 use crate::error::ApiResult;
@@ -34,68 +33,6 @@ const MAX_NAME: usize = 200;
 const MAX_SCOPES: usize = 500;
 /// Largest amount of money in a request, in micro-dollars ($1 billion).
 const MAX_MICROS: i64 = 1_000_000_000_000_000;
-
-/// A proxy's request for money in budget scopes, and what it gives back.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({ "holder": "ins_01M8EJ57PHZ3VJ9QF03X3YBQ1X", "month": 1_793_491_200_000_i64,
-    "scopes": [{ "tenant_id": "ten_01M8EJ57PHZ3VJ9QF03X3YBQ1X", "scope": "tenant",
-                 "block_micros": 1_000_000, "need_micros": 1_000, "release_micros": 0 }] }))]
-pub struct BudgetGrantRequest {
-    /// The proxy instance asking (new at every start of a proxy).
-    #[schema(min_length = 1, max_length = 200)]
-    pub holder: String,
-    /// The month the money is for: any instant in it, in Unix milliseconds (UTC); the
-    /// proxies send its first.
-    #[schema(minimum = 0)]
-    pub month: i64,
-    #[schema(min_items = 1, max_items = 500)]
-    pub scopes: Vec<ScopeGrantRequest>,
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ScopeGrantRequest {
-    #[schema(max_length = 200)]
-    pub tenant_id: String,
-    /// `tenant`, `team:<id>`, `agent:<id>` or `key:<api_key_id>`.
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^(tenant|(team|agent|key):.+)$"
-    )]
-    pub scope: String,
-    /// The budget's block threshold in micro-dollars, as the proxy's state has it (the
-    /// lowest of the budgets on the scope).
-    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
-    pub block_micros: i64,
-    /// What the proxy needs more than it holds to admit the request it is serving (0:
-    /// a renewal, or a release only).
-    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
-    pub need_micros: i64,
-    /// What the proxy gives back (acknowledged by the ledger, or unused); applied before
-    /// the grant.
-    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
-    pub release_micros: i64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BudgetGrants {
-    /// One per requested scope, in the request's order.
-    pub scopes: Vec<ScopeGrant>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ScopeGrant {
-    pub tenant_id: String,
-    pub scope: String,
-    /// Added to the proxy's holding: at least `need_micros`, or 0 when that does not fit.
-    pub granted_micros: i64,
-    /// What the proxy holds now.
-    pub held_micros: i64,
-    /// The ledger's month-to-date spend plus every live holding, this one included.
-    pub committed_micros: i64,
-}
 
 pub async fn grant(state: &AppState, request: BudgetGrantRequest) -> ApiResult<BudgetGrants> {
     check(&request)?;

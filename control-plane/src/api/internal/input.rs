@@ -175,14 +175,6 @@ pub struct StreamQuery {
     pub proxy: Option<String>,
 }
 
-/// `POST /internal/v1/proxy-acks`: a proxy has applied every change up to `version`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProxyAck {
-    pub proxy: String,
-    pub version: i64,
-}
-
 /// What the gateway records of a tool call.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

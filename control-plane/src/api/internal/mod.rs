@@ -35,7 +35,12 @@ use utoipa_axum::routes;
 use warden_shared::keys;
 use warden_shared::snapshot::ScopeSpend;
 
-use self::input::{DecisionBatch, ParsedBatch, ProxyAck, StreamQuery, UsageBatch};
+use warden_shared::wire::{
+    paths, ApprovalUse, ApprovalUsed, BudgetGrantRequest, BudgetGrants, ProxyAck, RateGrantRequest,
+    RateGrants,
+};
+
+use self::input::{DecisionBatch, ParsedBatch, StreamQuery, UsageBatch};
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{ApiJson, ApiQuery, JsonBytes};
 use crate::api::telemetry::ItemError;
@@ -136,7 +141,7 @@ pub struct QueuedApproval {
     pub approval_id: i64,
 }
 
-#[utoipa::path(post, path = "/internal/v1/usage-batches", tag = "internal", request_body = UsageBatch,
+#[utoipa::path(post, path = paths::USAGE_BATCHES, tag = "internal", request_body = UsageBatch,
     security(("service_token" = [])),
     responses((status = 200, description = "What was new, what was seen before, what was refused", body = Envelope<BatchAck>)))]
 async fn ingest_usage_batch(
@@ -149,7 +154,7 @@ async fn ingest_usage_batch(
     Ok(envelope::ok(ack))
 }
 
-#[utoipa::path(post, path = "/internal/v1/policy-decisions", tag = "internal", request_body = DecisionBatch,
+#[utoipa::path(post, path = paths::POLICY_DECISIONS, tag = "internal", request_body = DecisionBatch,
     security(("service_token" = [])),
     responses((status = 200, description = "What was written and what was refused", body = Envelope<DecisionAck>)))]
 async fn ingest_policy_decisions(
@@ -161,43 +166,43 @@ async fn ingest_policy_decisions(
     Ok(envelope::ok(ack))
 }
 
-#[utoipa::path(post, path = "/internal/v1/rate-grants", tag = "internal", request_body = rate_grants::RateGrantRequest,
+#[utoipa::path(post, path = paths::RATE_GRANTS, tag = "internal", request_body = RateGrantRequest,
     security(("service_token" = [])),
-    responses((status = 200, description = "What was granted for each ask, in order", body = Envelope<rate_grants::RateGrants>)))]
+    responses((status = 200, description = "What was granted for each ask, in order", body = Envelope<RateGrants>)))]
 async fn grant_rate(
     _service: ServiceCaller,
     State(state): State<AppState>,
-    ApiJson(request): ApiJson<rate_grants::RateGrantRequest>,
+    ApiJson(request): ApiJson<RateGrantRequest>,
 ) -> ApiResult<Response> {
     let granted = rate_grants::grant(&state, request).await?;
     Ok(envelope::ok(granted))
 }
 
-#[utoipa::path(post, path = "/internal/v1/budget-grants", tag = "internal", request_body = budget_grants::BudgetGrantRequest,
+#[utoipa::path(post, path = paths::BUDGET_GRANTS, tag = "internal", request_body = BudgetGrantRequest,
     security(("service_token" = [])),
-    responses((status = 200, description = "What each scope was granted and holds", body = Envelope<budget_grants::BudgetGrants>)))]
+    responses((status = 200, description = "What each scope was granted and holds", body = Envelope<BudgetGrants>)))]
 async fn grant_budget(
     _service: ServiceCaller,
     State(state): State<AppState>,
-    ApiJson(request): ApiJson<budget_grants::BudgetGrantRequest>,
+    ApiJson(request): ApiJson<BudgetGrantRequest>,
 ) -> ApiResult<Response> {
     let grants = budget_grants::grant(&state, request).await?;
     Ok(envelope::ok(grants))
 }
 
-#[utoipa::path(post, path = "/internal/v1/approval-uses", tag = "internal", request_body = approval_uses::ApprovalUse,
+#[utoipa::path(post, path = paths::APPROVAL_USES, tag = "internal", request_body = ApprovalUse,
     security(("service_token" = [])),
-    responses((status = 200, description = "Whether this claim used the approval", body = Envelope<approval_uses::ApprovalUsed>)))]
+    responses((status = 200, description = "Whether this claim used the approval", body = Envelope<ApprovalUsed>)))]
 async fn use_approval(
     _service: ServiceCaller,
     State(state): State<AppState>,
-    ApiJson(claim): ApiJson<approval_uses::ApprovalUse>,
+    ApiJson(claim): ApiJson<ApprovalUse>,
 ) -> ApiResult<Response> {
     let used = approval_uses::claim(&state, claim).await?;
     Ok(envelope::ok(used))
 }
 
-#[utoipa::path(post, path = "/internal/v1/mcp-tool-drifts", tag = "internal", request_body = tool_drifts::DriftReport,
+#[utoipa::path(post, path = paths::MCP_TOOL_DRIFTS, tag = "internal", request_body = tool_drifts::DriftReport,
     security(("service_token" = [])),
     responses((status = 204, description = "Recorded (audited and notified the first time)")))]
 async fn report_tool_drift(
@@ -209,7 +214,7 @@ async fn report_tool_drift(
     Ok(envelope::no_content())
 }
 
-#[utoipa::path(get, path = "/internal/v1/proxy-state", tag = "internal", params(StreamQuery),
+#[utoipa::path(get, path = paths::PROXY_STATE, tag = "internal", params(StreamQuery),
     security(("service_token" = [])),
     responses((status = 200, description = "Newline-delimited JSON: a snapshot or the missed deltas, then deltas and heartbeats", content_type = "application/x-ndjson")))]
 async fn stream_proxy_state(
@@ -226,7 +231,7 @@ async fn stream_proxy_state(
         .map_err(ApiError::internal)
 }
 
-#[utoipa::path(post, path = "/internal/v1/proxy-acks", tag = "internal", request_body = ProxyAck,
+#[utoipa::path(post, path = paths::PROXY_ACKS, tag = "internal", request_body = ProxyAck,
     security(("service_token" = [])),
     responses((status = 204, description = "Recorded; writes waiting for this version are released")))]
 async fn acknowledge_proxy_state(

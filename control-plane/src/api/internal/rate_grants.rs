@@ -11,8 +11,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use warden_shared::wire::{RateAsk, RateGrant, RateGrantRequest, RateGrants};
 
 use super::{invalid, store};
 use crate::error::ApiResult;
@@ -24,52 +23,6 @@ const MAX_NAME: usize = 200;
 const MAX_WANT: i64 = 10_000;
 /// Most asks in one request.
 const MAX_ASKS: usize = 500;
-
-/// A proxy's asks for more of limits, one per bucket and minute.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({ "asks": [{ "tenant_id": "ten_01M8EJ57PHZ3VJ9QF03X3YBQ1X",
-    "limiter": "policy:12", "bucket": "agt_01M8EJ57PHZ3VJ9QF03X3YBQ1X", "minute": 29_891_520,
-    "limit": 600, "want": 600 }] }))]
-pub struct RateGrantRequest {
-    #[schema(min_items = 1, max_items = 500)]
-    pub asks: Vec<RateAsk>,
-}
-
-/// More of one limit in one bucket and minute.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RateAsk {
-    #[schema(max_length = 200)]
-    pub tenant_id: String,
-    /// `policy:<id>` for a `rate_limit` policy.
-    #[schema(min_length = 1, max_length = 200)]
-    pub limiter: String,
-    /// The agent, team or key id the limit counts per; empty for the tenant.
-    #[schema(max_length = 200)]
-    pub bucket: String,
-    /// The Unix minute (ms / 60,000).
-    #[schema(minimum = 0)]
-    pub minute: i64,
-    /// The limit's requests per minute, as the proxy's state has it.
-    #[schema(minimum = 1, maximum = 1_000_000_000)]
-    pub limit: i64,
-    /// How many requests the proxy would like.
-    #[schema(minimum = 1, maximum = 10_000)]
-    pub want: i64,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RateGrants {
-    /// One per ask, in the request's order.
-    pub grants: Vec<RateGrant>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RateGrant {
-    /// Requests granted (0: the limit is reached this minute, or the tenant is gone).
-    pub granted: i64,
-}
 
 pub async fn grant(state: &AppState, request: RateGrantRequest) -> ApiResult<RateGrants> {
     check(&request)?;
