@@ -312,11 +312,18 @@ async fn spool(
                     .await;
                 match sent {
                     Ok(response) if response.status().is_success() => {
-                        let ack: serde_json::Value = response.json().await.unwrap_or_default();
-                        let data = &ack["data"];
+                        #[derive(serde::Deserialize)]
+                        struct Answer {
+                            data: warden_shared::wire::BatchAck,
+                        }
+                        let ack = response
+                            .json::<Answer>()
+                            .await
+                            .map_err(|e| format!("{batch_id}: an unreadable answer: {e}"))?
+                            .data;
                         println!(
                             "{batch_id}: accepted {}, duplicates {}, dropped {}, rejected {}",
-                            data["accepted"], data["duplicates"], data["dropped"], data["rejected"]
+                            ack.accepted, ack.duplicates, ack.dropped, ack.rejected
                         );
                         SetAsideBatch::discard(&dir, &batch_id)
                             .map_err(|e| format!("{batch_id}: {e}"))?;

@@ -280,21 +280,10 @@ impl ApprovalQueue {
     }
 }
 
-/// What the proxy reads of the control plane's answer to an ask.
+/// The control plane's answer to an ask.
 #[derive(serde::Deserialize)]
 struct QueuedAck {
-    data: QueuedApprovals,
-}
-
-#[derive(serde::Deserialize)]
-struct QueuedApprovals {
-    #[serde(default)]
-    approvals: Vec<QueuedApproval>,
-}
-
-#[derive(serde::Deserialize)]
-struct QueuedApproval {
-    approval_id: i64,
+    data: warden_shared::wire::DecisionAck,
 }
 
 /// A queue of `capacity` reports, sent in batches of at most `batch_size`.

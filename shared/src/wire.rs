@@ -1,6 +1,7 @@
-//! The internal API between the planes, under `/internal/v1`: its paths, and the bodies
-//! of the exchanges that share limits and approvals (rate grants, budget grants,
-//! approval uses, state acknowledgements), declared once. The control plane reads these
+//! The internal API between the planes, under `/internal/v1`: its paths, the bodies of
+//! the exchanges that share limits and approvals (rate grants, budget grants, approval
+//! uses, state acknowledgements), and the acknowledgements of usage and decision
+//! batches, declared once. The control plane reads these
 //! requests (checking each field's limits itself) and writes these answers; the proxy
 //! writes and reads the same types, so a field renamed here is renamed on both sides or
 //! fails to compile.
@@ -9,6 +10,8 @@
 //! plane's OpenAPI document.
 
 use serde::{Deserialize, Serialize};
+
+use crate::snapshot::ScopeSpend;
 
 /// Every internal path, from the control plane's base URL.
 pub mod paths {
@@ -199,4 +202,56 @@ pub struct ApprovalUsed {
 pub struct ProxyAck {
     pub proxy: String,
     pub version: i64,
+}
+
+/// One item of a batch that was refused (the others were taken): its index in the
+/// batch, the field at fault when one is, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ItemError {
+    pub index: usize,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// The ledger's answer to a usage batch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchAck {
+    pub batch_id: String,
+    pub accepted: i64,
+    pub duplicates: i64,
+    pub rejected: i64,
+    /// Records of tenants deleted while the records were on their way: dropped, never
+    /// an error (nothing a resend could change).
+    pub dropped: i64,
+    pub errors: Vec<ItemError>,
+    /// Month-to-date spend of the budget scopes this batch added to, after it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub spend: Vec<ScopeSpend>,
+}
+
+/// The answer to a batch of policy decisions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DecisionAck {
+    pub batch_id: String,
+    pub evaluations_written: usize,
+    pub approvals_created: usize,
+    /// The pending approval each held decision of a new batch waits on (created now or
+    /// already pending), by the decision's index: a proxy names it in the held
+    /// request's trace.
+    pub approvals: Vec<QueuedApproval>,
+    pub rejected: usize,
+    /// Decisions of tenants deleted meanwhile: dropped.
+    pub dropped: usize,
+    pub errors: Vec<ItemError>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueuedApproval {
+    /// The decision's index in the batch.
+    pub index: usize,
+    pub approval_id: i64,
 }

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use warden_shared::ids::{new_id, IdKind};
-use warden_shared::snapshot::ScopeSpend;
+use warden_shared::wire::BatchAck;
 
 use super::spool::{OpenSpool, Spool};
 use super::UsageRecord;
@@ -313,7 +313,9 @@ async fn send_batches(mut waiting: mpsc::UnboundedReceiver<Taken>, sending: Send
                     )
                     .await;
                     if let Some(ack) = ack {
-                        metrics.usage_flushed.inc_by(ack.accepted + ack.duplicates);
+                        metrics
+                            .usage_flushed
+                            .inc_by(u64::try_from(ack.accepted + ack.duplicates).unwrap_or(0));
                         budgets.apply_ledger(&ack.spend, FigureSource::Acknowledgement);
                     } else {
                         set_aside(spool, &batch_id, &body, true, None, &metrics).await;
@@ -392,23 +394,6 @@ async fn set_aside(
     kept
 }
 
-/// The parts of the ledger's acknowledgement the proxy reads.
-#[derive(Default, serde::Deserialize)]
-struct UsageAck {
-    #[serde(default)]
-    accepted: u64,
-    #[serde(default)]
-    duplicates: u64,
-    #[serde(default)]
-    rejected: i64,
-    #[serde(default)]
-    dropped: i64,
-    #[serde(default)]
-    errors: serde_json::Value,
-    #[serde(default)]
-    spend: Vec<ScopeSpend>,
-}
-
 /// Sends batch `batch_id` (`body`, of `count` records) until the ledger answers for it;
 /// `None` when the batch was refused whole.
 async fn send_until_acknowledged(
@@ -418,9 +403,9 @@ async fn send_until_acknowledged(
     body: Bytes,
     count: usize,
     metrics: &ProxyMetrics,
-) -> Option<UsageAck> {
+) -> Option<BatchAck> {
     metrics.usage_in_flight.set(count as i64);
-    let ack: Option<UsageAck> = post_until_answered(
+    let ack: Option<BatchAck> = post_until_answered(
         client,
         target,
         batch_id,
@@ -437,7 +422,7 @@ async fn send_until_acknowledged(
     if ack.rejected > 0 {
         // Refused records (an agent deleted meanwhile, say) would be refused again: log
         // them instead of retrying forever.
-        tracing::warn!(%batch_id, rejected = ack.rejected, errors = %ack.errors, "ledger refused usage records");
+        tracing::warn!(%batch_id, rejected = ack.rejected, errors = ?ack.errors, "ledger refused usage records");
     }
     Some(ack)
 }

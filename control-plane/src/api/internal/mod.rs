@@ -28,22 +28,19 @@ use axum::extract::{FromRequestParts, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::response::Response;
-use serde::Serialize;
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_shared::keys;
-use warden_shared::snapshot::ScopeSpend;
 
 use warden_shared::wire::{
     paths, ApprovalUse, ApprovalUsed, BudgetGrantRequest, BudgetGrants, ProxyAck, RateGrantRequest,
     RateGrants,
 };
+pub use warden_shared::wire::{BatchAck, DecisionAck, QueuedApproval};
 
 use self::input::{DecisionBatch, ParsedBatch, StreamQuery, UsageBatch};
 use crate::api::envelope::{self, Envelope};
 use crate::api::extract::{ApiJson, ApiQuery, JsonBytes};
-use crate::api::telemetry::ItemError;
 use crate::error::{ApiError, ApiResult, ErrorCode};
 use crate::state::AppState;
 
@@ -102,43 +99,6 @@ impl FromRequestParts<AppState> for ServiceCaller {
             ))
         }
     }
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BatchAck {
-    pub batch_id: String,
-    pub accepted: i64,
-    pub duplicates: i64,
-    pub rejected: i64,
-    /// Records of tenants deleted while the records were on their way: dropped, never
-    /// an error (nothing a resend could change).
-    pub dropped: i64,
-    pub errors: Vec<ItemError>,
-    /// Month-to-date spend of the budget scopes this batch added to, after it.
-    #[schema(value_type = Vec<Object>)]
-    pub spend: Vec<ScopeSpend>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DecisionAck {
-    pub batch_id: String,
-    pub evaluations_written: usize,
-    pub approvals_created: usize,
-    /// The pending approval each held decision of a new batch waits on (created now or
-    /// already pending), by the decision's index: a proxy names it in the held
-    /// request's trace.
-    pub approvals: Vec<QueuedApproval>,
-    pub rejected: usize,
-    /// Decisions of tenants deleted meanwhile: dropped.
-    pub dropped: usize,
-    pub errors: Vec<ItemError>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct QueuedApproval {
-    /// The decision's index in the batch.
-    pub index: usize,
-    pub approval_id: i64,
 }
 
 #[utoipa::path(post, path = paths::USAGE_BATCHES, tag = "internal", request_body = UsageBatch,

@@ -21,7 +21,7 @@ use crate::api::approvals::{
 };
 use crate::api::extract::parse_raw;
 use crate::api::policies::{record_evaluations, DecisionRow, ResultLists};
-use crate::api::telemetry::ItemError;
+use crate::api::telemetry::{item_error, ItemError};
 use crate::db::{Db, WriteTx};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -123,7 +123,7 @@ async fn place_decisions(
         let decision = match parse_raw::<ProxyDecision>(&raw) {
             Ok(decision) => decision,
             Err(error) => {
-                errors.push(ItemError::from_api_error(index, error));
+                errors.push(item_error(index, error));
                 continue;
             }
         };
@@ -160,7 +160,7 @@ async fn place_decisions(
             }
         };
         let Some(team_id) = team_id else {
-            errors.push(ItemError::from_api_error(
+            errors.push(item_error(
                 index,
                 ApiError::validation(
                     "evaluation.agent_id",
@@ -228,7 +228,7 @@ async fn queue_approvals(
             None => !releases.is_bound_to_action(),
         };
         if !digest_ok {
-            ack.errors.push(ItemError::from_api_error(
+            ack.errors.push(item_error(
                 item.index,
                 ApiError::validation(
                     "approval.action_digest",
@@ -238,7 +238,7 @@ async fn queue_approvals(
             continue;
         }
         if !policy_exists || !ask.request_context.is_object() {
-            ack.errors.push(ItemError::from_api_error(
+            ack.errors.push(item_error(
                 item.index,
                 ApiError::validation(
                     "approval",

@@ -19,7 +19,7 @@ use crate::api::payload_capture::{record_captures, RecordCapture};
 use crate::api::policies::{
     audit_violations, draw_decision_ids, result_set_ids, DecisionRow, ResultList, ResultLists,
 };
-use crate::api::telemetry::{usage_entry, ItemError, UsageInput};
+use crate::api::telemetry::{item_error, usage_entry, ItemError, UsageInput};
 use crate::db::WriteTx;
 use crate::error::{ApiError, ApiResult};
 use crate::ledger::{self, EntryDecision, Outcome, UsageEntry, UsageSource};
@@ -91,7 +91,7 @@ pub async fn ingest_usage_batch(state: &AppState, batch: ParsedBatch) -> ApiResu
                 decided.push(evaluation.map(|(evaluation, list)| (evaluation, lists.get(list))));
                 captures.push(keys.capture.as_ref());
             }
-            Err(error) => ack.errors.push(ItemError::from_api_error(*index, error)),
+            Err(error) => ack.errors.push(item_error(*index, error)),
         }
     }
     let calls: Vec<&ProxyUsageRecord> = tool_calls.iter().collect();
@@ -173,7 +173,7 @@ fn check_records(
         let record = match record.and_then(|r| check_time(r, now)) {
             Ok(record) => record,
             Err(error) => {
-                errors.push(ItemError::from_api_error(index, error));
+                errors.push(item_error(index, error));
                 continue;
             }
         };

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::api::envelope::Page;
 use crate::api::extract::parse_raw;
-use crate::api::telemetry::ItemError;
+use crate::api::telemetry::{item_error, ItemError};
 use crate::auth::Caller;
 use crate::changes::{self, AuditEvent, Author, Proxies};
 use crate::db::WriteTx;
@@ -80,7 +80,7 @@ pub async fn classify_bulk(
         let item: BulkItem = match parse_raw(raw) {
             Ok(item) => item,
             Err(error) => {
-                outcome.errors.push(ItemError::from_api_error(index, error));
+                outcome.errors.push(item_error(index, error));
                 continue;
             }
         };

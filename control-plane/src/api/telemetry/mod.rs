@@ -150,21 +150,14 @@ pub struct UsageBatchInput {
     pub usages: Vec<Box<RawValue>>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ItemError {
-    pub index: usize,
-    pub field: Option<String>,
-    pub message: String,
-}
+pub use warden_shared::wire::ItemError;
 
-impl ItemError {
-    /// The per-item form of a validation error.
-    pub fn from_api_error(index: usize, error: ApiError) -> ItemError {
-        ItemError {
-            index,
-            field: error.details["field"].as_str().map(str::to_owned),
-            message: error.message,
-        }
+/// The per-item form of a validation error.
+pub fn item_error(index: usize, error: ApiError) -> ItemError {
+    ItemError {
+        index,
+        field: error.details["field"].as_str().map(str::to_owned),
+        message: error.message,
     }
 }
 

@@ -10,8 +10,8 @@ use warden_shared::timestamp::Timestamp;
 
 use super::store;
 use super::{
-    BatchInput, BatchRecorded, HeartbeatInput, HeartbeatRecorded, ItemError, StoredUsage,
-    UsageBatchInput, UsageBatchResult, UsageInput,
+    item_error, BatchInput, BatchRecorded, HeartbeatInput, HeartbeatRecorded, ItemError,
+    StoredUsage, UsageBatchInput, UsageBatchResult, UsageInput,
 };
 use crate::api::billing::{not_recorded, recorded_agent};
 use crate::api::extract::parse_raw;
@@ -240,7 +240,7 @@ pub async fn record_usages(
         });
         match parsed {
             Ok(item) => valid.push((index, item)),
-            Err(error) => errors.push(ItemError::from_api_error(index, error)),
+            Err(error) => errors.push(item_error(index, error)),
         }
     }
     let mut tx = state.db.begin_write().await?;
@@ -268,7 +268,7 @@ pub async fn record_usages(
                 entries.push(entry);
                 indexes.push(*index);
             }
-            Err(error) => errors.push(ItemError::from_api_error(*index, error)),
+            Err(error) => errors.push(item_error(*index, error)),
         }
     }
     let outcomes = ledger::record_batch(&mut tx, "", &entries, state.clock.now())

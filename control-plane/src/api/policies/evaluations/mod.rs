@@ -159,7 +159,7 @@ impl<'b> ResultLists<'b> {
 }
 
 fn item_error(error: ApiError) -> ItemError {
-    ItemError::from_api_error(0, error)
+    crate::api::telemetry::item_error(0, error)
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
