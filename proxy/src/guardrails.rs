@@ -77,10 +77,7 @@ impl<'a> Content<'a> {
         let value = value.get_or_insert_with(|| self.action.content());
         let value = match value {
             Ok(value) => value,
-            Err(why) => {
-                let why = why.clone();
-                return self.failure(policy_id, ScanFailure::Unreadable(why.clone()), why);
-            }
+            Err(why) => return self.failure(policy_id, ScanFailure::Unreadable(why.clone())),
         };
         let redact = guardrail.action == GuardrailAction::Redact;
         let deadline = self
@@ -107,16 +104,20 @@ impl<'a> Content<'a> {
             }
             Err(_) => {
                 self.guardrails.failures.inc();
-                let why = format!(
-                    "its scan took longer than {} ms",
-                    self.guardrails.timeout.as_millis()
-                );
-                self.failure(policy_id, ScanFailure::TimedOut, why)
+                self.failure(policy_id, ScanFailure::TimedOut)
             }
         }
     }
 
-    fn failure(&self, policy_id: i64, failure: ScanFailure, why: String) -> GuardrailVerdict {
+    /// The verdict of a scan that failed, its reason said by the failure.
+    fn failure(&self, policy_id: i64, failure: ScanFailure) -> GuardrailVerdict {
+        let why = match &failure {
+            ScanFailure::TimedOut => format!(
+                "its scan took longer than {} ms",
+                self.guardrails.timeout.as_millis()
+            ),
+            ScanFailure::Unreadable(why) => why.clone(),
+        };
         self.failed.replace(Some((policy_id, failure)));
         GuardrailVerdict::Failed(why)
     }
